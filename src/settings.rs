@@ -1,0 +1,221 @@
+//! Command line and environment: every setting is a flag and an environment variable, with
+//! the reference service's variable names where it has one.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::Defaults;
+use crate::limiter::Algorithm;
+
+/// Tollgate: an Envoy-compatible external rate-limit service.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the rate-limit API (gRPC) and the admin endpoints (HTTP).
+    Serve(Box<ServeArgs>),
+    /// Validate rules: print every problem and exit 1, or print "ok".
+    CheckConfig {
+        /// A rules file or a directory of *.yaml / *.yml files.
+        path: PathBuf,
+        #[command(flatten)]
+        rules: RuleArgs,
+    },
+}
+
+/// Settings of `tollgate serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Rules file or directory [default: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY]
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// gRPC listen address [default: GRPC_HOST:GRPC_PORT]
+    #[arg(long, env = "GRPC_ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// gRPC listen host, when --grpc-addr is not given.
+    #[arg(long, env = "GRPC_HOST", default_value = "0.0.0.0")]
+    pub grpc_host: IpAddr,
+    /// gRPC listen port, when --grpc-addr is not given.
+    #[arg(long, env = "GRPC_PORT", default_value_t = 8081)]
+    pub grpc_port: u16,
+    /// HTTP listen address for /healthcheck [default: HOST:PORT]
+    #[arg(long, env = "HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// HTTP listen host, when --http-addr is not given.
+    #[arg(long = "host", env = "HOST", default_value = "0.0.0.0")]
+    pub http_host: IpAddr,
+    /// HTTP listen port, when --http-addr is not given.
+    #[arg(long = "port", env = "PORT", default_value_t = 8080)]
+    pub http_port: u16,
+    /// Most counters the memory store keeps; past it, the soonest-expiring are evicted.
+    #[arg(long, env = "MAX_COUNTERS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_counters: u64,
+    #[command(flatten)]
+    pub rules: RuleArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl ServeArgs {
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+            .unwrap_or(SocketAddr::new(self.grpc_host, self.grpc_port))
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+            .unwrap_or(SocketAddr::new(self.http_host, self.http_port))
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.config.clone().unwrap_or_else(|| {
+            let r = &self.runtime;
+            let root = match &r.runtime_subdirectory {
+                Some(sub) => r.runtime_root.join(sub),
+                None => r.runtime_root.clone(),
+            };
+            root.join(&r.runtime_appdirectory)
+        })
+    }
+}
+
+/// The reference's runtime directory settings, used when --config is not given.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// Root of the runtime directory.
+    #[arg(
+        long,
+        env = "RUNTIME_ROOT",
+        default_value = "/srv/runtime_data/current"
+    )]
+    pub runtime_root: PathBuf,
+    /// Subdirectory of RUNTIME_ROOT.
+    #[arg(long, env = "RUNTIME_SUBDIRECTORY")]
+    pub runtime_subdirectory: Option<PathBuf>,
+    /// Directory of rules files inside the subdirectory.
+    #[arg(long, env = "RUNTIME_APPDIRECTORY", default_value = "config")]
+    pub runtime_appdirectory: PathBuf,
+}
+
+/// Defaults for what rules leave out.
+#[derive(Debug, Args)]
+pub struct RuleArgs {
+    /// Sub-windows of a sliding window (more is more exact, and more memory).
+    #[arg(long, env = "SLIDING_WINDOW_PRECISION", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub precision: u32,
+    /// Algorithm of limits that name none.
+    #[arg(long, env = "DEFAULT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::SlidingWindow)]
+    pub default_algorithm: AlgorithmArg,
+}
+
+impl RuleArgs {
+    pub fn defaults(&self) -> Defaults {
+        Defaults {
+            algorithm: self.default_algorithm.into(),
+            precision: self.precision,
+        }
+    }
+}
+
+/// The algorithms, as command-line values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum AlgorithmArg {
+    SlidingWindow,
+    FixedWindow,
+    TokenBucket,
+    LeakyBucket,
+}
+
+impl From<AlgorithmArg> for Algorithm {
+    fn from(a: AlgorithmArg) -> Self {
+        match a {
+            AlgorithmArg::SlidingWindow => Algorithm::SlidingWindow,
+            AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
+            AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
+            AlgorithmArg::LeakyBucket => Algorithm::LeakyBucket,
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let argv = ["tollgate", "serve"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Serve(s)) => *s,
+            other => panic!("expected serve, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn addresses_come_from_host_and_port_unless_given_whole() {
+        let s = serve(&["--grpc-port", "9001", "--host", "127.0.0.1"]);
+        assert_eq!(s.grpc_addr().to_string(), "0.0.0.0:9001");
+        assert_eq!(s.http_addr().to_string(), "127.0.0.1:8080");
+        let s = serve(&["--grpc-addr", "127.0.0.1:7", "--grpc-port", "9001"]);
+        assert_eq!(s.grpc_addr().to_string(), "127.0.0.1:7");
+    }
+
+    #[test]
+    fn config_path_defaults_to_the_reference_runtime_directory() {
+        let s = serve(&[]);
+        assert_eq!(
+            s.config_path(),
+            PathBuf::from("/srv/runtime_data/current/config")
+        );
+        let s = serve(&[
+            "--runtime-root",
+            "/r",
+            "--runtime-subdirectory",
+            "ratelimit",
+        ]);
+        assert_eq!(s.config_path(), PathBuf::from("/r/ratelimit/config"));
+        let s = serve(&["--config", "rules.yaml"]);
+        assert_eq!(s.config_path(), PathBuf::from("rules.yaml"));
+    }
+
+    #[test]
+    fn wrong_values_are_rejected() {
+        for bad in [
+            &["--precision", "0"][..],
+            &["--grpc-port", "x"],
+            &["--default-algorithm", "magic"],
+            &["--max-counters", "0"],
+        ] {
+            let argv = ["tollgate", "serve"].iter().chain(bad).copied();
+            assert!(
+                Cli::try_parse_from(argv).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+}
