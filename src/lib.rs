@@ -4,6 +4,7 @@
 //! through a [`store::Store`], answer. gRPC and HTTP are thin adapters over it.
 
 pub mod admin;
+pub mod client;
 pub mod config;
 pub mod key;
 pub mod limiter;

@@ -20,15 +20,24 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Client(args) => match runtime().map(|rt| rt.block_on(tollgate::client::run(args)))
+        {
+            Ok(Ok(false)) => ExitCode::SUCCESS,
+            Ok(Ok(true)) => ExitCode::from(2),
+            Ok(Err(e)) | Err(e) => {
+                eprintln!("tollgate: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve(args) => {
             if let Err(e) = init_logging(&args.log) {
                 eprintln!("tollgate: {e}");
                 return ExitCode::FAILURE;
             }
-            let runtime = match tokio::runtime::Runtime::new() {
+            let runtime = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("tollgate: cannot start the runtime: {e}");
+                    eprintln!("tollgate: {e}");
                     return ExitCode::FAILURE;
                 }
             };
@@ -41,6 +50,10 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
 fn init_logging(log: &LogArgs) -> Result<(), String> {

@@ -10,10 +10,11 @@ use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 
 use crate::config;
-use crate::limiter::SystemClock;
+use crate::limiter::{Clock, SystemClock};
 use crate::service::Service;
 use crate::service::grpc::GrpcService;
-use crate::settings::ServeArgs;
+use crate::settings::{Backend, ServeArgs};
+use crate::store::redis::{RedisConfig, RedisStore, Target};
 use crate::store::{MemoryStore, Store};
 
 /// How often expired counters are dropped from memory.
@@ -26,11 +27,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let rules = config::load(&path, defaults).map_err(|e| e.to_string())?;
     tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
 
-    let max_counters = usize::try_from(args.max_counters).unwrap_or(usize::MAX);
-    let memory = MemoryStore::new(max_counters, Arc::new(SystemClock));
-    memory.spawn_sweeper(SWEEP_PERIOD);
+    let store = open_store(&args)?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let service = Arc::new(Service::new(rules, Store::Memory(memory), defaults));
+    let service = Arc::new(Service::new(rules, store, defaults));
 
     let grpc = bind(args.grpc_addr(), "gRPC").await?;
     let http = bind(args.http_addr(), "HTTP").await?;
@@ -58,16 +57,54 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
 
     let grpc_server = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(GrpcService::server(service))
+        .add_service(GrpcService::server(service.clone()))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(grpc).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
         );
     let http_server =
-        axum::serve(http, crate::admin::router()).with_graceful_shutdown(stopped(stop_rx));
+        axum::serve(http, crate::admin::router(service)).with_graceful_shutdown(stopped(stop_rx));
     let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
     grpc_result.map_err(|e| format!("gRPC server failed: {e}"))?;
     http_result.map_err(|e| format!("HTTP server failed: {e}"))
+}
+
+/// The counter store the settings ask for.
+fn open_store(args: &ServeArgs) -> Result<Store, String> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let max_counters = usize::try_from(args.max_counters).unwrap_or(usize::MAX);
+    let settings = &args.store;
+    match settings.backend() {
+        Backend::Memory => {
+            let memory = MemoryStore::new(max_counters, clock);
+            memory.spawn_sweeper(SWEEP_PERIOD);
+            Ok(Store::Memory(memory))
+        }
+        Backend::Redis => {
+            let url = settings
+                .redis_url
+                .as_deref()
+                .ok_or("BACKEND_TYPE=redis needs REDIS_URL (--redis-url)")?;
+            let target = Target::parse(
+                url,
+                settings.redis_type,
+                settings.redis_auth.as_deref(),
+                settings.redis_tls,
+            )?;
+            let config = RedisConfig {
+                target,
+                key_prefix: settings.cache_key_prefix.clone(),
+                timeout: settings.store_timeout,
+                on_error: settings.on_store_error,
+                max_local: max_counters,
+            };
+            Ok(Store::Redis(Box::new(RedisStore::start(
+                config,
+                clock,
+                SWEEP_PERIOD,
+            ))))
+        }
+    }
 }
 
 async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, String> {

@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -21,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve the rate-limit API (gRPC) and the admin endpoints (HTTP).
     Serve(Box<ServeArgs>),
+    /// Send one ShouldRateLimit request and print the answer (exit 2 if over the limit).
+    Client(ClientArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".
     CheckConfig {
         /// A rules file or a directory of *.yaml / *.yml files.
@@ -28,6 +31,23 @@ pub enum Command {
         #[command(flatten)]
         rules: RuleArgs,
     },
+}
+
+/// Settings of `tollgate client`.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// Tollgate's gRPC address.
+    #[arg(long, env = "TOLLGATE_ADDR", default_value = "127.0.0.1:8081")]
+    pub addr: String,
+    /// Rate-limit domain.
+    #[arg(long)]
+    pub domain: String,
+    /// A descriptor as key=value[,key2=value2…]; repeat for several.
+    #[arg(long, required = true)]
+    pub descriptor: Vec<String>,
+    /// Hits to count (request-level hits_addend).
+    #[arg(long, default_value_t = 1)]
+    pub hits: u32,
 }
 
 /// Settings of `tollgate serve`.
@@ -62,6 +82,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub rules: RuleArgs,
     #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
     pub log: LogArgs,
 }
 
@@ -86,6 +108,93 @@ impl ServeArgs {
             root.join(&r.runtime_appdirectory)
         })
     }
+}
+
+/// Where counters live and what happens when that place fails.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Counter store [default: redis if --redis-url is set, else memory]
+    #[arg(long, env = "BACKEND_TYPE", value_enum, ignore_case = true)]
+    pub backend: Option<Backend>,
+    /// Redis address(es): redis://[user:password@]host:port, rediss://…, or the reference's
+    /// forms: host:port; for cluster a comma-separated node list; for sentinel
+    /// "master-name,sentinel-host:port,…".
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Redis deployment.
+    #[arg(long, env = "REDIS_TYPE", value_enum, ignore_case = true, default_value_t = RedisType::Single)]
+    pub redis_type: RedisType,
+    /// Redis password, or "user:password", for addresses without credentials.
+    #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
+    pub redis_auth: Option<String>,
+    /// Connect to Redis over TLS (host:port forms; a rediss:// URL implies it).
+    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub redis_tls: bool,
+    /// Prefix of every Redis key.
+    #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
+    pub cache_key_prefix: String,
+    /// Longest a request waits for the store, e.g. 10ms, 250us, 1s.
+    #[arg(long, env = "STORE_TIMEOUT", default_value = "10ms", value_parser = parse_duration)]
+    pub store_timeout: Duration,
+    /// What a request gets when the store fails or times out: a decision from the local
+    /// view (local), OK (allow), OVER_LIMIT (deny), or gRPC UNAVAILABLE (error), so that
+    /// Envoy's failure_mode_deny decides.
+    #[arg(long, env = "ON_STORE_ERROR", value_enum, default_value_t = OnStoreError::Local)]
+    pub on_store_error: OnStoreError,
+}
+
+impl StoreArgs {
+    pub fn backend(&self) -> Backend {
+        self.backend.unwrap_or(if self.redis_url.is_some() {
+            Backend::Redis
+        } else {
+            Backend::Memory
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisType {
+    Single,
+    Cluster,
+    Sentinel,
+}
+
+/// What a request gets when the counter store cannot answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnStoreError {
+    Local,
+    Allow,
+    Deny,
+    Error,
+}
+
+/// Parses `10ms`, `250us`, `2s` or a bare number of milliseconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration like 10ms, 250us or 1s"))?;
+    let d = match unit.trim() {
+        "" | "ms" => Duration::from_millis(n),
+        "us" | "µs" => Duration::from_micros(n),
+        "s" => Duration::from_secs(n),
+        _ => return Err(format!("'{text}' has an unknown unit (use us, ms or s)")),
+    };
+    if d.is_zero() {
+        return Err("a timeout must be longer than zero".into());
+    }
+    Ok(d)
 }
 
 /// The reference's runtime directory settings, used when --config is not given.
@@ -201,6 +310,36 @@ mod tests {
         assert_eq!(s.config_path(), PathBuf::from("/r/ratelimit/config"));
         let s = serve(&["--config", "rules.yaml"]);
         assert_eq!(s.config_path(), PathBuf::from("rules.yaml"));
+    }
+
+    #[test]
+    fn backend_is_redis_only_when_redis_is_configured() {
+        assert_eq!(serve(&[]).store.backend(), Backend::Memory);
+        let s = serve(&[
+            "--redis-url",
+            "redis://127.0.0.1:1",
+            "--redis-type",
+            "CLUSTER",
+        ]);
+        assert_eq!(s.store.backend(), Backend::Redis);
+        assert_eq!(s.store.redis_type, RedisType::Cluster);
+        assert_eq!(
+            serve(&["--backend", "memory", "--redis-url", "x:1"])
+                .store
+                .backend(),
+            Backend::Memory
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("15"), Ok(Duration::from_millis(15)));
+        assert!(parse_duration("0ms").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5h").is_err());
     }
 
     #[test]

@@ -96,45 +96,54 @@ impl Context<'_> {
     }
 
     fn node(&mut self, spec: DescriptorSpec, path: &str) -> Node {
-        let policy = match (spec.rate_limit, spec.rate_limits) {
+        let (limits, limits_path) = match (spec.rate_limit, spec.rate_limits) {
             (Some(_), Some(_)) => {
                 self.error(
                     path,
                     "use either rate_limit or rate_limits, not both".into(),
                 );
-                None
+                (Vec::new(), String::new())
             }
-            (Some(one), None) => self.policy(vec![one], &format!("{path}.rate_limit"), false),
-            (None, Some(many)) => self.policy(many, &format!("{path}.rate_limits"), true),
-            (None, None) => None,
+            (Some(one), None) => (vec![one], format!("{path}.rate_limit")),
+            (None, Some(many)) => (many, format!("{path}.rate_limits")),
+            (None, None) => (Vec::new(), String::new()),
         };
-        let had_replaces = !spec.replaces.is_empty();
-        let rule = policy.map(|policy| Rule {
-            policy,
-            shadow_mode: spec.shadow_mode,
-            detailed_metric: spec.detailed_metric,
-            replaces: spec.replaces.into_iter().map(|r| r.name).collect(),
-        });
-        if let Some(rule) = &rule {
-            for name in &rule.replaces {
-                if name.is_empty() {
+        let listed = limits_path.ends_with('s');
+        let mut replaces = Vec::new();
+        for (i, limit) in limits.iter().enumerate() {
+            let here = if listed {
+                format!("{limits_path}[{i}]")
+            } else {
+                limits_path.clone()
+            };
+            for r in &limit.replaces {
+                if r.name.is_empty() {
                     self.error(
-                        &format!("{path}.replaces"),
+                        &format!("{here}.replaces"),
                         "should not have an empty replaces entry".into(),
                     );
-                } else if rule.is_named(name) {
-                    self.error(
-                        &format!("{path}.replaces"),
-                        "replaces should not contain name of same descriptor".into(),
-                    );
+                } else if limits
+                    .iter()
+                    .any(|l| l.name.as_deref() == Some(r.name.as_str()))
+                {
+                    let message = "replaces should not contain name of same descriptor".into();
+                    self.error(&format!("{here}.replaces"), message);
+                } else {
+                    replaces.push(r.name.clone());
                 }
             }
-        } else if had_replaces {
-            self.error(
-                &format!("{path}.replaces"),
-                "replaces needs a rate_limit on the same descriptor".into(),
-            );
         }
+        let rule = if limits_path.is_empty() {
+            None
+        } else {
+            self.policy(limits, &limits_path, listed)
+                .map(|policy| Rule {
+                    policy,
+                    shadow_mode: spec.shadow_mode,
+                    detailed_metric: spec.detailed_metric || spec.value_to_metric,
+                    replaces,
+                })
+        };
         let children = self.level(spec.descriptors, &format!("{path}.descriptors"));
         Node { rule, children }
     }
@@ -265,6 +274,16 @@ impl Context<'_> {
             self.error(
                 &format!("{path}.precision"),
                 format!("precision must be between 1 and {MAX_PRECISION}, not {precision}"),
+            );
+            return None;
+        }
+        // Whole milliseconds keep sub-window boundaries identical in every store and clock.
+        if algorithm == Algorithm::SlidingWindow
+            && window_ns % (u64::from(precision) * 1_000_000) != 0
+        {
+            self.error(
+                &format!("{path}.precision"),
+                format!("precision {precision} does not split the window into whole milliseconds"),
             );
             return None;
         }

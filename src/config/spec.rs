@@ -31,8 +31,9 @@ pub struct DescriptorSpec {
     pub shadow_mode: bool,
     #[serde(default)]
     pub detailed_metric: bool,
+    /// The reference's flag for metrics keyed by the request value (see `detailed_metric`).
     #[serde(default)]
-    pub replaces: Vec<ReplaceSpec>,
+    pub value_to_metric: bool,
 }
 
 /// A limit as written in the file.
@@ -46,6 +47,9 @@ pub struct RateLimitSpec {
     #[serde(default)]
     pub unlimited: bool,
     pub name: Option<String>,
+    /// Names of limits this one supersedes when both match one request.
+    #[serde(default)]
+    pub replaces: Vec<ReplaceSpec>,
     /// Ours: the window is `unit_multiplier` units long.
     pub unit_multiplier: Option<u32>,
     /// Ours: sliding_window (default), fixed_window, token_bucket or leaky_bucket.

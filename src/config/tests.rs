@@ -161,12 +161,12 @@ fn problems_name_the_file_the_place_and_the_reason() {
             "rules.yaml: descriptors[0].rate_limit: should not specify rate limit unit when unlimited",
         ),
         (
-            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {name: a, unit: second}, replaces: [{name: a}]}\n",
-            "rules.yaml: descriptors[0].replaces: replaces should not contain name of same descriptor",
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {name: a, unit: second, replaces: [{name: a}]}}\n",
+            "rules.yaml: descriptors[0].rate_limit.replaces: replaces should not contain name of same descriptor",
         ),
         (
-            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second}, replaces: [{name: ''}]}\n",
-            "rules.yaml: descriptors[0].replaces: should not have an empty replaces entry",
+            "domain: d\ndescriptors:\n  - {key: k, rate_limits: [{unit: second, replaces: [{name: ''}]}]}\n",
+            "rules.yaml: descriptors[0].rate_limits[0].replaces: should not have an empty replaces entry",
         ),
         (
             "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, algorithm: magic}}\n",
@@ -175,6 +175,10 @@ fn problems_name_the_file_the_place_and_the_reason() {
         (
             "domain: d\ndescriptors:\n  - {key: k, rate_limits: [{unit: second}, {unit: day, unit_multiplier: 0}]}\n",
             "rules.yaml: descriptors[0].rate_limits[1].unit_multiplier: unit_multiplier must be at least 1",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, precision: 7}}\n",
+            "rules.yaml: descriptors[0].rate_limit.precision: precision 7 does not split the window into whole milliseconds",
         ),
         (
             "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - {key: b, rate_limit: {requests_per_unit: 1}}\n",

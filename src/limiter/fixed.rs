@@ -15,6 +15,11 @@ pub struct FixedWindow {
 }
 
 impl FixedWindow {
+    /// A window as stored elsewhere: its index since the epoch and its count.
+    pub fn from_parts(window: u64, count: u64) -> Self {
+        Self { window, count }
+    }
+
     fn window_of(limit: &Limit, now_ns: u64) -> u64 {
         now_ns / limit.window_ns.max(1)
     }

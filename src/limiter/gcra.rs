@@ -14,6 +14,11 @@ pub struct Gcra {
 }
 
 impl Gcra {
+    /// A bucket as stored elsewhere: its theoretical arrival time.
+    pub fn from_tat(tat_ns: u64) -> Self {
+        Self { tat_ns }
+    }
+
     /// The time `units` occupy in the bucket.
     fn span(limit: &Limit, units: u64) -> u64 {
         mul_div(units, limit.window_ns, u64::from(limit.requests_per_unit))

@@ -179,7 +179,7 @@ pub fn apply(states: &mut [LimitState], limits: &[Limit], now_ns: u64, hits: Hit
             0
         }
     };
-    let outcome = tightest(states, limits, now_ns, asked);
+    let outcome = evaluate(states, limits, now_ns, asked);
     if outcome.decision.admitted
         && let Hits::Consume(n) = hits
     {
@@ -190,7 +190,8 @@ pub fn apply(states: &mut [LimitState], limits: &[Limit], now_ns: u64, hits: Hit
     outcome
 }
 
-fn tightest(states: &[LimitState], limits: &[Limit], now_ns: u64, hits: u64) -> Outcome {
+/// What [`apply`] would answer for `hits` units, changing nothing.
+pub fn evaluate(states: &[LimitState], limits: &[Limit], now_ns: u64, hits: u64) -> Outcome {
     let mut best: Option<Outcome> = None;
     for (limit_index, (state, limit)) in states.iter().zip(limits).enumerate() {
         let decision = state.evaluate(limit, now_ns, hits);

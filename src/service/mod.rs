@@ -256,3 +256,6 @@ fn duration(ns: u64) -> ProtoDuration {
         nanos: (ns % 1_000_000_000) as i32,
     }
 }
+
+#[cfg(test)]
+mod tests;

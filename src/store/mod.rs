@@ -1,16 +1,21 @@
-//! Where counters live. `memory` is the embedded default; a shared store plugs in here as
-//! another variant, so the request path stays statically dispatched.
+//! Where counters live: `memory` (the embedded default) or `redis` (shared by instances).
+//! A closed enum keeps the request path statically dispatched.
 
 mod memory;
+pub mod redis;
+mod shards;
 
-pub use memory::{MemoryStats, MemoryStore};
+pub use memory::MemoryStore;
+pub use shards::ShardStats;
 
+use self::redis::RedisStore;
 use crate::limiter::{Hits, Limit, Outcome};
 
 /// A counter store.
 #[derive(Debug)]
 pub enum Store {
     Memory(MemoryStore),
+    Redis(Box<RedisStore>),
 }
 
 /// Why a store could not decide.
@@ -41,6 +46,15 @@ impl Store {
     ) -> Result<Outcome, StoreError> {
         match self {
             Self::Memory(m) => Ok(m.apply(key, limits, hits)),
+            Self::Redis(r) => r.apply(key, limits, hits).await,
+        }
+    }
+
+    /// Whether the store can currently answer (the memory store always can).
+    pub fn is_up(&self) -> bool {
+        match self {
+            Self::Memory(_) => true,
+            Self::Redis(r) => r.is_up(),
         }
     }
 }

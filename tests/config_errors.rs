@@ -1,0 +1,287 @@
+//! Rule files that must be rejected, by `check-config` and by `serve`, with
+//! `FILE: PATH: PROBLEM` lines on stderr and exit code 1.
+
+mod common;
+
+use common::*;
+
+/// Writes `yaml` as `file_name`, runs `check-config` on it and asserts the
+/// problem is reported; returns the run for further checks.
+fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> Finished {
+    let dir = ConfigDir::with_file(file_name, yaml);
+    let finished = check_config(&dir.file(file_name));
+    assert_config_problem(&finished, file_name, path, problem);
+    assert!(
+        !finished.stdout.lines().any(|l| l.trim() == "ok"),
+        "rejected config printed ok: {finished:?}"
+    );
+    finished
+}
+
+#[test]
+fn empty_domain() {
+    rejected(
+        "empty_dom.yaml",
+        "domain: ''\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        "domain",
+        "config file cannot have empty domain",
+    );
+}
+
+#[test]
+fn empty_key() {
+    rejected(
+        "empty_key.yaml",
+        "domain: d\ndescriptors:\n  - key: ''\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        "descriptors[0]",
+        "descriptor has empty key",
+    );
+}
+
+#[test]
+fn duplicate_key_and_value_at_one_level() {
+    let finished = rejected(
+        "dup.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: color
+    value: blue
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: color
+    value: blue
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"#,
+        "descriptors[1]",
+        "duplicate descriptor",
+    );
+    assert!(
+        finished.stderr_lines().iter().any(|l| line_reports(
+            l,
+            &["descriptors[1]", "duplicate descriptor"]
+        ) && l.contains("color")
+            && l.contains("blue")),
+        "duplicate message should name key and value: {}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn same_key_and_value_at_different_levels_is_valid() {
+    let dir = ConfigDir::with_file(
+        "levels.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: color
+    value: blue
+    descriptors:
+      - key: color
+        value: blue
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: color
+    value: red
+    rate_limit: {unit: second, requests_per_unit: 1}
+"#,
+    );
+    let finished = check_config(&dir.file("levels.yaml"));
+    assert!(finished.status.success(), "{finished:?}");
+    assert_eq!(finished.stdout.trim(), "ok");
+}
+
+#[test]
+fn invalid_unit() {
+    rejected(
+        "unit.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+        "descriptors[0].rate_limit.unit",
+        "invalid rate limit unit 'fortnight'",
+    );
+}
+
+#[test]
+fn unknown_field() {
+    let finished = rejected(
+        "unknown.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requestsperunit: 1\n",
+        "descriptors[0].rate_limit",
+        "unknown field",
+    );
+    assert!(
+        finished.stderr_lines().iter().any(|l| {
+            line_reports(
+                l,
+                &["unknown.yaml", "descriptors[0].rate_limit", "unknown field"],
+            ) && l.contains("requestsperunit")
+        }),
+        "unknown field message should name it: {}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn unlimited_with_unit() {
+    rejected(
+        "unl.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
+        "descriptors[0]",
+        "should not specify rate limit unit when unlimited",
+    );
+}
+
+#[test]
+fn replaces_itself() {
+    rejected(
+        "self.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      name: mine
+      replaces: [{name: mine}]
+"#,
+        "descriptors[0]",
+        "replaces should not contain name of same descriptor",
+    );
+}
+
+#[test]
+fn empty_replaces_entry() {
+    rejected(
+        "empty_repl.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      name: mine
+      replaces: [{name: ''}]
+"#,
+        "descriptors[0]",
+        "should not have an empty replaces entry",
+    );
+}
+
+#[test]
+fn yaml_syntax_error_names_file_and_line() {
+    rejected(
+        "broken.yaml",
+        "domain: d\ndescriptors:\n  - key: [unclosed\n",
+        "",
+        "line",
+    );
+}
+
+#[test]
+fn problem_in_a_nested_descriptor_has_its_full_path() {
+    rejected(
+        "nested.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: a
+    descriptors:
+      - key: b
+      - key: ''
+        rate_limit: {unit: second, requests_per_unit: 1}
+"#,
+        "descriptors[0].descriptors[1]",
+        "descriptor has empty key",
+    );
+}
+
+#[test]
+fn duplicate_domain_across_files_of_a_directory() {
+    let dir = ConfigDir::new();
+    let rule = "domain: shared\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    dir.write("one.yaml", rule);
+    dir.write("two.yml", rule);
+    let finished = check_config(dir.path());
+    assert_eq!(finished.status.code(), Some(1), "{finished:?}");
+    assert!(
+        finished.stderr_lines().iter().any(|l| {
+            l.contains("duplicate domain 'shared'")
+                && (l.contains("one.yaml") || l.contains("two.yml"))
+        }),
+        "{}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn every_problem_of_every_file_is_reported() {
+    let dir = ConfigDir::new();
+    dir.write(
+        "a.yaml",
+        "domain: ''\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    );
+    dir.write(
+        "b.yaml",
+        r#"
+domain: b
+descriptors:
+  - key: ''
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: x
+    rate_limit: {unlimited: true, unit: second}
+"#,
+    );
+    let finished = check_config(dir.path());
+    assert_config_problem(
+        &finished,
+        "a.yaml",
+        "domain",
+        "config file cannot have empty domain",
+    );
+    assert_config_problem(
+        &finished,
+        "b.yaml",
+        "descriptors[0]",
+        "descriptor has empty key",
+    );
+    assert_config_problem(
+        &finished,
+        "b.yaml",
+        "descriptors[1]",
+        "should not specify rate limit unit when unlimited",
+    );
+}
+
+#[test]
+fn serve_refuses_an_invalid_config_with_exit_code_1() {
+    let dir = ConfigDir::with_file(
+        "bad.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    );
+    let finished = match Server::spawn(serve_command(&dir.file("bad.yaml"))) {
+        Ok(server) => panic!("served an invalid config on {:?}", server.addrs),
+        Err(finished) => finished,
+    };
+    assert_config_problem(
+        &finished,
+        "bad.yaml",
+        "descriptors[0].rate_limit.unit",
+        "invalid rate limit unit 'fortnight'",
+    );
+}
+
+#[test]
+fn serve_refuses_a_missing_config_path() {
+    let dir = ConfigDir::new();
+    let missing = dir.file("missing.yaml");
+    let finished = match Server::spawn(serve_command(&missing)) {
+        Ok(server) => panic!("served a missing config on {:?}", server.addrs),
+        Err(finished) => finished,
+    };
+    assert!(!finished.status.success(), "{finished:?}");
+    assert!(
+        finished.stderr.contains("missing.yaml"),
+        "{}",
+        finished.stderr
+    );
+}

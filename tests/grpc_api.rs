@@ -1,0 +1,327 @@
+//! The service surface: health endpoints, request validation, response
+//! fields, counting (bursts, `hits_addend`) and counter bounds.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const RULES: &str = r#"
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      name: per_user
+  - key: hits
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: blocked
+    rate_limit:
+      unit: hour
+      requests_per_unit: 0
+  - key: big
+    rate_limit:
+      unit: day
+      requests_per_unit: 1000000
+"#;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[test]
+fn http_healthcheck_returns_ok() {
+    let server = Server::start(RULES);
+    let resp = http_get(server.http_addr(), "/healthcheck");
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body.trim_end(), "OK");
+}
+
+#[test]
+fn readiness_line_announces_loopback_ports() {
+    let server = Server::start(RULES);
+    assert!(is_loopback_v4(server.grpc_addr()), "{:?}", server.addrs);
+    assert!(is_loopback_v4(server.http_addr()), "{:?}", server.addrs);
+    assert_ne!(server.grpc_addr(), server.http_addr());
+}
+
+#[tokio::test]
+async fn grpc_health_check_is_serving() {
+    let server = Server::start(RULES);
+    let mut health = HealthClient::new(server.channel().await);
+    let resp = health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("grpc.health.v1.Health/Check")
+        .into_inner();
+    assert_eq!(resp.status, ServingStatus::Serving as i32);
+}
+
+#[tokio::test]
+async fn rejects_malformed_requests_with_invalid_argument() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+
+    let msg = rls.invalid(request("", &[&[("user", "a")]])).await;
+    assert!(msg.contains("rate limit domain must not be empty"), "{msg}");
+
+    let msg = rls.invalid(request("api", &[])).await;
+    assert!(
+        msg.contains("rate limit descriptor list must not be empty"),
+        "{msg}"
+    );
+
+    let msg = rls.invalid(request("api", &[&[("user", "a")], &[]])).await;
+    assert!(msg.contains("has no entries"), "{msg}");
+
+    let msg = rls.invalid(request("api", &[&[("", "a")]])).await;
+    assert!(msg.contains("empty key"), "{msg}");
+}
+
+#[tokio::test]
+async fn descriptor_count_is_capped_at_64() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let one: &[(&str, &str)] = &[("unknown", "x")];
+
+    let resp = rls.ok(request("api", &[one; 64])).await;
+    assert_eq!(overall(&resp), Code::Ok);
+
+    let msg = rls.invalid(request("api", &[one; 65])).await;
+    assert!(msg.contains("too many descriptors"), "{msg}");
+}
+
+#[tokio::test]
+async fn entry_count_is_capped_at_32() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let keys: Vec<String> = (0..33).map(|i| format!("k{i}")).collect();
+    let entries: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+
+    let status = rls.check("api", &entries[..32]).await;
+    assert_unlimited(&status);
+
+    let msg = rls.invalid(request("api", &[&entries[..]])).await;
+    assert!(msg.contains("too many entries"), "{msg}");
+}
+
+#[tokio::test]
+async fn keys_and_values_are_capped_at_4096_bytes() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let max = "k".repeat(4096);
+    let over = "k".repeat(4097);
+
+    let status = rls.check("api", &[("user", &max)]).await;
+    assert_limited(&status, Code::Ok, &limit(5, Unit::Minute, "per_user"), 4);
+    assert_unlimited(&rls.check("api", &[(&max, "v")]).await);
+
+    let msg = rls.invalid(request("api", &[&[("user", &over)]])).await;
+    assert!(msg.contains("bytes (at most 4096)"), "{msg}");
+    let msg = rls.invalid(request("api", &[&[(&over, "v")]])).await;
+    assert!(msg.contains("bytes (at most 4096)"), "{msg}");
+}
+
+#[tokio::test]
+async fn unknown_domain_and_unmatched_descriptor_are_ok_without_limit() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    for _ in 0..10 {
+        assert_unlimited(&rls.check("no-such-domain", &[("user", "alice")]).await);
+        assert_unlimited(&rls.check("api", &[("nobody", "x")]).await);
+    }
+}
+
+#[tokio::test]
+async fn limited_status_reports_limit_remaining_and_reset() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let status = rls.check("api", &[("user", "alice")]).await;
+    assert_limited(&status, Code::Ok, &limit(5, Unit::Minute, "per_user"), 4);
+    let reset = until_reset(&status);
+    assert!(
+        reset > Duration::ZERO && reset <= MINUTE,
+        "duration_until_reset {reset:?} for a fresh per-minute counter"
+    );
+}
+
+#[tokio::test]
+async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+
+    let resp = rls
+        .ok(request(
+            "api",
+            &[&[("big", "1")], &[("nobody", "x")], &[("user", "carol")]],
+        ))
+        .await;
+    assert_eq!(overall(&resp), Code::Ok, "{resp:?}");
+    assert_limited(
+        &resp.statuses[0],
+        Code::Ok,
+        &limit(1_000_000, Unit::Day, ""),
+        999_999,
+    );
+    assert_unlimited(&resp.statuses[1]);
+    assert_limited(
+        &resp.statuses[2],
+        Code::Ok,
+        &limit(5, Unit::Minute, "per_user"),
+        4,
+    );
+
+    let resp = rls
+        .ok(request(
+            "api",
+            &[&[("user", "dave")], &[("blocked", "x")], &[("nobody", "x")]],
+        ))
+        .await;
+    assert_eq!(overall(&resp), Code::OverLimit, "{resp:?}");
+    assert_limited(
+        &resp.statuses[0],
+        Code::Ok,
+        &limit(5, Unit::Minute, "per_user"),
+        4,
+    );
+    assert_limited(
+        &resp.statuses[1],
+        Code::OverLimit,
+        &limit(0, Unit::Hour, ""),
+        0,
+    );
+    assert_unlimited(&resp.statuses[2]);
+}
+
+#[tokio::test]
+async fn zero_requests_per_unit_blocks_every_request() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    for _ in 0..3 {
+        let status = rls.check("api", &[("blocked", "anything")]).await;
+        assert_limited(&status, Code::OverLimit, &limit(0, Unit::Hour, ""), 0);
+    }
+}
+
+#[tokio::test]
+async fn burst_admits_exactly_the_limit_then_over_limit() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let per_user = limit(5, Unit::Minute, "per_user");
+    for remaining in (0..5).rev() {
+        let status = rls.check("api", &[("user", "alice")]).await;
+        assert_limited(&status, Code::Ok, &per_user, remaining);
+    }
+    for _ in 0..3 {
+        let status = rls.check("api", &[("user", "alice")]).await;
+        assert_limited(&status, Code::OverLimit, &per_user, 0);
+        // The contract bounds the reset by the window only for a fresh
+        // counter; an exhausted one must at least report a future reset.
+        let reset = until_reset(&status);
+        assert!(reset > Duration::ZERO, "{reset:?}");
+    }
+}
+
+#[tokio::test]
+async fn distinct_values_of_a_key_have_independent_counters() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let per_user = limit(5, Unit::Minute, "per_user");
+    for _ in 0..5 {
+        rls.check("api", &[("user", "alice")]).await;
+    }
+    let status = rls.check("api", &[("user", "alice")]).await;
+    assert_limited(&status, Code::OverLimit, &per_user, 0);
+    let status = rls.check("api", &[("user", "bob")]).await;
+    assert_limited(&status, Code::Ok, &per_user, 4);
+}
+
+#[tokio::test]
+async fn hits_addend_consumes_that_many_and_only_admitted_hits_count() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let ten = limit(10, Unit::Minute, "");
+    let key: &[(&str, &str)] = &[("hits", "h")];
+
+    assert_limited(&rls.check_hits("api", key, 7).await, Code::Ok, &ten, 3);
+    // Denied because 4 > 3; the 3 units left are still reported (a smaller request fits).
+    assert_limited(
+        &rls.check_hits("api", key, 4).await,
+        Code::OverLimit,
+        &ten,
+        3,
+    );
+    assert_limited(&rls.check_hits("api", key, 3).await, Code::Ok, &ten, 0);
+    assert_limited(
+        &rls.check_hits("api", key, 1).await,
+        Code::OverLimit,
+        &ten,
+        0,
+    );
+}
+
+#[tokio::test]
+async fn hits_addend_zero_counts_as_one() {
+    let server = Server::start(RULES);
+    let mut rls = server.client().await;
+    let ten = limit(10, Unit::Minute, "");
+    let key: &[(&str, &str)] = &[("hits", "zero")];
+    assert_limited(&rls.check_hits("api", key, 0).await, Code::Ok, &ten, 9);
+    assert_limited(&rls.check_hits("api", key, 0).await, Code::Ok, &ten, 8);
+    assert_limited(&rls.check_hits("api", key, 1).await, Code::Ok, &ten, 7);
+}
+
+#[tokio::test]
+async fn every_unit_is_reported_case_insensitively() {
+    let units = [
+        ("second", Unit::Second, 1),
+        ("Minute", Unit::Minute, 60),
+        ("HOUR", Unit::Hour, 3_600),
+        ("day", Unit::Day, 86_400),
+        ("WeeK", Unit::Week, 7 * 86_400),
+        ("month", Unit::Month, 31 * 86_400),
+        ("YEAR", Unit::Year, 366 * 86_400),
+    ];
+    let mut yaml = String::from("domain: units\ndescriptors:\n");
+    for (text, _, _) in &units {
+        yaml.push_str(&format!(
+            "  - key: {text}\n    rate_limit:\n      unit: {text}\n      requests_per_unit: 3\n"
+        ));
+    }
+    let server = Server::start(&yaml);
+    let mut rls = server.client().await;
+    let mut resets = Vec::new();
+    for (text, unit, max_seconds) in units {
+        let status = rls.check("units", &[(text, "x")]).await;
+        assert_limited(&status, Code::Ok, &limit(3, unit, ""), 2);
+        resets.push((text, until_reset(&status), Duration::from_secs(max_seconds)));
+    }
+    for (text, reset, window) in resets {
+        assert!(
+            reset > Duration::ZERO && reset <= window,
+            "unit {text}: duration_until_reset {reset:?} exceeds the window {window:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn counters_beyond_max_counters_are_evicted_not_refused() {
+    let server = Server::start_with_args(RULES, &["--max-counters", "100"]);
+    let mut rls = server.client().await;
+    let per_user = limit(5, Unit::Minute, "per_user");
+    for i in 0..1000 {
+        let user = format!("user-{i}");
+        let status = rls.check("api", &[("user", &user)]).await;
+        assert_limited(&status, Code::Ok, &per_user, 4);
+    }
+    // The newest counter is not among the evicted old ones.
+    let status = rls.check("api", &[("user", "user-999")]).await;
+    assert_limited(&status, Code::Ok, &per_user, 3);
+}
