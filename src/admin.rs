@@ -1,21 +1,64 @@
-//! The HTTP port: health for load balancers and orchestrators.
+//! The HTTP port: health for load balancers and orchestrators, `/json` decisions and the
+//! `/rlconfig` dump of the loaded rules.
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::service::Service;
+use axum::Router;
+use axum::extract::{FromRef, State};
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::service::{Service, json};
+
+/// What the admin routes share: the service and whether the server is draining.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    pub service: Arc<Service>,
+    pub draining: Arc<AtomicBool>,
+}
+
+impl FromRef<Admin> for Arc<Service> {
+    fn from_ref(admin: &Admin) -> Self {
+        admin.service.clone()
+    }
+}
 
 /// The admin routes.
-pub fn router(service: Arc<Service>) -> Router {
+pub fn router(admin: Admin) -> Router {
     Router::new()
-        .route("/healthcheck", get(|| async { "OK" }))
+        .route("/healthcheck", get(health))
         .route("/healthcheck/store", get(store_health))
-        .with_state(service)
+        .route("/metrics", get(metrics))
+        .route("/json", post(json::handler))
+        .route("/rlconfig", get(rlconfig))
+        .with_state(admin)
 }
+
+/// 200 "OK"; 500 while draining for shutdown, or while the store is down and its failures
+/// are errors (`--on-store-error error`), so that traffic goes elsewhere.
+async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
+    if admin.draining.load(Ordering::Relaxed) {
+        (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+    } else if !admin.service.store().can_answer() {
+        (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable")
+    } else {
+        (StatusCode::OK, "OK")
+    }
+}
+
+/// Prometheus metrics in the OpenMetrics text format.
+pub async fn metrics(State(service): State<Arc<Service>>) -> Response {
+    match service.metrics().encode() {
+        Ok(text) => ([(CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
+    }
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// 200 while the counter store answers, 503 while it does not.
 async fn store_health(State(service): State<Arc<Service>>) -> (StatusCode, &'static str) {
@@ -24,4 +67,9 @@ async fn store_health(State(service): State<Arc<Service>>) -> (StatusCode, &'sta
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
     }
+}
+
+/// The loaded rules, one line per limit.
+async fn rlconfig(State(service): State<Arc<Service>>) -> String {
+    service.rules().dump()
 }

@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod key;
 pub mod limiter;
+pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod settings;

@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { path, rules } => {
-            match tollgate::config::load(&path, rules.defaults()) {
+            match tollgate::config::load(&path, rules.defaults(), &Default::default()) {
                 Ok(_) => {
                     println!("ok");
                     ExitCode::SUCCESS
@@ -30,6 +30,9 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve(args) => {
+            // Redis TLS uses rustls; ring is its one crypto provider here. Installing can only
+            // fail if one is installed already, which is as good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             if let Err(e) = init_logging(&args.log) {
                 eprintln!("tollgate: {e}");
                 return ExitCode::FAILURE;

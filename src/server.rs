@@ -1,60 +1,87 @@
-//! `tollgate serve`: load rules, open the store, bind both ports, serve until a signal.
+//! `tollgate serve`: load rules, open the store, bind the ports, serve until a signal, then
+//! drain: health checks fail first, in-flight calls finish.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
-use crate::config;
+use crate::admin::{self, Admin};
+use crate::config::{self, Defaults};
 use crate::limiter::{Clock, SystemClock};
-use crate::service::Service;
+use crate::metrics::Metrics;
 use crate::service::grpc::GrpcService;
-use crate::settings::{Backend, ServeArgs};
+use crate::service::headers::HeaderStyle;
+use crate::service::{Options, Service};
+use crate::settings::{Backend, HeaderFormat, ServeArgs};
 use crate::store::redis::{RedisConfig, RedisStore, Target};
 use crate::store::{MemoryStore, Store};
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+/// The gRPC health names Envoy and Kubernetes probes use.
+const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 /// Runs the server; the error is a message for the operator.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
     let path = args.config_path();
     let defaults = args.rules.defaults();
-    let rules = config::load(&path, defaults).map_err(|e| e.to_string())?;
+    let mut metrics = Metrics::new();
+    let rules = config::load(&path, defaults, &metrics.descriptors).map_err(|e| e.to_string())?;
+    metrics.config_load_success.inc_by(1);
     tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
 
     let store = open_store(&args)?;
-    let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let service = Arc::new(Service::new(rules, store, defaults));
+    metrics.watch_store(store.clone());
+    let service = Arc::new(Service::new(
+        rules,
+        store,
+        Arc::new(metrics),
+        options(&args, defaults),
+    ));
+    let reload = Reload {
+        service: service.clone(),
+        path: path.clone(),
+        defaults,
+    };
+    let reloader = reload.clone();
+    let _watch = config::watch(&path, move || reloader.run())?;
 
     let grpc = bind(args.grpc_addr(), "gRPC").await?;
     let http = bind(args.http_addr(), "HTTP").await?;
+    let prometheus = match args.ops.use_prometheus {
+        true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
+        false => None,
+    };
     let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
     let http_addr = http.local_addr().map_err(|e| e.to_string())?;
-    // Tests and scripts wait for this line; binding port 0 makes it the only way to learn
-    // the ports.
+    // Tests and scripts wait for this line; with port 0 it is how they learn the ports.
     println!("tollgate listening grpc={grpc_addr} http={http_addr}");
     tracing::info!(%grpc_addr, %http_addr, "listening");
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        let _ = stop_tx.send(true);
-    });
-
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<RateLimitServiceServer<GrpcService>>()
-        .await;
-    health
-        .set_service_status("ratelimit", tonic_health::ServingStatus::Serving)
-        .await;
+    set_health(&health, ServingStatus::Serving).await;
+    let draining = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(handle_signals(
+        reload,
+        health,
+        draining.clone(),
+        args.ops.shutdown_delay,
+        stop_tx,
+    ));
 
+    let admin = Admin {
+        service: service.clone(),
+        draining,
+    };
     let grpc_server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(GrpcService::server(service.clone()))
@@ -63,10 +90,73 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             stopped(stop_rx.clone()),
         );
     let http_server =
-        axum::serve(http, crate::admin::router(service)).with_graceful_shutdown(stopped(stop_rx));
-    let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
+        axum::serve(http, admin::router(admin)).with_graceful_shutdown(stopped(stop_rx.clone()));
+    let prometheus_server = async {
+        let Some(listener) = prometheus else {
+            return Ok(());
+        };
+        let router = axum::Router::new()
+            .route(
+                &args.ops.prometheus_path,
+                axum::routing::get(admin::metrics),
+            )
+            .with_state(service);
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stopped(stop_rx))
+            .await
+    };
+    let (grpc_result, http_result, prometheus_result) =
+        tokio::join!(grpc_server, http_server, prometheus_server);
     grpc_result.map_err(|e| format!("gRPC server failed: {e}"))?;
-    http_result.map_err(|e| format!("HTTP server failed: {e}"))
+    http_result.map_err(|e| format!("HTTP server failed: {e}"))?;
+    prometheus_result.map_err(|e| format!("Prometheus server failed: {e}"))
+}
+
+fn options(args: &ServeArgs, defaults: Defaults) -> Options {
+    let answers = &args.answers;
+    Options {
+        defaults,
+        near_limit_ratio: answers.near_limit_ratio,
+        global_shadow_mode: answers.shadow_mode,
+        headers: match (
+            answers.limit_response_headers,
+            answers.response_headers_format,
+        ) {
+            (false, _) => HeaderStyle::Off,
+            (true, HeaderFormat::Reference) => HeaderStyle::Reference,
+            (true, HeaderFormat::Draft) => HeaderStyle::Draft,
+        },
+    }
+}
+
+/// Reloads the rules into the service: the new rules serve from the next request, or, if
+/// they are invalid, the old ones keep serving and the problem is logged and counted.
+#[derive(Clone)]
+struct Reload {
+    service: Arc<Service>,
+    path: PathBuf,
+    defaults: Defaults,
+}
+
+impl Reload {
+    fn run(&self) {
+        let metrics = self.service.metrics();
+        match config::load(&self.path, self.defaults, &metrics.descriptors) {
+            Ok(rules) => {
+                let domains = rules.domains().count();
+                self.service.swap_rules(rules);
+                metrics.config_load_success.inc_by(1);
+                tracing::info!(path = %self.path.display(), domains, "rules reloaded");
+            }
+            Err(problems) => {
+                metrics.config_load_error.inc_by(1);
+                for problem in &problems.0 {
+                    tracing::error!("{problem}");
+                }
+                tracing::error!("rules rejected; the previous rules keep serving");
+            }
+        }
+    }
 }
 
 /// The counter store the settings ask for.
@@ -98,11 +188,7 @@ fn open_store(args: &ServeArgs) -> Result<Store, String> {
                 on_error: settings.on_store_error,
                 max_local: max_counters,
             };
-            Ok(Store::Redis(Box::new(RedisStore::start(
-                config,
-                clock,
-                SWEEP_PERIOD,
-            ))))
+            Ok(Store::Redis(RedisStore::start(config, clock, SWEEP_PERIOD)))
         }
     }
 }
@@ -118,25 +204,54 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    health
+        .set_service_status(
+            <RateLimitServiceServer<GrpcService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    for name in HEALTH_NAMES {
+        health.set_service_status(name, status).await;
+    }
+}
+
+/// SIGHUP reloads the rules; SIGTERM or Ctrl-C drains and stops.
+async fn handle_signals(
+    reload: Reload,
+    health: HealthReporter,
+    draining: Arc<AtomicBool>,
+    delay: Duration,
+    stop: watch::Sender<bool>,
+) {
+    wait_for_stop(&reload).await;
+    tracing::info!(delay = ?delay, "draining: health checks fail, then listeners close");
+    draining.store(true, Ordering::Relaxed);
+    set_health(&health, ServingStatus::NotServing).await;
+    tokio::time::sleep(delay).await;
+    let _ = stop.send(true);
+}
+
+#[cfg(unix)]
+async fn wait_for_stop(reload: &Reload) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return,
+            _ = term.recv() => return,
+            _ = hup.recv() => reload.run(),
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_stop(_reload: &Reload) {
+    let _ = tokio::signal::ctrl_c().await;
 }

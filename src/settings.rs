@@ -84,6 +84,10 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
+    pub answers: AnswerArgs,
+    #[command(flatten)]
+    pub ops: OpsArgs,
+    #[command(flatten)]
     pub log: LogArgs,
 }
 
@@ -110,6 +114,48 @@ impl ServeArgs {
     }
 }
 
+/// How answers are shaped beyond what the rules say.
+#[derive(Debug, Args)]
+pub struct AnswerArgs {
+    /// Hits above this fraction of a limit are counted as near_limit in metrics.
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
+    pub near_limit_ratio: f64,
+    /// Never deny: the overall answer is OK while statuses still say OVER_LIMIT.
+    #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub shadow_mode: bool,
+    /// Add rate-limit headers for Envoy to return to clients.
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub limit_response_headers: bool,
+    /// Header style: the reference's RateLimit-Limit/-Remaining/-Reset, or the IETF
+    /// draft's RateLimit-Policy and RateLimit.
+    #[arg(long, env = "RESPONSE_HEADERS_FORMAT", value_enum, default_value_t = HeaderFormat::Reference)]
+    pub response_headers_format: HeaderFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HeaderFormat {
+    Reference,
+    Draft,
+}
+
+/// Operations: metrics, reload, shutdown.
+#[derive(Debug, Args)]
+pub struct OpsArgs {
+    /// Also serve Prometheus metrics on --prometheus-addr (they are always on the HTTP port).
+    #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub use_prometheus: bool,
+    /// Address of the extra metrics listener; ":9090" means all interfaces.
+    #[arg(long, env = "PROMETHEUS_ADDR", default_value = ":9090", value_parser = parse_listen_addr)]
+    pub prometheus_addr: SocketAddr,
+    /// Path of the extra metrics listener.
+    #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics")]
+    pub prometheus_path: String,
+    /// On SIGTERM, fail health checks for this long before closing listeners, so load
+    /// balancers stop sending first (5s suits Kubernetes).
+    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+}
+
 /// Where counters live and what happens when that place fails.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
@@ -128,13 +174,13 @@ pub struct StoreArgs {
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
     pub redis_auth: Option<String>,
     /// Connect to Redis over TLS (host:port forms; a rediss:// URL implies it).
-    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub redis_tls: bool,
     /// Prefix of every Redis key.
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub cache_key_prefix: String,
     /// Longest a request waits for the store, e.g. 10ms, 250us, 1s.
-    #[arg(long, env = "STORE_TIMEOUT", default_value = "10ms", value_parser = parse_duration)]
+    #[arg(long, env = "STORE_TIMEOUT", default_value = "10ms", value_parser = parse_timeout)]
     pub store_timeout: Duration,
     /// What a request gets when the store fails or times out: a decision from the local
     /// view (local), OK (allow), OVER_LIMIT (deny), or gRPC UNAVAILABLE (error), so that
@@ -185,16 +231,39 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     let n: u64 = digits
         .parse()
         .map_err(|_| format!("'{text}' is not a duration like 10ms, 250us or 1s"))?;
-    let d = match unit.trim() {
-        "" | "ms" => Duration::from_millis(n),
-        "us" | "µs" => Duration::from_micros(n),
-        "s" => Duration::from_secs(n),
-        _ => return Err(format!("'{text}' has an unknown unit (use us, ms or s)")),
-    };
-    if d.is_zero() {
-        return Err("a timeout must be longer than zero".into());
+    match unit.trim() {
+        "" | "ms" => Ok(Duration::from_millis(n)),
+        "us" | "µs" => Ok(Duration::from_micros(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        _ => Err(format!("'{text}' has an unknown unit (use us, ms or s)")),
     }
-    Ok(d)
+}
+
+/// A duration that must be longer than zero.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err("a timeout must be longer than zero".into()),
+        d => Ok(d),
+    }
+}
+
+/// A fraction from 0 to 1.
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("'{text}' is not a ratio between 0 and 1")),
+    }
+}
+
+/// `host:port`, or `:port` for every interface (the reference's form).
+fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_owned()
+    };
+    full.parse()
+        .map_err(|_| format!("'{text}' is not an address like 0.0.0.0:9090 or :9090"))
 }
 
 /// The reference's runtime directory settings, used when --config is not given.
@@ -332,12 +401,31 @@ mod tests {
     }
 
     #[test]
+    fn booleans_take_the_reference_spellings() {
+        assert!(serve(&["--shadow-mode"]).answers.shadow_mode);
+        assert!(serve(&["--shadow-mode", "true"]).answers.shadow_mode);
+        assert!(!serve(&["--shadow-mode", "false"]).answers.shadow_mode);
+        assert!(
+            serve(&["--limit-response-headers", "1"])
+                .answers
+                .limit_response_headers
+        );
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
         assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("15"), Ok(Duration::from_millis(15)));
-        assert!(parse_duration("0ms").is_err());
+        assert!(parse_timeout("0ms").is_err());
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_ratio("0.8"), Ok(0.8));
+        assert!(parse_ratio("1.5").is_err());
+        assert_eq!(
+            parse_listen_addr(":9090").map(|a| a.to_string()),
+            Ok("0.0.0.0:9090".into())
+        );
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5h").is_err());
     }

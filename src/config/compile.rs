@@ -8,6 +8,7 @@ use super::rules::{Domain, KeyNodes, Level, Node, Policy, Rule};
 use super::spec::{DescriptorSpec, FileSpec, RateLimitSpec};
 use super::{ConfigError, Defaults};
 use crate::limiter::{Algorithm, Limit, Unit};
+use crate::metrics::{DescriptorFamilies, DescriptorLabels};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 const MAX_PRECISION: u32 = 1_000;
@@ -17,18 +18,21 @@ pub fn compile(
     file: &Path,
     spec: FileSpec,
     defaults: Defaults,
+    families: &DescriptorFamilies,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Domain> {
     let mut ctx = Context {
         file,
+        domain: &spec.domain,
         defaults,
+        families,
         errors,
         failed: false,
     };
     if spec.domain.is_empty() {
         ctx.error("domain", "config file cannot have empty domain".into());
     }
-    let root = ctx.level(spec.descriptors, "descriptors");
+    let root = ctx.level(spec.descriptors, "descriptors", &[]);
     (!ctx.failed).then(|| Domain {
         file: file.to_owned(),
         root,
@@ -37,7 +41,9 @@ pub fn compile(
 
 struct Context<'a> {
     file: &'a Path,
+    domain: &'a str,
     defaults: Defaults,
+    families: &'a DescriptorFamilies,
     errors: &'a mut Vec<ConfigError>,
     failed: bool,
 }
@@ -52,7 +58,8 @@ impl Context<'_> {
         });
     }
 
-    fn level(&mut self, specs: Vec<DescriptorSpec>, path: &str) -> Level {
+    /// Compiles one level; `parents` are the metric name parts of the levels above.
+    fn level(&mut self, specs: Vec<DescriptorSpec>, path: &str, parents: &[String]) -> Level {
         let mut level = Level::default();
         // Where each (key, value) was first seen, to name both places of a duplicate.
         let mut seen: std::collections::HashMap<(String, Option<String>), String> =
@@ -80,7 +87,12 @@ impl Context<'_> {
                     slot.insert(here.clone());
                 }
             }
-            let node = self.node(spec, &here);
+            let mut names = parents.to_vec();
+            names.push(match &value {
+                Some(v) => format!("{key}_{v}"),
+                None => key.clone(),
+            });
+            let node = self.node(spec, &here, &names);
             let nodes: &mut KeyNodes = level.keys.entry(key).or_default();
             match value {
                 None => nodes.default = Some(node),
@@ -95,7 +107,7 @@ impl Context<'_> {
         level
     }
 
-    fn node(&mut self, spec: DescriptorSpec, path: &str) -> Node {
+    fn node(&mut self, spec: DescriptorSpec, path: &str, names: &[String]) -> Node {
         let (limits, limits_path) = match (spec.rate_limit, spec.rate_limits) {
             (Some(_), Some(_)) => {
                 self.error(
@@ -142,9 +154,10 @@ impl Context<'_> {
                     shadow_mode: spec.shadow_mode,
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
                     replaces,
+                    stats: self.families.stats(&metric_labels(self.domain, names)),
                 })
         };
-        let children = self.level(spec.descriptors, &format!("{path}.descriptors"));
+        let children = self.level(spec.descriptors, &format!("{path}.descriptors"), names);
         Node { rule, children }
     }
 
@@ -300,5 +313,18 @@ impl Context<'_> {
             burst: spec.burst.unwrap_or(spec.requests_per_unit),
             name: spec.name,
         })
+    }
+}
+
+/// The reference's labels for a descriptor: its domain, its first level as `key` or
+/// `key_value`, and the levels below joined with dots.
+pub fn metric_labels(domain: &str, names: &[String]) -> DescriptorLabels {
+    DescriptorLabels {
+        domain: domain.to_owned(),
+        key1: names.first().cloned().unwrap_or_default(),
+        key2: names
+            .get(1..)
+            .map(|rest| rest.join("."))
+            .unwrap_or_default(),
     }
 }

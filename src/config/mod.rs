@@ -1,18 +1,23 @@
 //! Rules: the reference's YAML format, validated and compiled into matchable [`Rules`].
 
 mod compile;
+mod display;
 mod load;
 mod pattern;
 mod rules;
 mod spec;
+mod watch;
 
+pub use compile::metric_labels;
 pub use rules::{Domain, Policy, Rule, Rules};
+pub use watch::{RulesWatch, watch};
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::limiter::Algorithm;
+use crate::metrics::DescriptorFamilies;
 
 /// Settings-level defaults for what a rule leaves out.
 #[derive(Debug, Clone, Copy)]
@@ -84,9 +89,13 @@ impl fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 /// Loads the rules at `path` (a file or a directory), reporting every problem found.
-pub fn load(path: &Path, defaults: Defaults) -> Result<Rules, ConfigErrors> {
+pub fn load(
+    path: &Path,
+    defaults: Defaults,
+    families: &DescriptorFamilies,
+) -> Result<Rules, ConfigErrors> {
     let files = load::rule_files(path).map_err(|e| ConfigErrors(vec![e]))?;
-    let mut builder = Builder::new(defaults);
+    let mut builder = Builder::new(defaults, families);
     for file in files {
         match std::fs::read_to_string(&file) {
             Ok(text) => builder.add(&file, &text),
@@ -100,24 +109,36 @@ pub fn load(path: &Path, defaults: Defaults) -> Result<Rules, ConfigErrors> {
 
 /// Compiles rules from YAML text, as if read from a file called `name`.
 pub fn parse_str(name: &str, text: &str, defaults: Defaults) -> Result<Rules, ConfigErrors> {
-    let mut builder = Builder::new(defaults);
+    parse_str_into(name, text, defaults, &DescriptorFamilies::default())
+}
+
+/// Like [`parse_str`], with the rules' metric handles in `families`.
+pub fn parse_str_into(
+    name: &str,
+    text: &str,
+    defaults: Defaults,
+    families: &DescriptorFamilies,
+) -> Result<Rules, ConfigErrors> {
+    let mut builder = Builder::new(defaults, families);
     builder.add(Path::new(name), text);
     builder.finish()
 }
 
 /// Rules being assembled from files, with the problems found so far.
-struct Builder {
+struct Builder<'a> {
     defaults: Defaults,
+    families: &'a DescriptorFamilies,
     rules: Rules,
     errors: Vec<ConfigError>,
     /// The file each domain came from, to name both files of a duplicate.
     seen: HashMap<String, PathBuf>,
 }
 
-impl Builder {
-    fn new(defaults: Defaults) -> Self {
+impl<'a> Builder<'a> {
+    fn new(defaults: Defaults, families: &'a DescriptorFamilies) -> Self {
         Self {
             defaults,
+            families,
             rules: Rules::default(),
             errors: Vec::new(),
             seen: HashMap::new(),
@@ -139,7 +160,9 @@ impl Builder {
             });
         }
         self.seen.insert(name.clone(), file.to_owned());
-        if let Some(domain) = compile::compile(file, spec, self.defaults, &mut self.errors) {
+        if let Some(domain) =
+            compile::compile(file, spec, self.defaults, self.families, &mut self.errors)
+        {
             self.rules.domains.insert(name, domain);
         }
     }

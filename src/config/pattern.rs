@@ -37,6 +37,19 @@ impl Pattern {
     }
 }
 
+/// The pattern as written, stars included.
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                f.write_str("*")?;
+            }
+            f.write_str(piece)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Pattern;

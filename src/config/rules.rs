@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::pattern::Pattern;
 use crate::limiter::Limit;
+use crate::metrics::DescriptorStats;
 
 /// Every domain loaded from the rules path.
 #[derive(Debug, Default)]
@@ -87,7 +88,7 @@ pub(super) struct Node {
 }
 
 /// What a matched descriptor does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Rule {
     pub policy: Policy,
     /// Decisions are counted but never deny.
@@ -96,6 +97,8 @@ pub struct Rule {
     pub detailed_metric: bool,
     /// Names of limits this rule supersedes when both match one request.
     pub replaces: Vec<String>,
+    /// The rule's metric handles (unused for detailed rules, whose labels carry values).
+    pub stats: DescriptorStats,
 }
 
 impl Rule {

@@ -231,14 +231,14 @@ fn a_directory_loads_every_yaml_file_and_rejects_duplicate_domains() {
     write("b.yml", "domain: two\n");
     write(".hidden.yaml", "domain: ''\n");
     write("notes.txt", "not yaml");
-    let loaded = load(dir.path(), Defaults::default()).expect("loads");
+    let loaded = load(dir.path(), Defaults::default(), &Default::default()).expect("loads");
     assert_eq!(
         loaded.domains().map(|(n, _)| n).collect::<Vec<_>>(),
         ["one", "two"]
     );
 
     write("c.yaml", "domain: one\n");
-    let err = load(dir.path(), Defaults::default())
+    let err = load(dir.path(), Defaults::default(), &Default::default())
         .expect_err("duplicate domain")
         .to_string();
     assert!(
@@ -250,8 +250,12 @@ fn a_directory_loads_every_yaml_file_and_rejects_duplicate_domains() {
 
 #[test]
 fn a_missing_path_is_a_clear_error() {
-    let err = load(Path::new("/nonexistent/rules"), Defaults::default())
-        .expect_err("missing")
-        .to_string();
+    let err = load(
+        Path::new("/nonexistent/rules"),
+        Defaults::default(),
+        &Default::default(),
+    )
+    .expect_err("missing")
+    .to_string();
     assert!(err.starts_with("/nonexistent/rules: cannot read"), "{err}");
 }

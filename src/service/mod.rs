@@ -1,24 +1,29 @@
 //! The one decision core: a `RateLimitRequest` in, a `RateLimitResponse` out.
 //!
-//! gRPC (and later HTTP `/json`) are thin adapters over [`Service::decide`].
+//! gRPC and HTTP `/json` are thin adapters over [`Service::decide`].
 
 pub mod grpc;
+pub mod headers;
+pub mod json;
+mod status;
 mod validate;
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit, rate_limit::Unit as ProtoUnit,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use futures_util::future::join_all;
 
-use crate::config::{Defaults, Policy, Rule, Rules};
+use self::headers::HeaderStyle;
+use crate::config::{Defaults, Policy, Rule, Rules, metric_labels};
 use crate::key::write_counter_key;
-use crate::limiter::{Hits, Limit, Outcome, Unit};
+use crate::limiter::{Hits, Limit, Unit};
+use crate::metrics::{DescriptorStats, Metrics};
 use crate::store::{Store, StoreError};
 
 /// Why a request got no answer.
@@ -30,11 +35,34 @@ pub enum DecideError {
     Store(StoreError),
 }
 
-/// The rate-limit service: current rules, the counter store, and defaults for overrides.
+/// How the service answers, beyond what rules say.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub defaults: Defaults,
+    /// Hits above this fraction of a limit count as near the limit.
+    pub near_limit_ratio: f64,
+    /// Never deny: the overall code is OK, statuses still tell the truth.
+    pub global_shadow_mode: bool,
+    pub headers: HeaderStyle,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            defaults: Defaults::default(),
+            near_limit_ratio: 0.8,
+            global_shadow_mode: false,
+            headers: HeaderStyle::Off,
+        }
+    }
+}
+
+/// The rate-limit service: current rules, the counter store, metrics and options.
 pub struct Service {
-    rules: Arc<ArcSwap<Rules>>,
+    rules: ArcSwap<Rules>,
     store: Store,
-    defaults: Defaults,
+    metrics: Arc<Metrics>,
+    options: Options,
 }
 
 impl std::fmt::Debug for Service {
@@ -45,24 +73,26 @@ impl std::fmt::Debug for Service {
     }
 }
 
-/// What one descriptor resolved to before counting.
+/// One descriptor resolved before counting.
 enum Plan<'a> {
     NoLimit,
     Unlimited,
-    /// Limits from a rule (or a request override), and whether the rule is in shadow mode.
+    /// Limits from a rule (or a request override) with what to count and where.
     Limited {
-        limits: std::borrow::Cow<'a, [Limit]>,
-        shape: std::borrow::Cow<'a, str>,
-        shadow_mode: bool,
+        limits: Cow<'a, [Limit]>,
+        rule: Option<&'a Rule>,
+        key: String,
+        hits: Hits,
     },
 }
 
 impl Service {
-    pub fn new(rules: Arc<ArcSwap<Rules>>, store: Store, defaults: Defaults) -> Self {
+    pub fn new(rules: Rules, store: Store, metrics: Arc<Metrics>, options: Options) -> Self {
         Self {
-            rules,
+            rules: ArcSwap::from_pointee(rules),
             store,
-            defaults,
+            metrics,
+            options,
         }
     }
 
@@ -70,7 +100,45 @@ impl Service {
         &self.store
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The rules now serving.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
+    }
+
+    /// Serves `rules` from the next request on; requests in flight finish on the old ones.
+    pub fn swap_rules(&self, rules: Rules) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// Decides one request, counting it in the request metrics.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, DecideError> {
+        let started = Instant::now();
+        self.metrics.request("ShouldRateLimit");
+        let result = self.decide_uncounted(req).await;
+        self.metrics
+            .response_time
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(e) = &result {
+            self.metrics.error(match e {
+                DecideError::InvalidArgument(_) => "invalid_argument",
+                DecideError::Store(_) => "store",
+            });
+        }
+        result
+    }
+
+    async fn decide_uncounted(
+        &self,
+        req: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, DecideError> {
         validate::request(req).map_err(DecideError::InvalidArgument)?;
         let rules = self.rules.load_full();
         let domain = rules.domain(&req.domain);
@@ -79,40 +147,60 @@ impl Service {
             .iter()
             .map(|d| domain.and_then(|dom| dom.find(entries(d))))
             .collect();
-        let matched = drop_replaced(matched);
+        let plans = drop_replaced(matched)
+            .into_iter()
+            .zip(&req.descriptors)
+            .map(|(rule, d)| self.plan(req, d, rule, domain.is_some()))
+            .collect::<Result<Vec<_>, _>>()?;
 
-        let mut statuses = Vec::with_capacity(req.descriptors.len());
-        let mut key = String::new();
-        let mut over = false;
-        for (descriptor, rule) in req.descriptors.iter().zip(matched) {
-            let plan = self.plan(descriptor, rule, domain.is_some())?;
-            let status = match plan {
-                Plan::NoLimit => ok_status(),
-                Plan::Unlimited => DescriptorStatus {
-                    code: Code::Ok.into(),
-                    limit_remaining: u32::MAX,
-                    ..Default::default()
-                },
+        // Descriptors are independent counters: ask the store about all of them at once.
+        let outcomes = join_all(plans.iter().map(|plan| async move {
+            match plan {
                 Plan::Limited {
-                    limits,
-                    shape,
-                    shadow_mode,
-                } => {
-                    write_counter_key(&mut key, &req.domain, entries(descriptor), &shape);
-                    let hits = hits(req, descriptor);
-                    let outcome = self
-                        .store
-                        .apply(&key, &limits, hits)
-                        .await
-                        .map_err(DecideError::Store)?;
-                    limited_status(&limits, outcome, shadow_mode)
+                    limits, key, hits, ..
+                } => Some(self.store.apply(key, limits, *hits).await),
+                _ => None,
+            }
+        }))
+        .await;
+
+        let mut statuses = Vec::with_capacity(plans.len());
+        for ((plan, outcome), descriptor) in plans.iter().zip(outcomes).zip(&req.descriptors) {
+            let status = match (plan, outcome) {
+                (Plan::NoLimit, _) => status::no_limit(),
+                (Plan::Unlimited, _) => status::unlimited(),
+                (
+                    Plan::Limited {
+                        limits, rule, hits, ..
+                    },
+                    Some(outcome),
+                ) => {
+                    let outcome = outcome.map_err(DecideError::Store)?;
+                    let shadow = rule.is_some_and(|r| r.shadow_mode);
+                    let status = status::limited(limits, outcome, shadow);
+                    if let Some(rule) = rule {
+                        let limit = limits
+                            .get(outcome.limit_index)
+                            .map_or(0, |l| l.requests_per_unit);
+                        self.record(
+                            rule,
+                            &req.domain,
+                            descriptor,
+                            *hits,
+                            limit,
+                            &outcome.decision,
+                        );
+                    }
+                    status
                 }
+                (Plan::Limited { .. }, None) => status::no_limit(),
             };
-            over |= status.code == i32::from(Code::OverLimit);
             statuses.push(status);
         }
+        let over = statuses.iter().any(status::is_over) && !self.options.global_shadow_mode;
         Ok(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok }.into(),
+            response_headers_to_add: headers::headers(self.options.headers, &statuses),
             statuses,
             ..Default::default()
         })
@@ -121,28 +209,39 @@ impl Service {
     /// Resolves one descriptor: its matched rule, or the limit the request sent instead.
     fn plan<'a>(
         &self,
+        req: &RateLimitRequest,
         descriptor: &RateLimitDescriptor,
         rule: Option<&'a Rule>,
         domain_known: bool,
     ) -> Result<Plan<'a>, DecideError> {
+        let limits: Cow<'a, [Limit]>;
+        let shape: Cow<'a, str>;
         if let Some(requested) = descriptor.limit.filter(|_| domain_known) {
             let limit = self.override_limit(requested.requests_per_unit, requested.unit)?;
-            let mut shape = String::new();
-            limit.write_shape(&mut shape);
-            return Ok(Plan::Limited {
-                limits: vec![limit].into(),
-                shape: shape.into(),
-                shadow_mode: rule.is_some_and(|r| r.shadow_mode),
-            });
+            let mut own_shape = String::new();
+            limit.write_shape(&mut own_shape);
+            limits = vec![limit].into();
+            shape = own_shape.into();
+        } else {
+            match rule.map(|r| &r.policy) {
+                None => return Ok(Plan::NoLimit),
+                Some(Policy::Unlimited { .. }) => return Ok(Plan::Unlimited),
+                Some(Policy::Limited {
+                    limits: l,
+                    shape: s,
+                }) => {
+                    limits = l.as_slice().into();
+                    shape = s.as_str().into();
+                }
+            }
         }
-        Ok(match rule.map(|r| (r, &r.policy)) {
-            None => Plan::NoLimit,
-            Some((_, Policy::Unlimited { .. })) => Plan::Unlimited,
-            Some((rule, Policy::Limited { limits, shape })) => Plan::Limited {
-                limits: limits.as_slice().into(),
-                shape: shape.as_str().into(),
-                shadow_mode: rule.shadow_mode,
-            },
+        let mut key = String::new();
+        write_counter_key(&mut key, &req.domain, entries(descriptor), &shape);
+        Ok(Plan::Limited {
+            limits,
+            rule,
+            key,
+            hits: hits(req, descriptor),
         })
     }
 
@@ -160,15 +259,54 @@ impl Service {
                 )));
             }
         };
+        let defaults = self.options.defaults;
         Ok(Limit {
             requests_per_unit,
             unit,
             window_ns: unit.seconds() * 1_000_000_000,
-            algorithm: self.defaults.algorithm,
-            precision: self.defaults.precision,
+            algorithm: defaults.algorithm,
+            precision: defaults.precision,
             burst: requests_per_unit,
             name: None,
         })
+    }
+
+    /// Counts a decision in the rule's metrics; detailed rules are labelled with the
+    /// request's values, resolved here since they are not known before.
+    fn record(
+        &self,
+        rule: &Rule,
+        domain: &str,
+        descriptor: &RateLimitDescriptor,
+        hits: Hits,
+        limit: u32,
+        decision: &crate::limiter::Decision,
+    ) {
+        let n = match hits {
+            Hits::Consume(n) => n,
+            Hits::Check | Hits::Refund(_) => 0,
+        };
+        let detailed;
+        let stats: &DescriptorStats = if rule.detailed_metric {
+            let names: Vec<String> = entries(descriptor)
+                .map(|(k, v)| format!("{k}_{v}"))
+                .collect();
+            detailed = self
+                .metrics
+                .descriptors
+                .stats(&metric_labels(domain, &names));
+            &detailed
+        } else {
+            &rule.stats
+        };
+        stats.record(
+            n,
+            u64::from(limit),
+            decision.remaining,
+            decision.admitted,
+            rule.shadow_mode,
+            self.options.near_limit_ratio,
+        );
     }
 }
 
@@ -204,56 +342,6 @@ fn hits(req: &RateLimitRequest, d: &RateLimitDescriptor) -> Hits {
         (0, _) => Hits::Check,
         (n, true) => Hits::Refund(n),
         (n, false) => Hits::Consume(n),
-    }
-}
-
-fn ok_status() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok.into(),
-        ..Default::default()
-    }
-}
-
-fn limited_status(limits: &[Limit], outcome: Outcome, shadow_mode: bool) -> DescriptorStatus {
-    let Some(limit) = limits.get(outcome.limit_index) else {
-        return ok_status();
-    };
-    let d = outcome.decision;
-    DescriptorStatus {
-        code: if d.admitted || shadow_mode {
-            Code::Ok
-        } else {
-            Code::OverLimit
-        }
-        .into(),
-        current_limit: Some(RateLimit {
-            name: limit.name.clone().unwrap_or_default(),
-            requests_per_unit: limit.requests_per_unit,
-            unit: proto_unit(limit.unit).into(),
-        }),
-        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
-        duration_until_reset: Some(duration(d.reset_ns)),
-        ..Default::default()
-    }
-}
-
-fn proto_unit(unit: Unit) -> ProtoUnit {
-    match unit {
-        Unit::Second => ProtoUnit::Second,
-        Unit::Minute => ProtoUnit::Minute,
-        Unit::Hour => ProtoUnit::Hour,
-        Unit::Day => ProtoUnit::Day,
-        Unit::Week => ProtoUnit::Week,
-        Unit::Month => ProtoUnit::Month,
-        Unit::Year => ProtoUnit::Year,
-    }
-}
-
-fn duration(ns: u64) -> ProtoDuration {
-    ProtoDuration {
-        seconds: i64::try_from(ns / 1_000_000_000).unwrap_or(i64::MAX),
-        // Below 1e9, so it fits.
-        nanos: (ns % 1_000_000_000) as i32,
     }
 }
 

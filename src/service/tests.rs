@@ -1,14 +1,14 @@
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
 use super::*;
-use crate::config::parse_str;
 use crate::limiter::ManualClock;
 use crate::store::MemoryStore;
 
@@ -35,14 +35,21 @@ descriptors:
 "#;
 
 fn service() -> (Service, ManualClock) {
+    service_with(Options::default())
+}
+
+fn service_with(options: Options) -> (Service, ManualClock) {
     let clock = ManualClock::new(1_000 * SECOND);
-    let rules = parse_str("rules.yaml", RULES, Defaults::default()).expect("rules load");
-    let store = Store::Memory(MemoryStore::new(1_000, Arc::new(clock.clone())));
-    let service = Service::new(
-        Arc::new(ArcSwap::from_pointee(rules)),
-        store,
+    let metrics = Metrics::new();
+    let rules = crate::config::parse_str_into(
+        "rules.yaml",
+        RULES,
         Defaults::default(),
-    );
+        &metrics.descriptors,
+    )
+    .expect("rules load");
+    let store = Store::Memory(MemoryStore::new(1_000, Arc::new(clock.clone())));
+    let service = Service::new(rules, store, Arc::new(metrics), options);
     (service, clock)
 }
 
@@ -236,4 +243,90 @@ async fn replaced_limits_are_dropped_when_the_replacing_one_matches() {
     // Alone, the broad limit applies (1/minute).
     assert!(!over(&status(&s, descriptor("broad", "x")).await));
     assert!(over(&status(&s, descriptor("broad", "x")).await));
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_while_statuses_tell_the_truth() {
+    let (s, _) = service_with(Options {
+        global_shadow_mode: true,
+        ..Options::default()
+    });
+    for _ in 0..3 {
+        status(&s, descriptor("user", "ann")).await;
+    }
+    let response = s
+        .decide(&request(vec![descriptor("user", "ann")]))
+        .await
+        .expect("decides");
+    assert_eq!(response.overall_code, i32::from(Code::Ok));
+    assert!(over(&response.statuses[0]));
+}
+
+#[tokio::test]
+async fn headers_come_from_the_tightest_status() {
+    let (s, _) = service_with(Options {
+        headers: headers::HeaderStyle::Reference,
+        ..Options::default()
+    });
+    let response = s
+        .decide(&request(vec![
+            descriptor("user", "ann"),
+            descriptor("api", "k"),
+        ]))
+        .await
+        .expect("decides");
+    let got: Vec<_> = response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    // api's per-second limit has 1 left of 2, user's has 2 of 3.
+    assert_eq!(
+        got,
+        [
+            ("RateLimit-Limit", "2"),
+            ("RateLimit-Remaining", "1"),
+            ("RateLimit-Reset", "1")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_hits_by_outcome() {
+    let (s, _) = service();
+    for _ in 0..5 {
+        status(&s, descriptor("user", "ann")).await;
+    }
+    let _ = s.decide(&request(vec![])).await;
+    let text = s.metrics().encode().expect("encodes");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains("key1=\"user\""))
+            .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+    };
+    assert_eq!(
+        line("ratelimit_service_rate_limit_total_hits{").as_deref(),
+        Some("5")
+    );
+    assert_eq!(
+        line("ratelimit_service_rate_limit_over_limit{").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        line("ratelimit_service_rate_limit_within_limit{").as_deref(),
+        Some("3")
+    );
+    // Limit 3, near threshold floor(2.4) = 2: the third hit is near the limit.
+    assert_eq!(
+        line("ratelimit_service_rate_limit_near_limit{").as_deref(),
+        Some("1")
+    );
+    assert!(
+        text.contains("ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ratelimit_service_should_rate_limit_error{err_type=\"invalid_argument\"} 1"),
+        "{text}"
+    );
 }

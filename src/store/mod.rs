@@ -10,12 +10,13 @@ pub use shards::ShardStats;
 
 use self::redis::RedisStore;
 use crate::limiter::{Hits, Limit, Outcome};
+use crate::settings::OnStoreError;
 
-/// A counter store.
-#[derive(Debug)]
+/// A counter store; clones share it.
+#[derive(Debug, Clone)]
 pub enum Store {
     Memory(MemoryStore),
-    Redis(Box<RedisStore>),
+    Redis(std::sync::Arc<RedisStore>),
 }
 
 /// Why a store could not decide.
@@ -55,6 +56,14 @@ impl Store {
         match self {
             Self::Memory(_) => true,
             Self::Redis(r) => r.is_up(),
+        }
+    }
+
+    /// Whether requests get answers: the store is up, or its failures are decided locally.
+    pub fn can_answer(&self) -> bool {
+        match self {
+            Self::Memory(_) => true,
+            Self::Redis(r) => r.is_up() || r.on_error() != OnStoreError::Error,
         }
     }
 }

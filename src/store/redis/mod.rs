@@ -12,14 +12,16 @@ mod script;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 pub use connect::Target;
 
 use self::connect::Link;
 use super::StoreError;
 use super::shards::{Counter, Expiring, ShardStats, Shards};
-use crate::limiter::{Clock, Hits, Limit, Outcome, apply, evaluate};
+use crate::limiter::{Algorithm, Clock, Hits, Limit, Outcome, apply, evaluate};
 use crate::settings::OnStoreError;
 
 /// How a Redis store is set up.
@@ -34,23 +36,52 @@ pub struct RedisConfig {
 }
 
 /// Counts for metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RedisStats {
+    pub latency: Histogram,
     pub round_trips: AtomicU64,
     pub local_denials: AtomicU64,
     pub timeouts: AtomicU64,
     pub connection_errors: AtomicU64,
     pub script_errors: AtomicU64,
     pub fallbacks: AtomicU64,
+    pub refreshes: AtomicU64,
+}
+
+impl Default for RedisStats {
+    fn default() -> Self {
+        Self {
+            // 25 µs to ~0.4 s.
+            latency: Histogram::new(exponential_buckets(0.000_025, 2.0, 15)),
+            round_trips: AtomicU64::default(),
+            local_denials: AtomicU64::default(),
+            timeouts: AtomicU64::default(),
+            connection_errors: AtomicU64::default(),
+            script_errors: AtomicU64::default(),
+            fallbacks: AtomicU64::default(),
+            refreshes: AtomicU64::default(),
+        }
+    }
 }
 
 /// One counter's local view; `shared` is false after it counted hits Redis never saw
-/// (while Redis was down), and then it may not deny on Redis' behalf.
+/// (while Redis was down), and then it may not deny on Redis' behalf. `refreshing` is set
+/// while a background read of it is queued.
 #[derive(Debug)]
 struct Local {
     counter: Counter,
     shared: bool,
+    refreshing: bool,
 }
+
+/// A counter to read again in the background once its current sub-window closes.
+struct Refresh {
+    key: Box<str>,
+    limits: Vec<Limit>,
+}
+
+/// Refreshes queued at most; past that, denials just skip queueing one.
+const REFRESH_QUEUE: usize = 4_096;
 
 impl Expiring for Local {
     fn expires_at_ns(&self) -> u64 {
@@ -67,6 +98,7 @@ pub struct RedisStore {
     clock: Arc<dyn Clock>,
     /// Redis time minus local time, learned from every reply.
     offset_ns: AtomicI64,
+    refresh_tx: tokio::sync::mpsc::Sender<Refresh>,
     pub stats: RedisStats,
 }
 
@@ -82,22 +114,30 @@ impl std::fmt::Debug for RedisStore {
 impl RedisStore {
     /// Starts connecting in the background; requests fail over per `on_error` until Redis
     /// answers.
-    pub fn start(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Self {
+    pub fn start(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
         let local = Arc::new(Shards::new(config.max_local));
         local.spawn_sweeper(clock.clone(), sweep_period);
-        Self {
+        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(REFRESH_QUEUE);
+        let store = Arc::new(Self {
             link: Link::start(config.target.clone()),
             script: script::script(),
             local,
             config,
             clock,
             offset_ns: AtomicI64::new(0),
+            refresh_tx,
             stats: RedisStats::default(),
-        }
+        });
+        tokio::spawn(refresher(Arc::downgrade(&store), refresh_rx));
+        store
     }
 
     pub fn is_up(&self) -> bool {
         self.link.is_up()
+    }
+
+    pub fn on_error(&self) -> OnStoreError {
+        self.config.on_error
     }
 
     pub fn reconnects(&self) -> u64 {
@@ -145,10 +185,20 @@ impl RedisStore {
             Hits::Check => 1,
             Hits::Refund(_) => return None,
         };
-        let shard = self.local.lock(key);
-        let local = shard.get(key).filter(|l| l.shared)?;
+        let mut shard = self.local.lock(key);
+        let local = shard.get_mut(key).filter(|l| l.shared)?;
         let outcome = evaluate(&local.counter.states, limits, now, asked);
-        (!outcome.decision.admitted).then_some(outcome)
+        if outcome.decision.admitted {
+            return None;
+        }
+        if !local.refreshing {
+            let job = Refresh {
+                key: key.into(),
+                limits: limits.to_vec(),
+            };
+            local.refreshing = self.refresh_tx.try_send(job).is_ok();
+        }
+        Some(outcome)
     }
 
     async fn round_trip(
@@ -163,7 +213,10 @@ impl RedisStore {
         let redis_key = format!("{}{{{key}}}", self.config.key_prefix);
         let mut invocation = self.script.key(redis_key);
         script::add_args(&mut invocation, limits, hits);
-        let raw = match tokio::time::timeout(self.config.timeout, conn.invoke(&invocation)).await {
+        let started = Instant::now();
+        let answer = tokio::time::timeout(self.config.timeout, conn.invoke(&invocation)).await;
+        self.stats.latency.observe(started.elapsed().as_secs_f64());
+        let raw = match answer {
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
                 self.link.report_slow();
@@ -230,6 +283,7 @@ impl RedisStore {
                 Local {
                     counter,
                     shared: true,
+                    refreshing: false,
                 },
             );
         }
@@ -272,6 +326,7 @@ impl RedisStore {
                     Local {
                         counter: Counter::new(limits),
                         shared: false,
+                        refreshing: false,
                     },
                 );
                 shard.get_mut(key).ok_or(StoreError::Timeout)?
@@ -282,4 +337,45 @@ impl RedisStore {
         local.shared = false;
         Ok(outcome)
     }
+}
+
+/// Reads denied counters again once their current sub-window has closed, off the request
+/// path, so the local view learns other instances' hits before it next has to decide.
+async fn refresher(
+    store: std::sync::Weak<RedisStore>,
+    mut jobs: tokio::sync::mpsc::Receiver<Refresh>,
+) {
+    while let Some(job) = jobs.recv().await {
+        let Some(strong) = store.upgrade() else {
+            return;
+        };
+        let wait = until_next_boundary(&job.limits, strong.now_ns());
+        drop(strong);
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(store) = store.upgrade() else { return };
+            if let Ok(reply) = store.round_trip(&job.key, &job.limits, Hits::Check).await {
+                store.stats.refreshes.fetch_add(1, Ordering::Relaxed);
+                store.adopt(&job.key, &job.limits, Hits::Check, reply);
+            }
+        });
+    }
+}
+
+/// Time until the earliest sub-window (or window, or emission interval) boundary.
+fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
+    let step = limits
+        .iter()
+        .map(|l| match l.algorithm {
+            Algorithm::SlidingWindow => l.window_ns / u64::from(l.precision.max(1)),
+            Algorithm::FixedWindow => l.window_ns,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                l.window_ns / u64::from(l.requests_per_unit.max(1))
+            }
+        })
+        .min()
+        .unwrap_or(1_000_000_000)
+        .max(1_000_000);
+    Duration::from_nanos(step - now_ns % step)
 }

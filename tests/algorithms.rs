@@ -1,0 +1,251 @@
+//! Every limit shape over gRPC, on both stores: fixed window, token and leaky buckets with
+//! costs, several limits per descriptor, unit multipliers, request overrides, check-only
+//! requests and refunds. Each test runs once against the memory store and once against a
+//! real redis-server.
+
+mod common;
+mod redis_harness;
+
+use common::{Code, Rls, Server, Unit, code, descriptor, until_reset};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use redis_harness::RedisServer;
+
+const RULES: &str = r#"
+domain: shapes
+descriptors:
+  - key: fixed
+    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: fixed_window}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 3600, algorithm: token_bucket, burst: 4}
+  - key: spend
+    rate_limit: {unit: day, unit_multiplier: 30, requests_per_unit: 1000, algorithm: leaky_bucket}
+  - key: both
+    rate_limits:
+      - {name: per_hour, unit: hour, requests_per_unit: 10}
+      - {name: per_day, unit: day, requests_per_unit: 12}
+  - key: report
+    rate_limit: {unit: second, unit_multiplier: 1800, requests_per_unit: 2}
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: 5}
+"#;
+
+/// A Tollgate on one store; the Redis server (if any) lives as long as it.
+struct Instance {
+    server: Server,
+    _redis: Option<RedisServer>,
+}
+
+impl Instance {
+    fn memory() -> Self {
+        Self {
+            server: Server::start(RULES),
+            _redis: None,
+        }
+    }
+
+    fn redis() -> Self {
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let server = Server::start_with_args(RULES, &["--backend", "redis", "--redis-url", &url]);
+        Self {
+            server,
+            _redis: Some(redis),
+        }
+    }
+
+    async fn client(&self) -> Rls {
+        self.server.client().await
+    }
+}
+
+/// Runs `test` against the memory store, then against Redis.
+macro_rules! on_both_stores {
+    ($name:ident, $test:ident) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn memory() {
+                $test(Instance::memory()).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                $test(Instance::redis()).await;
+            }
+        }
+    };
+}
+
+/// One descriptor with its own `hits_addend`, `is_negative_hits` and limit override.
+fn one(
+    key: &str,
+    value: &str,
+    hits: Option<u64>,
+    negative: bool,
+    limit: Option<RateLimitOverride>,
+) -> RateLimitRequest {
+    let mut d = descriptor(&[(key, value)]);
+    d.hits_addend = hits.map(|value| UInt64Value { value });
+    d.is_negative_hits = negative;
+    d.limit = limit;
+    RateLimitRequest {
+        domain: "shapes".into(),
+        descriptors: vec![d],
+        hits_addend: 0,
+    }
+}
+
+async fn status(rls: &mut Rls, req: RateLimitRequest) -> DescriptorStatus {
+    rls.ok(req).await.statuses.remove(0)
+}
+
+fn name(s: &DescriptorStatus) -> &str {
+    s.current_limit.as_ref().map_or("", |l| l.name.as_str())
+}
+
+async fn fixed_window_counts_per_clock_window(instance: Instance) {
+    let mut rls = instance.client().await;
+    for left in [2, 1, 0] {
+        let s = rls.check("shapes", &[("fixed", "f")]).await;
+        assert_eq!((code(&s), s.limit_remaining), (Code::Ok, left));
+    }
+    let denied = rls.check("shapes", &[("fixed", "f")]).await;
+    assert_eq!(code(&denied), Code::OverLimit);
+    // The window is the clock hour: the wait is the rest of it.
+    let wait = until_reset(&denied).as_secs();
+    assert!((1..=3_600).contains(&wait), "reset {wait}");
+}
+on_both_stores!(fixed_window, fixed_window_counts_per_clock_window);
+
+async fn token_bucket_allows_its_burst_then_refills(instance: Instance) {
+    let mut rls = instance.client().await;
+    for left in [3, 2, 1, 0] {
+        let s = rls.check("shapes", &[("bucket", "b")]).await;
+        assert_eq!((code(&s), s.limit_remaining), (Code::Ok, left));
+    }
+    let denied = rls.check("shapes", &[("bucket", "b")]).await;
+    assert_eq!(code(&denied), Code::OverLimit);
+    // One token per second (3600 per hour): the next fits within a second.
+    assert_eq!(until_reset(&denied).as_secs(), 1);
+    // A cost above the burst is never admitted.
+    let s = status(&mut rls, one("bucket", "other", Some(5), false, None)).await;
+    assert_eq!(code(&s), Code::OverLimit);
+}
+on_both_stores!(token_bucket, token_bucket_allows_its_burst_then_refills);
+
+/// The seed article's spending limit: capacity 1000 over 30 days; spend 30, then 990 is
+/// over (only 970 left), and 970 fits.
+async fn leaky_bucket_spending_limit(instance: Instance) {
+    let mut rls = instance.client().await;
+    let s = status(&mut rls, one("spend", "acct", Some(30), false, None)).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 970));
+    let over = status(&mut rls, one("spend", "acct", Some(990), false, None)).await;
+    assert_eq!(code(&over), Code::OverLimit);
+    assert_eq!(
+        over.limit_remaining, 970,
+        "units left are reported on the denial"
+    );
+    // 20 units leak out in 0.6 days.
+    let wait = until_reset(&over).as_secs();
+    assert!((43_000..=52_000).contains(&wait), "wait {wait}");
+    let s = status(&mut rls, one("spend", "acct", Some(970), false, None)).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
+}
+on_both_stores!(leaky_bucket, leaky_bucket_spending_limit);
+
+async fn several_limits_count_all_or_nothing(instance: Instance) {
+    let mut rls = instance.client().await;
+    let hits = |n| one("both", "k", Some(n), false, None);
+    let s = status(&mut rls, hits(8)).await;
+    assert_eq!(
+        (code(&s), name(&s), s.limit_remaining),
+        (Code::Ok, "per_hour", 2)
+    );
+    // 3 more: the hourly limit (10) refuses, the daily one (12) would admit.
+    let s = status(&mut rls, hits(3)).await;
+    assert_eq!(
+        (code(&s), name(&s), s.limit_remaining),
+        (Code::OverLimit, "per_hour", 2)
+    );
+    // Had the daily limit counted those 3, 8 + 3 + 2 would be over its 12.
+    let s = status(&mut rls, hits(2)).await;
+    assert_eq!(
+        (code(&s), name(&s), s.limit_remaining),
+        (Code::Ok, "per_hour", 0)
+    );
+    let s = status(&mut rls, hits(1)).await;
+    assert_eq!((code(&s), name(&s)), (Code::OverLimit, "per_hour"));
+}
+on_both_stores!(several_limits, several_limits_count_all_or_nothing);
+
+async fn unit_multiplier_reports_the_nearest_unit(instance: Instance) {
+    let mut rls = instance.client().await;
+    let s = rls.check("shapes", &[("report", "r")]).await;
+    let limit = s.current_limit.clone().expect("a limit");
+    // 1800 s is reported as an hour, the nearest unit Envoy knows; the window is 30 min.
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (2, i32::from(Unit::Hour))
+    );
+    assert_eq!(until_reset(&s).as_secs(), 1_800);
+}
+on_both_stores!(unit_multiplier, unit_multiplier_reports_the_nearest_unit);
+
+async fn a_request_override_uses_its_own_limit_and_counter(instance: Instance) {
+    let mut rls = instance.client().await;
+    let per_minute = RateLimitOverride {
+        requests_per_unit: 1,
+        unit: RateLimitUnit::Minute.into(),
+    };
+    let s = status(&mut rls, one("sliding", "o", None, false, Some(per_minute))).await;
+    let limit = s.current_limit.clone().expect("a limit");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (1, i32::from(Unit::Minute))
+    );
+    let s = status(&mut rls, one("sliding", "o", None, false, Some(per_minute))).await;
+    assert_eq!(code(&s), Code::OverLimit);
+    // The configured 5/hour counter of the same value is untouched.
+    let s = rls.check("shapes", &[("sliding", "o")]).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 4));
+}
+on_both_stores!(
+    limit_override,
+    a_request_override_uses_its_own_limit_and_counter
+);
+
+async fn hits_zero_checks_and_negative_hits_refund(instance: Instance) {
+    let mut rls = instance.client().await;
+    for _ in 0..3 {
+        let s = status(&mut rls, one("sliding", "c", Some(0), false, None)).await;
+        assert_eq!(
+            (code(&s), s.limit_remaining),
+            (Code::Ok, 4),
+            "a check consumes nothing"
+        );
+    }
+    let s = status(&mut rls, one("sliding", "c", Some(5), false, None)).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
+    let s = status(&mut rls, one("sliding", "c", Some(0), false, None)).await;
+    assert_eq!(
+        code(&s),
+        Code::OverLimit,
+        "a check says the next request would be denied"
+    );
+    let s = status(&mut rls, one("sliding", "c", Some(2), true, None)).await;
+    assert_eq!(
+        (code(&s), s.limit_remaining),
+        (Code::Ok, 2),
+        "two units given back"
+    );
+    let s = status(&mut rls, one("sliding", "c", Some(2), false, None)).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
+    let s = rls.check("shapes", &[("sliding", "c")]).await;
+    assert_eq!(code(&s), Code::OverLimit);
+}
+on_both_stores!(check_and_refund, hits_zero_checks_and_negative_hits_refund);

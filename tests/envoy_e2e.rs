@@ -1,0 +1,427 @@
+//! End to end through a real Envoy: client → Envoy (HTTP rate-limit filter) →
+//! upstream, with Envoy asking Tollgate over gRPC before each request.
+//!
+//! Envoy runs `examples/envoy/envoy.yaml` (loopback addresses substituted, see
+//! `tests/support/envoy.rs`) and Tollgate serves `examples/envoy/config/rules.yaml`,
+//! so the example in the repository is what is tested here. The numbers below
+//! come from those rules: `api_key` 3 per minute (fixed window),
+//! `path=/login` 5 per minute (sliding window), `path=/static/*` unlimited.
+//!
+//! Needs an Envoy binary: `scripts/install-test-deps.sh` installs one (or set
+//! `ENVOY_BIN`). Without one these tests fail; they do not skip.
+
+mod common;
+#[path = "support/envoy.rs"]
+mod envoy;
+
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{Server, serve_command};
+use envoy::{EXAMPLE_ENVOY_YAML, EXAMPLE_RULES, Envoy, EnvoyParams, HttpResponse, Upstream};
+
+/// `api_key`: requests per fixed minute, named "per-api-key".
+const KEY_LIMIT: u64 = 3;
+/// `path=/login`: requests per sliding minute.
+const LOGIN_LIMIT: u64 = 5;
+const MINUTE: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------
+// Setup
+// ---------------------------------------------------------------------------
+
+/// Tollgate serving the example rules on loopback ports.
+async fn start_tollgate() -> Server {
+    tokio::task::spawn_blocking(|| {
+        Server::spawn(serve_command(Path::new(EXAMPLE_RULES))).unwrap_or_else(|exit| exit.fail())
+    })
+    .await
+    .expect("start tollgate")
+}
+
+async fn start_envoy(upstream: &Upstream, tollgate: SocketAddr, failure_mode_deny: bool) -> Envoy {
+    Envoy::start(&EnvoyParams {
+        upstream: upstream.addr,
+        ratelimit: tollgate,
+        failure_mode_deny,
+    })
+    .await
+}
+
+/// An upstream, a Tollgate and one Envoy (`failure_mode_deny: false`).
+struct Stack {
+    upstream: Upstream,
+    /// Kept running for as long as the stack lives.
+    _tollgate: Server,
+    envoy: Envoy,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let upstream = Upstream::start().await;
+        let tollgate = start_tollgate().await;
+        let envoy = start_envoy(&upstream, tollgate.grpc_addr(), false).await;
+        Self {
+            upstream,
+            _tollgate: tollgate,
+            envoy,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fixed windows and the wall clock
+// ---------------------------------------------------------------------------
+
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+}
+
+/// One response with the wall-clock times just before and just after it.
+#[derive(Debug)]
+struct Timed {
+    before: Duration,
+    resp: HttpResponse,
+    after: Duration,
+    /// The upstream's request count once the response had arrived.
+    upstream_hits: usize,
+}
+
+async fn timed_get(envoy: &Envoy, upstream: &Upstream, path: &str, key: Option<&str>) -> Timed {
+    let headers: Vec<(&str, &str)> = key.map(|k| ("x-api-key", k)).into_iter().collect();
+    let before = unix_now();
+    let resp = envoy.get(path, &headers).await;
+    let after = unix_now();
+    Timed {
+        before,
+        resp,
+        after,
+        upstream_hits: upstream.hits(),
+    }
+}
+
+/// Runs `attempt` (given its number, to make fresh keys from) until one run
+/// starts and ends in the same wall-clock minute, so that the epoch-aligned
+/// one-minute windows of the `api_key` rule cannot reset in the middle of it.
+/// A run takes well under a second, so a second attempt is rare and a third
+/// one rarer still.
+async fn within_one_minute<T>(mut attempt: impl AsyncFnMut(u32) -> T) -> T {
+    for n in 0..3 {
+        let start = unix_now().as_secs() / 60;
+        let out = attempt(n).await;
+        if unix_now().as_secs() / 60 == start {
+            return out;
+        }
+        eprintln!("attempt {n} crossed a minute boundary; again with fresh keys");
+    }
+    panic!("three attempts in a row crossed a minute boundary");
+}
+
+/// The `x-ratelimit-reset` a one-minute fixed window may announce for a
+/// decision taken between `before` and `after`: the seconds left until the
+/// next full minute, rounded down (Envoy sends whole seconds) or up (the
+/// reference computes it from whole seconds).
+fn fixed_minute_reset(before: Duration, after: Duration) -> RangeInclusive<u64> {
+    let left = |t: Duration| MINUTE.as_nanos() - t.as_nanos() % MINUTE.as_nanos();
+    let low = left(after) / 1_000_000_000;
+    let high = left(before).div_ceil(1_000_000_000);
+    u64::try_from(low).unwrap()..=u64::try_from(high).unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Assertions
+// ---------------------------------------------------------------------------
+
+/// Checks the draft-03 headers Envoy builds from Tollgate's statuses: the
+/// limit of the tightest descriptor first, then every matched limit as
+/// `N;w=SECONDS[;name="NAME"]`; the tightest remaining; its reset.
+fn assert_ratelimit_headers(
+    t: &Timed,
+    limit: u64,
+    policy: &str,
+    remaining: u64,
+    reset: RangeInclusive<u64>,
+) {
+    let resp = &t.resp;
+    let header = resp
+        .header("x-ratelimit-limit")
+        .unwrap_or_else(|| panic!("no x-ratelimit-limit: {t:#?}"));
+    let mut parts = header.split(", ");
+    assert_eq!(
+        parts.next(),
+        Some(limit.to_string().as_str()),
+        "x-ratelimit-limit starts with the tightest limit: {t:#?}"
+    );
+    assert!(
+        parts.any(|p| p == policy),
+        "x-ratelimit-limit lists the quota policy `{policy}`: {t:#?}"
+    );
+    assert_eq!(
+        resp.header_u64("x-ratelimit-remaining"),
+        remaining,
+        "x-ratelimit-remaining: {t:#?}"
+    );
+    let got = resp.header_u64("x-ratelimit-reset");
+    assert!(
+        reset.contains(&got),
+        "x-ratelimit-reset {got} not in {reset:?}: {t:#?}"
+    );
+}
+
+fn assert_admitted(t: &Timed, upstream_hits: usize) {
+    assert_eq!(t.resp.status, 200, "expected 200 from the upstream: {t:#?}");
+    assert_eq!(t.resp.body, envoy::UPSTREAM_BODY, "{t:#?}");
+    assert_eq!(
+        t.upstream_hits, upstream_hits,
+        "the upstream should have seen {upstream_hits} requests: {t:#?}"
+    );
+}
+
+fn assert_limited(t: &Timed, upstream_hits: usize) {
+    assert_eq!(t.resp.status, 429, "expected 429 from Envoy: {t:#?}");
+    assert_eq!(
+        t.resp.header("x-envoy-ratelimited"),
+        Some("true"),
+        "Envoy marks its own 429: {t:#?}"
+    );
+    assert_eq!(
+        t.upstream_hits, upstream_hits,
+        "a limited request must not reach the upstream: {t:#?}"
+    );
+}
+
+const KEY_POLICY: &str = "3;w=60;name=\"per-api-key\"";
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+/// The example envoy.yaml, exactly as docker-compose runs it, is a valid
+/// Envoy configuration.
+#[test]
+fn example_envoy_yaml_is_valid_as_is() {
+    let (ok, output) = envoy::validate(EXAMPLE_ENVOY_YAML);
+    assert!(
+        ok,
+        "envoy --mode validate rejected examples/envoy/envoy.yaml:\n{output}"
+    );
+}
+
+/// Under the limit requests reach the upstream; over it Envoy answers 429 and
+/// the upstream sees nothing; both carry headers that agree with the rule
+/// (3 per minute, fixed window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_limit_admits_then_429_with_matching_headers() {
+    let s = Stack::start().await;
+    let (start_hits, responses) = within_one_minute(async |n| {
+        let key = format!("alice-{n}");
+        let start_hits = s.upstream.hits();
+        let mut out = Vec::new();
+        for _ in 0..KEY_LIMIT + 2 {
+            out.push(timed_get(&s.envoy, &s.upstream, "/orders", Some(&key)).await);
+        }
+        (start_hits, out)
+    })
+    .await;
+
+    for (i, t) in responses.iter().enumerate() {
+        let reset = fixed_minute_reset(t.before, t.after);
+        if (i as u64) < KEY_LIMIT {
+            assert_admitted(t, start_hits + i + 1);
+            assert_ratelimit_headers(t, KEY_LIMIT, KEY_POLICY, KEY_LIMIT - 1 - i as u64, reset);
+        } else {
+            assert_limited(t, start_hits + KEY_LIMIT as usize);
+            assert_ratelimit_headers(t, KEY_LIMIT, KEY_POLICY, 0, reset);
+        }
+    }
+}
+
+/// The default algorithm (sliding window) through Envoy: 5 per minute on
+/// /login, then 429 until the counted hits age out of the window; an
+/// unlimited path is never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_limit_on_a_path() {
+    let s = Stack::start().await;
+    let policy = "5;w=60";
+    for i in 0..LOGIN_LIMIT {
+        let t = timed_get(&s.envoy, &s.upstream, "/login", None).await;
+        assert_admitted(&t, i as usize + 1);
+        // For admitted hits the reset is when they are forgotten: at most a
+        // window plus one sub-window (window / 10 by default).
+        assert_ratelimit_headers(&t, LOGIN_LIMIT, policy, LOGIN_LIMIT - 1 - i, 1..=66);
+    }
+    for _ in 0..2 {
+        let t = timed_get(&s.envoy, &s.upstream, "/login", None).await;
+        assert_limited(&t, LOGIN_LIMIT as usize);
+        // Over the limit the reset is when the same request would be admitted:
+        // the five hits were taken within a second, so that is roughly a
+        // window away, never more than a window plus a sub-window.
+        assert_ratelimit_headers(&t, LOGIN_LIMIT, policy, 0, 45..=66);
+    }
+
+    // /static/* is unlimited by path: only the per-address and per-listener
+    // limits (100 and 1000 per second) apply, far from exhausted here.
+    for i in 0..LOGIN_LIMIT + 2 {
+        let t = timed_get(&s.envoy, &s.upstream, &format!("/static/{i}.css"), None).await;
+        assert_admitted(&t, LOGIN_LIMIT as usize + i as usize + 1);
+        let limit = t.resp.header("x-ratelimit-limit").unwrap_or_default();
+        assert!(
+            !limit.contains(";w=60"),
+            "no per-minute limit should apply to /static/*: {t:#?}"
+        );
+    }
+}
+
+/// Limits are per descriptor value: key A over its limit does not affect key
+/// B, nor requests without a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_are_limited_independently() {
+    let s = Stack::start().await;
+    let (a, b, none) = within_one_minute(async |n| {
+        let (key_a, key_b) = (format!("a-{n}"), format!("b-{n}"));
+        let mut a = Vec::new();
+        for _ in 0..=KEY_LIMIT {
+            a.push(timed_get(&s.envoy, &s.upstream, "/items", Some(&key_a)).await);
+        }
+        let b = timed_get(&s.envoy, &s.upstream, "/items", Some(&key_b)).await;
+        let none = timed_get(&s.envoy, &s.upstream, "/items", None).await;
+        (a, b, none)
+    })
+    .await;
+
+    let a_admitted = a.iter().filter(|t| t.resp.status == 200).count();
+    assert_eq!(a_admitted as u64, KEY_LIMIT, "key A: {a:#?}");
+    let last = a.last().unwrap();
+    assert_limited(last, last.upstream_hits);
+    assert_ratelimit_headers(last, KEY_LIMIT, KEY_POLICY, 0, 0..=60);
+
+    assert_admitted(&b, last.upstream_hits + 1);
+    let reset = fixed_minute_reset(b.before, b.after);
+    assert_ratelimit_headers(&b, KEY_LIMIT, KEY_POLICY, KEY_LIMIT - 1, reset);
+
+    assert_admitted(&none, last.upstream_hits + 2);
+    let limit = none.resp.header("x-ratelimit-limit").unwrap_or_default();
+    assert!(
+        !limit.contains("per-api-key"),
+        "without x-api-key there is no api_key descriptor: {none:#?}"
+    );
+}
+
+/// Two Envoys asking one Tollgate enforce one limit between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_envoys_share_one_limit() {
+    let upstream = Upstream::start().await;
+    let tollgate = start_tollgate().await;
+    let (e1, e2) = tokio::join!(
+        start_envoy(&upstream, tollgate.grpc_addr(), false),
+        start_envoy(&upstream, tollgate.grpc_addr(), false)
+    );
+    let envoys = [&e1, &e2];
+
+    let (start_hits, responses) = within_one_minute(async |n| {
+        let key = format!("shared-{n}");
+        let start_hits = upstream.hits();
+        let mut out = Vec::new();
+        // Alternate: e1, e2, e1, e2, ... twice the limit in all.
+        for i in 0..2 * KEY_LIMIT as usize {
+            out.push(timed_get(envoys[i % 2], &upstream, "/shared", Some(&key)).await);
+        }
+        (start_hits, out)
+    })
+    .await;
+
+    for (i, t) in responses.iter().enumerate() {
+        let reset = fixed_minute_reset(t.before, t.after);
+        if (i as u64) < KEY_LIMIT {
+            assert_admitted(t, start_hits + i + 1);
+            // The remaining count falls across both proxies: one counter.
+            assert_ratelimit_headers(t, KEY_LIMIT, KEY_POLICY, KEY_LIMIT - 1 - i as u64, reset);
+        } else {
+            assert_limited(t, start_hits + KEY_LIMIT as usize);
+            assert_ratelimit_headers(t, KEY_LIMIT, KEY_POLICY, 0, reset);
+        }
+    }
+    let per_envoy: Vec<usize> = (0..2)
+        .map(|e| {
+            responses
+                .iter()
+                .skip(e)
+                .step_by(2)
+                .filter(|t| t.resp.status == 200)
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        per_envoy.iter().sum::<usize>() as u64,
+        KEY_LIMIT,
+        "admitted across both Envoys: {per_envoy:?}"
+    );
+    assert!(
+        per_envoy.iter().all(|n| *n > 0),
+        "both Envoys admitted some: {per_envoy:?}"
+    );
+}
+
+/// With Tollgate gone, `failure_mode_deny: false` lets traffic through and
+/// `failure_mode_deny: true` refuses it with 500 (Envoy's default
+/// `status_on_error`) without reaching the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tollgate_down_fails_open_or_closed_as_configured() {
+    let upstream = Upstream::start().await;
+    let tollgate = start_tollgate().await;
+    let (open, closed) = tokio::join!(
+        start_envoy(&upstream, tollgate.grpc_addr(), false),
+        start_envoy(&upstream, tollgate.grpc_addr(), true)
+    );
+
+    // Both consult Tollgate while it is up: its limits show in the headers,
+    // and the key's limit is exhausted between them.
+    let key = Some("k");
+    let mut admitted = 0;
+    for i in 0..=KEY_LIMIT {
+        let envoy = if i % 2 == 0 { &open } else { &closed };
+        let t = timed_get(envoy, &upstream, "/before", key).await;
+        assert!(
+            t.resp.header("x-ratelimit-limit").is_some(),
+            "Tollgate was consulted: {t:#?}"
+        );
+        if t.resp.status == 200 {
+            admitted += 1;
+        }
+    }
+    // (The fixed window may have reset in between: then more got through.)
+    assert!(admitted >= KEY_LIMIT, "admitted {admitted}");
+
+    let finished = tokio::task::spawn_blocking(move || tollgate.stop())
+        .await
+        .expect("stop tollgate");
+    assert_eq!(
+        finished.status.code(),
+        None,
+        "tollgate was killed by a signal: {finished:?}"
+    );
+
+    // Fail open: through to the upstream, even for the exhausted key, and
+    // without rate-limit headers since no service answered.
+    for path in ["/open-1", "/open-2"] {
+        let hits = upstream.hits();
+        let t = timed_get(&open, &upstream, path, key).await;
+        assert_admitted(&t, hits + 1);
+        assert_eq!(t.resp.header("x-ratelimit-limit"), None, "{t:#?}");
+    }
+
+    // Fail closed: Envoy answers 500 itself.
+    for path in ["/closed-1", "/closed-2"] {
+        let hits = upstream.hits();
+        let t = timed_get(&closed, &upstream, path, Some("fresh")).await;
+        assert_eq!(t.resp.status, 500, "failure_mode_deny: true: {t:#?}");
+        assert_eq!(
+            t.upstream_hits, hits,
+            "a refused request must not reach the upstream: {t:#?}"
+        );
+    }
+}
