@@ -26,6 +26,8 @@ use crate::store::{MemoryStore, Store};
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+/// How long calls in flight get to finish once the listeners are closed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// The gRPC health names Envoy and Kubernetes probes use.
 const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
@@ -70,6 +72,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     set_health(&health, ServingStatus::Serving).await;
     let draining = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_rx_grace = stop_rx.clone();
     tokio::spawn(handle_signals(
         reload,
         health,
@@ -105,11 +108,24 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             .with_graceful_shutdown(stopped(stop_rx))
             .await
     };
-    let (grpc_result, http_result, prometheus_result) =
-        tokio::join!(grpc_server, http_server, prometheus_server);
-    grpc_result.map_err(|e| format!("gRPC server failed: {e}"))?;
-    http_result.map_err(|e| format!("HTTP server failed: {e}"))?;
-    prometheus_result.map_err(|e| format!("Prometheus server failed: {e}"))
+    let servers = async { tokio::join!(grpc_server, http_server, prometheus_server) };
+    // Envoy keeps its HTTP/2 connections open for good: once the listeners are closed, give
+    // calls in flight a grace period, then stop whatever is still connected.
+    let grace_over = async {
+        stopped(stop_rx_grace).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        (grpc_result, http_result, prometheus_result) = servers => {
+            grpc_result.map_err(|e| format!("gRPC server failed: {e}"))?;
+            http_result.map_err(|e| format!("HTTP server failed: {e}"))?;
+            prometheus_result.map_err(|e| format!("Prometheus server failed: {e}"))
+        }
+        () = grace_over => {
+            tracing::info!("closing connections still open after {SHUTDOWN_GRACE:?}");
+            Ok(())
+        }
+    }
 }
 
 fn options(args: &ServeArgs, defaults: Defaults) -> Options {

@@ -341,6 +341,49 @@ impl Server {
             .expect("connect to tollgate's gRPC listener")
     }
 
+    /// Sends a signal (e.g. "TERM", "HUP") to the server process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {pid} failed");
+    }
+
+    /// Waits for the server to exit by itself (after a signal) and returns its output.
+    pub fn wait_exit(mut self, timeout: Duration) -> Finished {
+        let mut child = self.child.take().expect("server already stopped");
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("poll tollgate") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tollgate did not exit within {timeout:?}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self
+            .stdout
+            .take()
+            .map(PipeReader::finish)
+            .unwrap_or_default();
+        let stderr = self
+            .stderr
+            .take()
+            .map(PipeReader::finish)
+            .unwrap_or_default();
+        Finished {
+            status,
+            stdout: join_lines(stdout),
+            stderr: join_lines(stderr),
+        }
+    }
+
     /// Kills the server and returns everything it printed.
     pub fn stop(mut self) -> Finished {
         let mut child = self.child.take().expect("server already stopped");
