@@ -103,4 +103,32 @@ mod tests {
         // The reference would have counted 13 and denied this one too.
         assert!(w.evaluate(&l, 0, 2).admitted);
     }
+
+    proptest::proptest! {
+        /// Against the definition: admit iff the units admitted in the same epoch-aligned
+        /// window plus these fit; the advertised wait ends exactly at the window's end.
+        #[test]
+        fn matches_the_definition(
+            arrivals in proptest::collection::vec((0u64..700, 1u64..6), 1..300),
+            requests in 0u32..20,
+        ) {
+            let window = SECOND;
+            let l = limit(Algorithm::FixedWindow, requests, window);
+            let mut w = FixedWindow::default();
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            let mut t = 0u64;
+            for (gap_ms, hits) in arrivals {
+                t += gap_ms * 1_000_000;
+                let used: u64 = admitted.iter().filter(|(at, _)| at / window == t / window).map(|(_, h)| h).sum();
+                let expected = used + hits <= u64::from(requests);
+                let d = w.evaluate(&l, t, hits);
+                proptest::prop_assert_eq!(d.admitted, expected);
+                proptest::prop_assert_eq!(d.reset_ns, (t / window + 1) * window - t);
+                if d.admitted {
+                    w.record(&l, t, hits);
+                    admitted.push((t, hits));
+                }
+            }
+        }
+    }
 }
