@@ -3,13 +3,15 @@
 //! Per-descriptor handles are resolved when rules load (see [`DescriptorStats`]), so the
 //! request path only increments atomics; store internals are read at scrape time.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
@@ -42,6 +44,68 @@ impl EncodeMetric for PlainCounter {
 
     fn metric_type(&self) -> MetricType {
         MetricType::Unknown
+    }
+}
+
+/// A histogram updated with atomics only: the request path must not take a lock (the
+/// crate's own histogram locks a mutex on every observation). Buckets double from `first`.
+/// Clones share the counts.
+#[derive(Debug, Clone)]
+pub struct AtomicHistogram(Arc<HistogramCounts>);
+
+#[derive(Debug)]
+struct HistogramCounts {
+    bounds: Vec<f64>,
+    /// One count per bound, plus the +Inf bucket.
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl AtomicHistogram {
+    pub fn new(first: f64, buckets: u16) -> Self {
+        let bounds: Vec<f64> = (0..buckets)
+            .map(|i| first * 2f64.powi(i32::from(i)))
+            .collect();
+        Self(Arc::new(HistogramCounts {
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            bounds,
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn observe(&self, d: std::time::Duration) {
+        let h = &self.0;
+        let i = h.bounds.partition_point(|b| *b < d.as_secs_f64());
+        h.buckets[i].fetch_add(1, Ordering::Relaxed);
+        h.count.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        h.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for AtomicHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for AtomicHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let h = &self.0;
+        let buckets: Vec<(f64, u64)> = h
+            .bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(h.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
+            .collect();
+        let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let count = h.count.load(Ordering::Relaxed);
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
@@ -133,9 +197,10 @@ pub struct Metrics {
     pub descriptors: DescriptorFamilies,
     pub config_load_success: PlainCounter,
     pub config_load_error: PlainCounter,
-    total_requests: Family<MethodLabels, PlainCounter>,
+    /// `total_requests` of ShouldRateLimit, resolved once.
+    should_rate_limit: PlainCounter,
     errors: Family<ErrorLabels, PlainCounter>,
-    pub response_time: Histogram,
+    pub response_time: AtomicHistogram,
 }
 
 impl Metrics {
@@ -181,19 +246,24 @@ impl Metrics {
             "Rate-limit requests answered with an error",
             errors.clone(),
         );
-        // 50 µs to ~1.6 s.
-        let response_time = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        // 10 µs to ~0.3 s.
+        let response_time = AtomicHistogram::new(0.000_01, 15);
         registry.register(
             "ratelimit_service_response_time_seconds",
             "Time to decide one rate-limit request",
             response_time.clone(),
         );
+        let should_rate_limit = total_requests
+            .get_or_create(&MethodLabels {
+                grpc_method: "ShouldRateLimit".to_owned(),
+            })
+            .clone();
         Self {
             registry,
             descriptors,
             config_load_success,
             config_load_error,
-            total_requests,
+            should_rate_limit,
             errors,
             response_time,
         }
@@ -205,12 +275,9 @@ impl Metrics {
             .register_collector(Box::new(StoreCollector(store)));
     }
 
-    pub fn request(&self, method: &str) {
-        self.total_requests
-            .get_or_create(&MethodLabels {
-                grpc_method: method.to_owned(),
-            })
-            .inc_by(1);
+    /// Counts one ShouldRateLimit call (gRPC or /json, as the reference counts them).
+    pub fn request(&self) {
+        self.should_rate_limit.inc_by(1);
     }
 
     pub fn error(&self, err_type: &str) {

@@ -26,6 +26,8 @@ use crate::store::{MemoryStore, Store};
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+/// How long startup waits for Redis before serving without it.
+const FIRST_CONNECT: Duration = Duration::from_secs(3);
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// The gRPC health names Envoy and Kubernetes probes use.
@@ -41,6 +43,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
 
     let store = open_store(&args)?;
+    if let Store::Redis(redis) = &store
+        && !redis.wait_up(FIRST_CONNECT).await
+    {
+        tracing::warn!(
+            "redis not reachable after {FIRST_CONNECT:?}; serving per --on-store-error until it is"
+        );
+    }
     metrics.watch_store(store.clone());
     let service = Arc::new(Service::new(
         rules,

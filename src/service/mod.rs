@@ -121,11 +121,9 @@ impl Service {
     /// Decides one request, counting it in the request metrics.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, DecideError> {
         let started = Instant::now();
-        self.metrics.request("ShouldRateLimit");
+        self.metrics.request();
         let result = self.decide_uncounted(req).await;
-        self.metrics
-            .response_time
-            .observe(started.elapsed().as_secs_f64());
+        self.metrics.response_time.observe(started.elapsed());
         if let Err(e) = &result {
             self.metrics.error(match e {
                 DecideError::InvalidArgument(_) => "invalid_argument",

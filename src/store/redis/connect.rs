@@ -152,6 +152,8 @@ pub struct Link {
     current: ArcSwapOption<Conn>,
     up: AtomicBool,
     wake: Notify,
+    /// Notified whenever the link comes up.
+    connected: Notify,
     pub reconnects: AtomicU64,
 }
 
@@ -165,6 +167,20 @@ impl Link {
 
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    /// Waits until Redis answers, at most `limit`; whether it does.
+    pub async fn wait_up(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let connected = self.connected.notified();
+            if self.is_up() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, connected).await.is_err() {
+                return self.is_up();
+            }
+        }
     }
 
     /// The connection to use, if Redis is believed to answer.
@@ -190,6 +206,7 @@ impl Link {
         let was = self.up.swap(up, Ordering::Relaxed);
         if up && !was {
             self.reconnects.fetch_add(1, Ordering::Relaxed);
+            self.connected.notify_waiters();
             tracing::info!("redis connected");
         } else if was && !up {
             tracing::warn!("redis unreachable; deciding per --on-store-error until it is back");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use crate::metrics::AtomicHistogram;
 
 pub use connect::Target;
 
@@ -38,7 +38,7 @@ pub struct RedisConfig {
 /// Counts for metrics.
 #[derive(Debug)]
 pub struct RedisStats {
-    pub latency: Histogram,
+    pub latency: AtomicHistogram,
     pub round_trips: AtomicU64,
     pub local_denials: AtomicU64,
     pub timeouts: AtomicU64,
@@ -52,7 +52,7 @@ impl Default for RedisStats {
     fn default() -> Self {
         Self {
             // 25 µs to ~0.4 s.
-            latency: Histogram::new(exponential_buckets(0.000_025, 2.0, 15)),
+            latency: AtomicHistogram::new(0.000_025, 15),
             round_trips: AtomicU64::default(),
             local_denials: AtomicU64::default(),
             timeouts: AtomicU64::default(),
@@ -136,6 +136,12 @@ impl RedisStore {
         self.link.is_up()
     }
 
+    /// Waits until Redis answers, at most `limit`; whether it does. Serving before the
+    /// first connection would make a fresh instance decide from an empty local view.
+    pub async fn wait_up(&self, limit: Duration) -> bool {
+        self.link.wait_up(limit).await
+    }
+
     pub fn on_error(&self) -> OnStoreError {
         self.config.on_error
     }
@@ -215,7 +221,7 @@ impl RedisStore {
         script::add_args(&mut invocation, limits, hits);
         let started = Instant::now();
         let answer = tokio::time::timeout(self.config.timeout, conn.invoke(&invocation)).await;
-        self.stats.latency.observe(started.elapsed().as_secs_f64());
+        self.stats.latency.observe(started.elapsed());
         let raw = match answer {
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);

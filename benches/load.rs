@@ -1,0 +1,621 @@
+//! Load benchmark: Tollgate versus a do-nothing rate-limit service.
+//!
+//! Both servers run as separate processes (the no-op one is this binary re-run
+//! with `--noop-server`), one after the other so they never compete for CPU.
+//! Each gets the same closed-loop gRPC load; we report throughput, latency
+//! percentiles, error / over-limit counts and the server's CPU time per
+//! request, read from `/proc/PID/stat`.
+//!
+//! Run: `cargo bench --bench load -- [OPTIONS]` (`--help` lists them).
+
+use std::error::Error;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Endpoint, Server};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+/// How long a server may take to print its "listening" line.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Number of distinct over-limit values (`hot-0..hot-9`).
+const HOT_VALUES: u64 = 10;
+
+#[derive(Parser, Debug)]
+#[command(about = "Load benchmark: Tollgate vs a no-op rate-limit service")]
+struct Args {
+    /// Path to the tollgate binary.
+    #[arg(long, default_value = "target/release/tollgate")]
+    tollgate: PathBuf,
+    /// Extra argument for `tollgate serve` (repeatable).
+    #[arg(long = "tollgate-arg", allow_hyphen_values = true)]
+    tollgate_args: Vec<String>,
+    /// requests_per_unit (per second) of the `user` rule.
+    #[arg(long, default_value_t = 1_000_000_000)]
+    limit: u32,
+    /// Fraction (0..=1) of requests sent to the over-limit `hot` keys.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    over_limit_fraction: f64,
+    /// Number of distinct `user` values to cycle over.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// Number of HTTP/2 connections.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    connections: u64,
+    /// Number of concurrent request loops, spread over the connections.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    concurrency: u64,
+    /// Measured seconds (at most a day, so deadlines cannot overflow).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    duration: u64,
+    /// Unmeasured warm-up seconds before the measured interval.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    warmup: u64,
+    /// Which servers to benchmark.
+    #[arg(long, value_enum, default_value_t = Only::Both)]
+    only: Only,
+    /// Internal: run the no-op server instead of the benchmark.
+    #[arg(long, hide = true)]
+    noop_server: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Only {
+    Tollgate,
+    Noop,
+    Both,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&f) {
+        Ok(f)
+    } else {
+        Err(format!("{f} is not within 0.0..=1.0"))
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let outcome = if args.noop_server {
+        run_noop_server()
+    } else {
+        run_bench(&args)
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// No-op server (child process)
+// ---------------------------------------------------------------------------
+
+/// Answers every request OK without looking at it: the floor of what any
+/// tonic-based rate-limit service can cost.
+struct NoopService;
+
+#[tonic::async_trait]
+impl RateLimitService for NoopService {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let ok = DescriptorStatus {
+            code: Code::Ok as i32,
+            ..Default::default()
+        };
+        let statuses = vec![ok; request.get_ref().descriptors.len()];
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses,
+            ..Default::default()
+        }))
+    }
+}
+
+fn run_noop_server() -> Result<()> {
+    exit_when_stdin_closes();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let incoming =
+            TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?.with_nodelay(Some(true));
+        let addr = incoming.local_addr()?;
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "noop listening grpc={addr}")?;
+        stdout.flush()?;
+        drop(stdout);
+        Server::builder()
+            .add_service(RateLimitServiceServer::new(NoopService))
+            .serve_with_incoming(incoming)
+            .await?;
+        Ok(())
+    })
+}
+
+/// The parent holds our stdin open; EOF means it is gone (even if it was
+/// SIGKILLed and its guard never ran), so we must not linger.
+fn exit_when_stdin_closes() {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Server processes (parent side)
+// ---------------------------------------------------------------------------
+
+/// A running server process; killed when dropped, so errors and panics
+/// never leave it behind.
+struct ServerProcess {
+    child: Child,
+    pid: u32,
+    grpc_addr: SocketAddr,
+    /// Kept open so the no-op server notices when we go away.
+    _stdin: Option<ChildStdin>,
+    /// Holds the rules and stderr files; removed after the kill.
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_noop() -> Result<ServerProcess> {
+    let dir = tempfile::tempdir()?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("--noop-server");
+    spawn_server(cmd, dir, "noop listening ")
+}
+
+fn start_tollgate(args: &Args) -> Result<ServerProcess> {
+    if !args.tollgate.is_file() {
+        return Err(format!(
+            "tollgate binary not found at {} (run `cargo build --release` or pass --tollgate)",
+            args.tollgate.display()
+        )
+        .into());
+    }
+    let dir = tempfile::tempdir()?;
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, rules_yaml(args.limit))?;
+    let mut cmd = Command::new(&args.tollgate);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&rules)
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(&args.tollgate_args);
+    spawn_server(cmd, dir, "tollgate listening ")
+}
+
+/// `user` gets the configured limit; `hot` allows 1/s so hot traffic is
+/// almost always over limit.
+fn rules_yaml(limit: u32) -> String {
+    [
+        "domain: bench".to_owned(),
+        "descriptors:".to_owned(),
+        "  - key: user".to_owned(),
+        format!("    rate_limit: {{unit: second, requests_per_unit: {limit}}}"),
+        "  - key: hot".to_owned(),
+        "    rate_limit: {unit: second, requests_per_unit: 1}".to_owned(),
+        String::new(),
+    ]
+    .join("\n")
+}
+
+/// Spawns `cmd` and waits for its `<prefix>grpc=ADDR ...` line. Stderr goes
+/// to a file (a pipe nobody drains could block a chatty server) and is
+/// quoted if the process dies before it is ready.
+fn spawn_server(mut cmd: Command, dir: tempfile::TempDir, prefix: &str) -> Result<ServerProcess> {
+    let stderr_path = dir.path().join("stderr.log");
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(File::create(&stderr_path)?);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
+    let stdin = child.stdin.take();
+    let lines = child.stdout.take().map(forward_first_line);
+    let mut server = ServerProcess {
+        pid: child.id(),
+        child,
+        grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        _stdin: stdin,
+        _dir: dir,
+    };
+    let line = wait_for_line(&mut server.child, lines, &stderr_path)?;
+    server.grpc_addr = parse_grpc_addr(&line, prefix)?;
+    Ok(server)
+}
+
+/// Reads stdout on a thread: sends the first line, then keeps draining so
+/// later prints never fail with a broken pipe.
+fn forward_first_line(stdout: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        if matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+            let _ = tx.send(line.trim_end().to_owned());
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        }
+    });
+    rx
+}
+
+fn wait_for_line(
+    child: &mut Child,
+    lines: Option<mpsc::Receiver<String>>,
+    stderr_path: &Path,
+) -> Result<String> {
+    let lines = lines.ok_or("child stdout was not captured")?;
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    while Instant::now() < deadline {
+        match lines.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => return Ok(line),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // Stdout closed without a line: the process is exiting.
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait()?;
+                return Err(died_early(status, stderr_path));
+            }
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(died_early(status, stderr_path));
+        }
+    }
+    Err(format!("server not ready after {STARTUP_TIMEOUT:?}").into())
+}
+
+fn died_early(status: std::process::ExitStatus, stderr_path: &Path) -> BoxError {
+    let stderr = std::fs::read_to_string(stderr_path).unwrap_or_default();
+    format!("server exited ({status}) before listening; stderr:\n{stderr}").into()
+}
+
+/// Extracts the gRPC address from e.g.
+/// `tollgate listening grpc=127.0.0.1:1234 http=127.0.0.1:5678`.
+fn parse_grpc_addr(line: &str, prefix: &str) -> Result<SocketAddr> {
+    let rest = line
+        .strip_prefix(prefix)
+        .ok_or_else(|| format!("unexpected first stdout line: {line:?}"))?;
+    let addr = rest
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("grpc="))
+        .ok_or_else(|| format!("no grpc= address in {line:?}"))?;
+    addr.parse()
+        .map_err(|e| format!("bad grpc address {addr:?}: {e}").into())
+}
+
+// ---------------------------------------------------------------------------
+// Server CPU time
+// ---------------------------------------------------------------------------
+
+/// utime + stime (fields 14 and 15 of /proc/PID/stat) in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may contain spaces, so count from its ')'.
+    let after_comm = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or("malformed /proc stat")?;
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // `fields[0]` is field 3 (state), so field N is `fields[N - 3]`.
+    let field = |n: usize| -> Result<u64> {
+        let raw = fields.get(n - 3).ok_or("short /proc stat")?;
+        Ok(raw.parse()?)
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(100)
+}
+
+// ---------------------------------------------------------------------------
+// Load generation
+// ---------------------------------------------------------------------------
+
+/// What one request loop saw during the measured interval.
+#[derive(Default)]
+struct Stats {
+    /// Latency of each OK / OVER_LIMIT answer, in microseconds.
+    latencies_us: Vec<u32>,
+    ok: u64,
+    over_limit: u64,
+    /// gRPC error statuses and answers with an unexpected overall code.
+    errors: u64,
+}
+
+impl Stats {
+    fn merge(&mut self, other: Stats) {
+        self.latencies_us.extend(other.latencies_us);
+        self.ok += other.ok;
+        self.over_limit += other.over_limit;
+        self.errors += other.errors;
+    }
+}
+
+/// Load shape shared by every request loop.
+#[derive(Clone, Copy)]
+struct Workload {
+    keys: u64,
+    over_limit_fraction: f64,
+    concurrency: u64,
+    measure_start: tokio::time::Instant,
+    end: tokio::time::Instant,
+}
+
+struct Measurement {
+    stats: Stats,
+    cpu_us: f64,
+    seconds: f64,
+}
+
+async fn measure(server: &ServerProcess, args: &Args, ticks_per_s: u64) -> Result<Measurement> {
+    let channels = connect(server.grpc_addr, args.connections).await?;
+    let now = tokio::time::Instant::now();
+    let measure_start = now + Duration::from_secs(args.warmup);
+    let work = Workload {
+        keys: args.keys,
+        over_limit_fraction: args.over_limit_fraction,
+        concurrency: args.concurrency,
+        measure_start,
+        end: measure_start + Duration::from_secs(args.duration),
+    };
+    let tasks: Vec<_> = (0..args.concurrency)
+        .map(|i| {
+            let channel = channels[(i % args.connections) as usize].clone();
+            tokio::spawn(request_loop(channel, i, work))
+        })
+        .collect();
+
+    tokio::time::sleep_until(work.measure_start).await;
+    let cpu_before = cpu_ticks(server.pid)?;
+    tokio::time::sleep_until(work.end).await;
+    let cpu_after = cpu_ticks(server.pid)?;
+
+    let mut stats = Stats::default();
+    for task in tasks {
+        stats.merge(task.await?);
+    }
+    let cpu_ticks = cpu_after.saturating_sub(cpu_before);
+    Ok(Measurement {
+        stats,
+        cpu_us: cpu_ticks as f64 * 1e6 / ticks_per_s as f64,
+        seconds: args.duration as f64,
+    })
+}
+
+/// One Channel per connection: each connects eagerly to a single HTTP/2
+/// connection that the request loops on it multiplex over.
+async fn connect(addr: SocketAddr, connections: u64) -> Result<Vec<Channel>> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true);
+    let mut channels = Vec::new();
+    for _ in 0..connections {
+        channels.push(endpoint.connect().await?);
+    }
+    Ok(channels)
+}
+
+/// Closed loop: send, await the answer, repeat until `work.end`. Only
+/// requests that start in the measured interval and finish before its end
+/// are counted; one still in flight at the end is abandoned.
+async fn request_loop(channel: Channel, index: u64, work: Workload) -> Stats {
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut keys = KeyPicker::new(index, work);
+    let mut stats = Stats::default();
+    loop {
+        let started = tokio::time::Instant::now();
+        if started >= work.end {
+            return stats;
+        }
+        let call = client.should_rate_limit(keys.next_request());
+        let Ok(result) = tokio::time::timeout_at(work.end, call).await else {
+            return stats;
+        };
+        if started < work.measure_start {
+            continue;
+        }
+        record(&mut stats, result, started.elapsed());
+    }
+}
+
+fn record(
+    stats: &mut Stats,
+    result: Result<tonic::Response<RateLimitResponse>, tonic::Status>,
+    latency: Duration,
+) {
+    let code = match result {
+        Ok(response) => Code::try_from(response.get_ref().overall_code),
+        Err(_) => {
+            stats.errors += 1;
+            return;
+        }
+    };
+    match code {
+        Ok(Code::Ok) => stats.ok += 1,
+        Ok(Code::OverLimit) => stats.over_limit += 1,
+        _ => {
+            stats.errors += 1;
+            return;
+        }
+    }
+    let micros = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+    stats.latencies_us.push(micros);
+}
+
+/// Chooses each request's descriptor. Loops stride by the concurrency so
+/// together they cycle over all `user` keys; a tiny PRNG picks hot requests
+/// so the same fraction hits both servers without a rand dependency.
+struct KeyPicker {
+    next_user: u64,
+    stride: u64,
+    keys: u64,
+    over_limit_fraction: f64,
+    rng: u64,
+}
+
+impl KeyPicker {
+    fn new(index: u64, work: Workload) -> Self {
+        Self {
+            next_user: index % work.keys,
+            stride: work.concurrency,
+            keys: work.keys,
+            over_limit_fraction: work.over_limit_fraction,
+            rng: index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        }
+    }
+
+    fn next_request(&mut self) -> RateLimitRequest {
+        let roll = self.next_random();
+        let (key, value) = if unit_interval(roll) < self.over_limit_fraction {
+            ("hot", format!("hot-{}", roll % HOT_VALUES))
+        } else {
+            let user = self.next_user;
+            self.next_user = (user + self.stride) % self.keys;
+            ("user", format!("u-{user}"))
+        };
+        RateLimitRequest {
+            domain: "bench".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: key.to_owned(),
+                    value,
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// splitmix64: good enough to spread hot requests evenly.
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Maps a random u64 to [0, 1) using its top 53 bits.
+fn unit_interval(x: u64) -> f64 {
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+// ---------------------------------------------------------------------------
+// Driver and report
+// ---------------------------------------------------------------------------
+
+struct Row {
+    name: &'static str,
+    rps: f64,
+    p50_us: u32,
+    p99_us: u32,
+    errors: u64,
+    over_limit: u64,
+    cpu_us_per_req: f64,
+}
+
+fn run_bench(args: &Args) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let ticks_per_s = clock_ticks_per_second();
+    let mut rows = Vec::new();
+    // One server at a time, so neither competes with the other for CPU.
+    if args.only != Only::Tollgate {
+        let server = start_noop()?;
+        let m = runtime.block_on(measure(&server, args, ticks_per_s))?;
+        rows.push(summarize("noop", m));
+    }
+    if args.only != Only::Noop {
+        let server = start_tollgate(args)?;
+        let m = runtime.block_on(measure(&server, args, ticks_per_s))?;
+        rows.push(summarize("tollgate", m));
+    }
+    print_report(&rows);
+    Ok(())
+}
+
+fn summarize(name: &'static str, m: Measurement) -> Row {
+    let mut stats = m.stats;
+    stats.latencies_us.sort_unstable();
+    let answered = stats.ok + stats.over_limit;
+    // The server spent CPU on failed requests too, so they count here.
+    let completed = answered + stats.errors;
+    Row {
+        name,
+        rps: answered as f64 / m.seconds,
+        p50_us: percentile(&stats.latencies_us, 0.50),
+        p99_us: percentile(&stats.latencies_us, 0.99),
+        errors: stats.errors,
+        over_limit: stats.over_limit,
+        cpu_us_per_req: m.cpu_us / completed.max(1) as f64,
+    }
+}
+
+/// Nearest-rank percentile of sorted samples (0 when there are none).
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+fn print_report(rows: &[Row]) {
+    println!(
+        "{:<11} {:<9} {:<7} {:<7} {:<7} {:<11} cpu_us_per_req",
+        "server", "rps", "p50_us", "p99_us", "errors", "over_limit"
+    );
+    for r in rows {
+        println!(
+            "{:<11} {:<9.0} {:<7} {:<7} {:<7} {:<11} {:.1}",
+            r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
+        );
+    }
+    if let [noop, tollgate] = rows {
+        println!(
+            "ratio tollgate/noop: throughput {:.2}, cpu per request {:.2}",
+            tollgate.rps / noop.rps.max(f64::MIN_POSITIVE),
+            tollgate.cpu_us_per_req / noop.cpu_us_per_req.max(f64::MIN_POSITIVE),
+        );
+    }
+}

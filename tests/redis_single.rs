@@ -1,0 +1,471 @@
+//! The Redis store against one real redis-server: limiting, sharing between instances,
+//! key layout, round trips, accuracy under overload, cold instances, URL forms and AUTH.
+//!
+//! Normal-operation tests run Tollgate with `--store-timeout 1s`: they check what the
+//! store decides, so a slow answer on a loaded machine must not turn into a local
+//! decision. The 10 ms default and the failure modes are the subject of redis_faults.rs.
+
+mod common;
+mod redis_harness;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use redis_harness::*;
+
+const TIMEOUT: &str = "1s";
+
+fn single(redis: &RedisServer, extra: &[&str]) -> Server {
+    let mut args = vec!["--store-timeout", TIMEOUT];
+    args.extend_from_slice(extra);
+    start_connected(RULES, "single", &redis.url(), &args)
+}
+
+// ---------------------------------------------------------------------------
+// The harness itself
+// ---------------------------------------------------------------------------
+
+#[test]
+fn harness_runs_restarts_freezes_and_counts_commands() {
+    let mut redis = RedisServer::start();
+    assert_ne!(redis.port(), 6379);
+    assert!(redis.ping());
+
+    let before = redis.commandstats();
+    let _: () = redis.query(&["SET", "k", "v"]);
+    let _: () = redis.query(&["SET", "k", "w"]);
+    let after = redis.commandstats();
+    assert_eq!(after.calls("set"), before.calls("set") + 2, "{after:?}");
+    assert_eq!(after.since(&before).get("set"), Some(&2), "{after:?}");
+    assert_eq!(redis.keys("*"), ["k"]);
+
+    // A restart keeps the port and loses the data (nothing is persisted).
+    let port = redis.port();
+    redis.restart();
+    assert_eq!(redis.port(), port);
+    assert!(redis.ping());
+    assert_eq!(redis.dbsize(), 0);
+
+    redis.freeze();
+    assert!(!redis.ping(), "a frozen server must not answer");
+    redis.thaw();
+    assert!(redis.ping());
+
+    redis.stop();
+    assert!(!redis.ping());
+    redis.launch();
+    assert!(redis.ping());
+}
+
+// ---------------------------------------------------------------------------
+// Limiting
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn limits_over_redis_then_denies() {
+    let redis = RedisServer::start();
+    let server = single(&redis, &[]);
+    let mut rls = server.client().await;
+
+    for remaining in (0..USER_LIMIT as u32).rev() {
+        let status = rls.check(DOMAIN, &[("user", "ann")]).await;
+        assert_eq!(code(&status), Code::Ok, "{status:?}");
+        assert_eq!(status.limit_remaining, remaining, "{status:?}");
+    }
+    for _ in 0..3 {
+        let status = rls.check(DOMAIN, &[("user", "ann")]).await;
+        assert_eq!(code(&status), Code::OverLimit, "{status:?}");
+        assert_eq!(status.limit_remaining, 0, "{status:?}");
+    }
+    // Another value is another counter.
+    let status = rls.check(DOMAIN, &[("user", "bob")]).await;
+    assert_eq!(code(&status), Code::Ok, "{status:?}");
+
+    // The counters live in Redis, not in the instance.
+    let keys = redis.keys("*");
+    assert_eq!(
+        keys,
+        [
+            redis_key("", DOMAIN, &[("user", "ann")], USER_SHAPE),
+            redis_key("", DOMAIN, &[("user", "bob")], USER_SHAPE),
+        ],
+        "one key per counter"
+    );
+    assert_eq!(store_health(server.http_addr()).await, 200);
+}
+
+#[tokio::test]
+async fn two_instances_share_one_counter() {
+    let redis = RedisServer::start();
+    let (a, b) = (single(&redis, &[]), single(&redis, &[]));
+    let mut clients = [a.client().await, b.client().await];
+
+    let got = round_robin(&mut clients, DOMAIN, &[("user", "shared")], USER_LIMIT + 4).await;
+    assert_eq!(
+        got,
+        exactly(USER_LIMIT, 4),
+        "alternating over two instances"
+    );
+
+    // Both instances deny from now on.
+    for rls in &mut clients {
+        let status = rls.check(DOMAIN, &[("user", "shared")]).await;
+        assert_eq!(code(&status), Code::OverLimit, "{status:?}");
+    }
+}
+
+/// An instance started after a counter is full, connected to Redis before its first
+/// request: its empty local view sends that request to Redis, which denies it (no
+/// over-admission); the answer refreshes the local view, so later denials stay local.
+#[tokio::test]
+async fn cold_instance_denies_a_full_counter_at_once() {
+    let redis = RedisServer::start();
+    let (_warm, mut warm_rls) = fill_yearly(&redis, "cold").await;
+    let cold = single(&redis, &[]);
+    let mut cold_rls = cold.client().await;
+
+    let before = redis.commandstats();
+    let first = timed_check(&mut cold_rls, DOMAIN, &[("yearly", "cold")]).await;
+    let after_first = redis.commandstats();
+    assert_eq!(
+        first.result,
+        Ok(Code::OverLimit),
+        "no over-admission: {first:?}"
+    );
+    assert_eq!(
+        after_first.scripts() - before.scripts(),
+        1,
+        "a cold instance must ask Redis once: {:?}",
+        after_first.since(&before)
+    );
+
+    let got = round_robin(
+        std::slice::from_mut(&mut cold_rls),
+        DOMAIN,
+        &[("yearly", "cold")],
+        5,
+    )
+    .await;
+    let after = redis.commandstats();
+    assert_eq!(got, exactly(0, 5));
+    assert_eq!(
+        after.scripts(),
+        after_first.scripts(),
+        "denials known to the local view must not reach Redis: {:?}",
+        after.since(&after_first)
+    );
+    let status = warm_rls.check(DOMAIN, &[("yearly", "cold")]).await;
+    assert_eq!(code(&status), Code::OverLimit, "{status:?}");
+}
+
+/// The same, with the first request sent as soon as the instance announces itself — what a
+/// load balancer does with a freshly scaled-up instance. Redis is up the whole time, so
+/// the instance must not over-admit while its connection is being set up (within the
+/// store timeout of 1 s). Five fresh instances, to catch a race.
+#[tokio::test]
+async fn fresh_instance_denies_a_full_counter_from_its_first_request() {
+    let redis = RedisServer::start();
+    let _warm = fill_yearly(&redis, "fresh").await;
+    for i in 0..5 {
+        let fresh = start_tollgate(RULES, "single", &redis.url(), &["--store-timeout", TIMEOUT]);
+        let mut rls = fresh.client().await;
+        let first = timed_check(&mut rls, DOMAIN, &[("yearly", "fresh")]).await;
+        assert_eq!(
+            first.result,
+            Ok(Code::OverLimit),
+            "instance {i}: first request right after readiness over-admitted: {first:?}; \
+             /healthcheck/store now {}",
+            store_health(fresh.http_addr()).await
+        );
+    }
+}
+
+/// An instance that has filled `yearly=value` to its limit, and a client of it.
+async fn fill_yearly(redis: &RedisServer, value: &str) -> (Server, Rls) {
+    let server = single(redis, &[]);
+    let mut rls = server.client().await;
+    let got = round_robin(
+        std::slice::from_mut(&mut rls),
+        DOMAIN,
+        &[("yearly", value)],
+        YEARLY_LIMIT,
+    )
+    .await;
+    assert_eq!(got, exactly(YEARLY_LIMIT, 0));
+    (server, rls)
+}
+
+// ---------------------------------------------------------------------------
+// Keys
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn keys_carry_the_prefix_one_hash_per_counter_and_a_window_ttl() {
+    let redis = RedisServer::start();
+    let server = single(&redis, &["--cache-key-prefix", "tg-test:"]);
+    let mut rls = server.client().await;
+
+    let sliding = timed_check(&mut rls, DOMAIN, &[("user", "ann")]).await;
+    let fixed = timed_check(&mut rls, DOMAIN, &[("fixed", "ann")]).await;
+    assert_eq!(sliding.result, Ok(Code::Ok));
+    assert_eq!(fixed.result, Ok(Code::Ok));
+
+    let sliding_key = redis_key("tg-test:", DOMAIN, &[("user", "ann")], USER_SHAPE);
+    let fixed_key = redis_key("tg-test:", DOMAIN, &[("fixed", "ann")], FIXED_SHAPE);
+    let mut want = vec![sliding_key.clone(), fixed_key.clone()];
+    want.sort();
+    assert_eq!(redis.keys("*"), want, "exactly one key per counter");
+    assert_eq!(redis.key_type(&sliding_key), "hash");
+    assert_eq!(redis.key_type(&fixed_key), "hash");
+
+    // Expiry as absolute times, bracketed by the client's clock readings.
+    let ms = |t: SystemTime| (epoch_ns(t) / 1_000_000) as i64;
+    let read_at = SystemTime::now();
+    let (sliding_ttl, fixed_ttl) = (redis.pttl(&sliding_key), redis.pttl(&fixed_key));
+    let read_done = SystemTime::now();
+    assert!(
+        sliding_ttl > 0 && fixed_ttl > 0,
+        "{sliding_ttl} {fixed_ttl}"
+    );
+
+    // Sliding window of 60 s, sub-windows of 6 s: the hit is forgotten between one window
+    // and one window plus one sub-window after it was counted.
+    let expires = (ms(read_at) + sliding_ttl, ms(read_done) + sliding_ttl);
+    let earliest = ms(sliding.sent) + 60_000;
+    let latest = ms(sliding.received) + 66_000;
+    assert!(
+        expires.1 >= earliest && expires.0 <= latest,
+        "sliding key expires in [{}, {}] ms after the hit, want [60000, 66000] (PTTL {sliding_ttl})",
+        expires.0 - ms(sliding.received),
+        expires.1 - ms(sliding.sent),
+    );
+
+    // Fixed window of one hour, aligned to the epoch: the key lives until the window ends.
+    let hour = 3_600_000;
+    let window_end = (ms(fixed.sent) / hour + 1) * hour;
+    let expires = (ms(read_at) + fixed_ttl, ms(read_done) + fixed_ttl);
+    assert!(
+        expires.1 >= window_end - 1_000 && expires.0 <= window_end + 1_000,
+        "fixed key expires {} ms from the window end (PTTL {fixed_ttl})",
+        expires.0 - window_end
+    );
+}
+
+#[tokio::test]
+async fn environment_variables_select_redis_and_the_prefix() {
+    let redis = RedisServer::start();
+    let config = ConfigDir::with_file("config.yaml", RULES);
+    let mut cmd = serve_command(&config.file("config.yaml"));
+    cmd.env("BACKEND_TYPE", "redis")
+        .env("REDIS_TYPE", "single")
+        .env("REDIS_URL", redis.host_port())
+        .env("CACHE_KEY_PREFIX", "env:")
+        .env("STORE_TIMEOUT", TIMEOUT)
+        .env("ON_STORE_ERROR", "error");
+    let server = Server::spawn(cmd)
+        .unwrap_or_else(|exit| exit.fail())
+        .keep(config);
+    wait_store_health(server.http_addr(), 200, Duration::from_secs(15));
+    let mut rls = server.client().await;
+    let got = round_robin(
+        std::slice::from_mut(&mut rls),
+        DOMAIN,
+        &[("user", "env")],
+        USER_LIMIT + 1,
+    )
+    .await;
+    assert_eq!(got, exactly(USER_LIMIT, 1));
+    assert_eq!(
+        redis.keys("*"),
+        [redis_key("env:", DOMAIN, &[("user", "env")], USER_SHAPE)]
+    );
+}
+
+#[tokio::test]
+async fn url_forms_and_auth() {
+    let redis = RedisServer::start_with("redis", &["--requirepass", "secret"]);
+    let _: () = redis.query(&["ACL", "SETUSER", "tg", "on", ">pw", "~*", "+@all"]);
+    assert!(
+        redis::cmd("PING")
+            .query::<String>(&mut redis.connection_as(None))
+            .is_err(),
+        "the server must require a password"
+    );
+
+    // host:port with --redis-auth, and a URL with user and password: one shared counter.
+    let by_flag = start_connected(
+        RULES,
+        "single",
+        &redis.host_port(),
+        &["--redis-auth", "secret", "--store-timeout", TIMEOUT],
+    );
+    let by_url = start_connected(
+        RULES,
+        "single",
+        &format!("redis://tg:pw@127.0.0.1:{}", redis.port()),
+        &["--store-timeout", TIMEOUT],
+    );
+    let mut clients = [by_flag.client().await, by_url.client().await];
+    let got = round_robin(&mut clients, DOMAIN, &[("user", "auth")], USER_LIMIT + 2).await;
+    assert_eq!(got, exactly(USER_LIMIT, 2));
+    assert_eq!(store_health(by_flag.http_addr()).await, 200);
+    assert_eq!(store_health(by_url.http_addr()).await, 200);
+
+    // A wrong password is a store failure.
+    let wrong = start_tollgate(
+        RULES,
+        "single",
+        &redis.url(),
+        &[
+            "--redis-auth",
+            "wrong",
+            "--store-timeout",
+            TIMEOUT,
+            "--on-store-error",
+            "error",
+        ],
+    );
+    let mut rls = wrong.client().await;
+    let answer = timed_check(&mut rls, DOMAIN, &[("user", "wrong")]).await;
+    assert_eq!(answer.result, Err(tonic::Code::Unavailable), "{answer:?}");
+    assert_eq!(store_health(wrong.http_addr()).await, 503);
+}
+
+// ---------------------------------------------------------------------------
+// Round trips
+// ---------------------------------------------------------------------------
+
+/// Each admission is one script call; a request the local view knows to be over the limit
+/// reaches Redis not at all. Background activity that does not depend on requests (a
+/// health PING) is tolerated at a low rate; everything else must be unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_cost_one_script_call_and_denials_none() {
+    let redis = RedisServer::start();
+    let server = single(&redis, &[]);
+    let mut rls = server.client().await;
+
+    // Load the script once, on another counter.
+    let warm = timed_check(&mut rls, DOMAIN, &[("yearly", "warm-up")]).await;
+    assert_eq!(warm.result, Ok(Code::Ok));
+
+    let s0 = redis.commandstats();
+    let got = round_robin(
+        std::slice::from_mut(&mut rls),
+        DOMAIN,
+        &[("yearly", "flood")],
+        YEARLY_LIMIT,
+    )
+    .await;
+    let s1 = redis.commandstats();
+    assert_eq!(got, exactly(YEARLY_LIMIT, 0));
+    assert_eq!(
+        s1.scripts() - s0.scripts(),
+        YEARLY_LIMIT as u64,
+        "one EVALSHA/EVAL per admission: {:?}",
+        s1.since(&s0)
+    );
+
+    const DENIALS: usize = 10_000;
+    const TASKS: usize = 8;
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TASKS {
+        let mut rls = rls.clone();
+        tasks.spawn(async move {
+            let mut wrong = Vec::new();
+            for _ in 0..DENIALS / TASKS {
+                let answer = timed_check(&mut rls, DOMAIN, &[("yearly", "flood")]).await;
+                if answer.result != Ok(Code::OverLimit) {
+                    wrong.push(answer);
+                }
+            }
+            wrong
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(task) = tasks.join_next().await {
+        wrong.extend(task.expect("request task"));
+    }
+    let elapsed = start.elapsed();
+    let s2 = redis.commandstats();
+    assert!(
+        wrong.is_empty(),
+        "{} of {DENIALS} answers were not OVER_LIMIT, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+
+    let changed = s2.since(&s1);
+    assert_eq!(
+        s2.scripts(),
+        s1.scripts(),
+        "{DENIALS} denials made script calls: {changed:?}"
+    );
+    let pings = changed.get("ping").copied().unwrap_or(0);
+    let allowed_pings = 2 * elapsed.as_secs() + 2;
+    assert!(
+        pings <= allowed_pings,
+        "{pings} PINGs during {elapsed:?} of denials (background rate allows {allowed_pings})"
+    );
+    let others: Vec<_> = changed
+        .iter()
+        .filter(|(name, _)| *name != "info" && *name != "ping")
+        .collect();
+    assert!(
+        others.is_empty(),
+        "commands reached Redis during {DENIALS} locally known denials: {others:?}"
+    );
+    eprintln!("{DENIALS} denials in {elapsed:?}; Redis commands meanwhile: {changed:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Accuracy
+// ---------------------------------------------------------------------------
+
+/// Three instances on one Redis, 3× overload spread round-robin over them at a steady
+/// pace for three windows of 2 s (limit 200, sub-windows of 200 ms).
+///
+/// What the algorithm guarantees, with the run starting at an epoch-aligned window
+/// boundary (the store's windows are epoch-aligned on the same clock as the client's):
+/// - An aligned window is exactly N sub-windows. Redis admits only while the weighted count
+///   stays ≤ limit, and the count at the end of a window's last sub-window is at least the
+///   sum of its N sub-windows, so no aligned window ever holds more than the limit — exact,
+///   no approximation slack. The client attributes an admission to a window only when it
+///   was both sent and answered inside it, so that count can only under-estimate.
+/// - From the start, the limit is reached after a third of the window; later windows admit
+///   as the first third's sub-windows slide out, so admissions stay in the first half of
+///   every window and the oldest sub-window weighs nothing at each boundary. In the
+///   remaining half window hundreds of requests arrive while the count is an integer below
+///   or at the limit, so each window is filled to exactly the limit. Local denials change
+///   nothing (the local view is never above the shared count). The 1 % tolerance
+///   (2 of 200) covers only admissions the client cannot attribute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_stay_accurate_under_steady_overload() {
+    let redis = RedisServer::start();
+    let servers = [
+        single(&redis, &[]),
+        single(&redis, &[]),
+        single(&redis, &[]),
+    ];
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(s.client().await);
+    }
+    let run = steady_overload(
+        &clients,
+        DOMAIN,
+        &[("acc", "steady")],
+        ACC_LIMIT,
+        ACC_WINDOW,
+        3,
+        3,
+    )
+    .await;
+    eprintln!(
+        "per window {:?}; admissions per sub-window {:?}; slowest {:?}",
+        run.per_window(),
+        run.histogram(ACC_SUB_WINDOW),
+        run.slowest()
+    );
+    run.assert_accurate(ACC_LIMIT / 100, ACC_SUB_WINDOW);
+}
