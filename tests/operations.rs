@@ -20,6 +20,14 @@ descriptors:
 /// second) is measured and printed, not asserted, as timing belongs to benchmarks.
 const RELOAD_DEADLINE: Duration = Duration::from_secs(15);
 
+/// `RULES` plus a rule for key `new`: 2 per hour.
+fn with_new_rule() -> String {
+    RULES.replace(
+        "  - key: load",
+        "  - key: new\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: load",
+    )
+}
+
 /// The value of the first metric line that starts with `prefix` (name and labels).
 fn metric(server: &Server, prefix: &str) -> Option<f64> {
     let page = http_get(server.http_addr(), "/metrics");
@@ -115,10 +123,7 @@ async fn a_valid_change_applies_under_load_without_a_failed_call() {
             .current_limit
             .is_none()
     );
-    let changed = RULES.replace(
-        "  - key: load",
-        "  - key: new\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: load",
-    );
+    let changed = with_new_rule();
     std::fs::write(&file, changed).expect("rewrite the rules");
     let took = until("the new rule applies", RELOAD_DEADLINE, async || {
         rls.check("ops", &[("new", "probe")])
@@ -280,10 +285,7 @@ async fn a_configmap_symlink_swap_reloads() {
             .is_none()
     );
 
-    let changed = RULES.replace(
-        "  - key: load",
-        "  - key: new\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: load",
-    );
+    let changed = with_new_rule();
     std::fs::create_dir(dir.join("..2026_01_02")).expect("new data dir");
     std::fs::write(dir.join("..2026_01_02/rules.yaml"), changed).expect("new rules");
     symlink("..2026_01_02", dir.join("..data_tmp")).expect("link ..data_tmp");
