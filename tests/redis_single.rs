@@ -469,3 +469,54 @@ async fn three_instances_stay_accurate_under_steady_overload() {
     );
     run.assert_accurate(ACC_LIMIT / 100, ACC_SUB_WINDOW);
 }
+
+// ---------------------------------------------------------------------------
+// Background reads
+// ---------------------------------------------------------------------------
+
+/// A counter metric of `server`, from /metrics.
+fn counter(server: &Server, name: &str) -> u64 {
+    let page = http_get(server.http_addr(), "/metrics");
+    page.body
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// A counter an instance denies locally is read again once its sub-window has closed,
+/// off the request path, so the instance learns the other instances' hits.
+#[tokio::test]
+async fn locally_denied_counters_are_read_again_in_the_background() {
+    const FAST: &str = "domain: rl\ndescriptors:\n  - {key: fast, rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 3}}\n";
+    let redis = RedisServer::start();
+    let a = start_connected(FAST, "single", &redis.url(), &["--store-timeout", TIMEOUT]);
+    let b = start_connected(FAST, "single", &redis.url(), &["--store-timeout", TIMEOUT]);
+    let (mut ra, mut rb) = (a.client().await, b.client().await);
+    assert_eq!(code(&ra.check("rl", &[("fast", "x")]).await), Code::Ok);
+    assert_eq!(code(&ra.check("rl", &[("fast", "x")]).await), Code::Ok);
+    assert_eq!(code(&rb.check("rl", &[("fast", "x")]).await), Code::Ok);
+    // A believes one unit is left; Redis says no and A's view learns B's hit.
+    assert_eq!(
+        code(&ra.check("rl", &[("fast", "x")]).await),
+        Code::OverLimit
+    );
+    let trips = counter(&a, "tollgate_store_round_trips_total");
+    // Now A knows: this denial is local, and queues a background read.
+    assert_eq!(
+        code(&ra.check("rl", &[("fast", "x")]).await),
+        Code::OverLimit
+    );
+    assert_eq!(counter(&a, "tollgate_local_denials_total"), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&a, "tollgate_store_refreshes_total") == 0 {
+        assert!(Instant::now() < deadline, "no background read within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        counter(&a, "tollgate_store_round_trips_total"),
+        trips,
+        "the background read is not a request's round trip"
+    );
+}
