@@ -27,18 +27,19 @@ mod common;
 mod envoy;
 mod redis_harness;
 
-use std::ops::RangeInclusive;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::{Server, request, serve_command};
-use envoy::{EXAMPLE_RULES, Envoy, EnvoyParams, HttpResponse, Upstream};
+use envoy::{
+    EXAMPLE_RULES, Envoy, EnvoyParams, KEY_POLICY, Timed, Upstream, assert_admitted,
+    assert_limited, assert_ratelimit_headers, fixed_minute_reset, minute_now, timed_get,
+    within_one_minute,
+};
 use redis_harness::{POLL, RedisServer, await_store_health};
 
 /// `api_key`: requests per fixed minute, named "per-api-key".
 const KEY_LIMIT: usize = 3;
-const KEY_POLICY: &str = "3;w=60;name=\"per-api-key\"";
-const MINUTE: Duration = Duration::from_secs(60);
 /// How long limiting through Envoy may take to be exact again once Redis
 /// answers PING after a restart.
 const RECOVERY: Duration = Duration::from_secs(5);
@@ -86,64 +87,6 @@ async fn start_envoy(upstream: &Upstream, tollgate: &Server, failure_mode_deny: 
 // ---------------------------------------------------------------------------
 // Requests, fixed windows and the wall clock
 // ---------------------------------------------------------------------------
-
-fn unix_now() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-}
-
-fn minute_now() -> u64 {
-    unix_now().as_secs() / 60
-}
-
-/// One response with the wall-clock times just before and just after it.
-#[derive(Debug)]
-struct Timed {
-    before: Duration,
-    resp: HttpResponse,
-    after: Duration,
-    /// The upstream's request count once the response had arrived.
-    upstream_hits: usize,
-}
-
-async fn timed_get(envoy: &Envoy, upstream: &Upstream, path: &str, key: Option<&str>) -> Timed {
-    let headers: Vec<(&str, &str)> = key.map(|k| ("x-api-key", k)).into_iter().collect();
-    let before = unix_now();
-    let resp = envoy.get(path, &headers).await;
-    let after = unix_now();
-    Timed {
-        before,
-        resp,
-        after,
-        upstream_hits: upstream.hits(),
-    }
-}
-
-/// Runs `attempt` (given its number, to make fresh keys from) until one run
-/// starts and ends in the same wall-clock minute, so that the epoch-aligned
-/// windows of the `api_key` rule cannot reset in the middle of it.
-async fn within_one_minute<T>(mut attempt: impl AsyncFnMut(u32) -> T) -> T {
-    for n in 0..3 {
-        let start = minute_now();
-        let out = attempt(n).await;
-        if minute_now() == start {
-            return out;
-        }
-        eprintln!("attempt {n} crossed a minute boundary; again with fresh keys");
-    }
-    panic!("three attempts in a row crossed a minute boundary");
-}
-
-/// The `x-ratelimit-reset` a one-minute fixed window may announce for a
-/// decision taken between `before` and `after` (whole seconds, rounded down
-/// or up).
-fn fixed_minute_reset(before: Duration, after: Duration) -> RangeInclusive<u64> {
-    let left = |t: Duration| MINUTE.as_nanos() - t.as_nanos() % MINUTE.as_nanos();
-    let low = left(after) / 1_000_000_000;
-    let high = left(before).div_ceil(1_000_000_000);
-    u64::try_from(low).unwrap()..=u64::try_from(high).unwrap()
-}
 
 /// Sends `KEY_LIMIT + 2` requests for `key`, round-robin over `envoys`, and
 /// returns the statuses, how many reached the upstream, and whether the run
@@ -221,56 +164,11 @@ async fn restart_and_await_exact(
 // Assertions
 // ---------------------------------------------------------------------------
 
-fn assert_admitted(t: &Timed, upstream_hits: usize) {
-    assert_eq!(t.resp.status, 200, "expected 200 from the upstream: {t:#?}");
-    assert_eq!(t.resp.body, envoy::UPSTREAM_BODY, "{t:#?}");
-    assert_eq!(
-        t.upstream_hits, upstream_hits,
-        "the upstream should have seen {upstream_hits} requests: {t:#?}"
-    );
-}
-
-fn assert_limited(t: &Timed, upstream_hits: usize) {
-    assert_eq!(t.resp.status, 429, "expected 429 from Envoy: {t:#?}");
-    assert_eq!(
-        t.resp.header("x-envoy-ratelimited"),
-        Some("true"),
-        "Envoy marks its own 429: {t:#?}"
-    );
-    assert_eq!(
-        t.upstream_hits, upstream_hits,
-        "a limited request must not reach the upstream: {t:#?}"
-    );
-}
-
 /// The draft-03 headers of the `api_key` rule: its limit first, its policy
 /// listed, `remaining` left, a reset within the current minute.
 fn assert_key_headers(t: &Timed, remaining: u64) {
-    let resp = &t.resp;
-    let header = resp
-        .header("x-ratelimit-limit")
-        .unwrap_or_else(|| panic!("no x-ratelimit-limit: {t:#?}"));
-    let mut parts = header.split(", ");
-    assert_eq!(
-        parts.next(),
-        Some(KEY_LIMIT.to_string().as_str()),
-        "x-ratelimit-limit starts with the tightest limit: {t:#?}"
-    );
-    assert!(
-        parts.any(|p| p == KEY_POLICY),
-        "x-ratelimit-limit lists `{KEY_POLICY}`: {t:#?}"
-    );
-    assert_eq!(
-        resp.header_u64("x-ratelimit-remaining"),
-        remaining,
-        "x-ratelimit-remaining: {t:#?}"
-    );
     let reset = fixed_minute_reset(t.before, t.after);
-    let got = resp.header_u64("x-ratelimit-reset");
-    assert!(
-        reset.contains(&got),
-        "x-ratelimit-reset {got} not in {reset:?}: {t:#?}"
-    );
+    assert_ratelimit_headers(t, KEY_LIMIT as u64, KEY_POLICY, remaining, reset);
 }
 
 // ---------------------------------------------------------------------------

@@ -18,11 +18,12 @@
 
 use std::fs::File;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -573,3 +574,133 @@ fn dechunk(mut body: &str) -> Result<String, String> {
         body = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Timed requests through Envoy, fixed windows and the wall clock
+// ---------------------------------------------------------------------------
+
+/// The length of the example rules' fixed window.
+pub const MINUTE: Duration = Duration::from_secs(60);
+
+pub fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+}
+
+/// The minute of the Unix epoch it is now.
+pub fn minute_now() -> u64 {
+    unix_now().as_secs() / 60
+}
+
+/// One response with the wall-clock times just before and just after it.
+#[derive(Debug)]
+pub struct Timed {
+    pub before: Duration,
+    pub resp: HttpResponse,
+    pub after: Duration,
+    /// The upstream's request count once the response had arrived.
+    pub upstream_hits: usize,
+}
+
+pub async fn timed_get(envoy: &Envoy, upstream: &Upstream, path: &str, key: Option<&str>) -> Timed {
+    let headers: Vec<(&str, &str)> = key.map(|k| ("x-api-key", k)).into_iter().collect();
+    let before = unix_now();
+    let resp = envoy.get(path, &headers).await;
+    let after = unix_now();
+    Timed {
+        before,
+        resp,
+        after,
+        upstream_hits: upstream.hits(),
+    }
+}
+
+/// Runs `attempt` (given its number, to make fresh keys from) until one run
+/// starts and ends in the same wall-clock minute, so that the epoch-aligned
+/// one-minute windows of the `api_key` rule cannot reset in the middle of it.
+/// A run takes well under a second, so a second attempt is rare and a third
+/// one rarer still.
+pub async fn within_one_minute<T>(mut attempt: impl AsyncFnMut(u32) -> T) -> T {
+    for n in 0..3 {
+        let start = minute_now();
+        let out = attempt(n).await;
+        if minute_now() == start {
+            return out;
+        }
+        eprintln!("attempt {n} crossed a minute boundary; again with fresh keys");
+    }
+    panic!("three attempts in a row crossed a minute boundary");
+}
+
+/// The `x-ratelimit-reset` a one-minute fixed window may announce for a
+/// decision taken between `before` and `after`: the seconds left until the
+/// next full minute, rounded down (Envoy sends whole seconds) or up (the
+/// reference computes it from whole seconds).
+pub fn fixed_minute_reset(before: Duration, after: Duration) -> RangeInclusive<u64> {
+    let left = |t: Duration| MINUTE.as_nanos() - t.as_nanos() % MINUTE.as_nanos();
+    let low = left(after) / 1_000_000_000;
+    let high = left(before).div_ceil(1_000_000_000);
+    u64::try_from(low).unwrap()..=u64::try_from(high).unwrap()
+}
+
+/// Checks the draft-03 headers Envoy builds from Tollgate's statuses: the
+/// limit of the tightest descriptor first, then every matched limit as
+/// `N;w=SECONDS[;name="NAME"]`; the tightest remaining; its reset.
+pub fn assert_ratelimit_headers(
+    t: &Timed,
+    limit: u64,
+    policy: &str,
+    remaining: u64,
+    reset: RangeInclusive<u64>,
+) {
+    let resp = &t.resp;
+    let header = resp
+        .header("x-ratelimit-limit")
+        .unwrap_or_else(|| panic!("no x-ratelimit-limit: {t:#?}"));
+    let mut parts = header.split(", ");
+    assert_eq!(
+        parts.next(),
+        Some(limit.to_string().as_str()),
+        "x-ratelimit-limit starts with the tightest limit: {t:#?}"
+    );
+    assert!(
+        parts.any(|p| p == policy),
+        "x-ratelimit-limit lists the quota policy `{policy}`: {t:#?}"
+    );
+    assert_eq!(
+        resp.header_u64("x-ratelimit-remaining"),
+        remaining,
+        "x-ratelimit-remaining: {t:#?}"
+    );
+    let got = resp.header_u64("x-ratelimit-reset");
+    assert!(
+        reset.contains(&got),
+        "x-ratelimit-reset {got} not in {reset:?}: {t:#?}"
+    );
+}
+
+pub fn assert_admitted(t: &Timed, upstream_hits: usize) {
+    assert_eq!(t.resp.status, 200, "expected 200 from the upstream: {t:#?}");
+    assert_eq!(t.resp.body, UPSTREAM_BODY, "{t:#?}");
+    assert_eq!(
+        t.upstream_hits, upstream_hits,
+        "the upstream should have seen {upstream_hits} requests: {t:#?}"
+    );
+}
+
+pub fn assert_limited(t: &Timed, upstream_hits: usize) {
+    assert_eq!(t.resp.status, 429, "expected 429 from Envoy: {t:#?}");
+    assert_eq!(
+        t.resp.header("x-envoy-ratelimited"),
+        Some("true"),
+        "Envoy marks its own 429: {t:#?}"
+    );
+    assert_eq!(
+        t.upstream_hits, upstream_hits,
+        "a limited request must not reach the upstream: {t:#?}"
+    );
+}
+
+/// How Envoy lists the example rules' api_key limit in `x-ratelimit-limit`.
+pub const KEY_POLICY: &str = "3;w=60;name=\"per-api-key\"";
