@@ -113,24 +113,6 @@ fn parse_reply(raw: &str) -> Reply {
     }
 }
 
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body
-            .split_once("\r\n")
-            .unwrap_or_else(|| panic!("bad chunk: {body:?}"));
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-            .unwrap_or_else(|_| panic!("bad chunk size: {size:?}"));
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..]
-            .strip_prefix("\r\n")
-            .expect("chunk ends with CRLF");
-    }
-}
-
 async fn post_json(server: &Server, body: &str) -> Reply {
     http(server.http_addr(), "POST", "/json", body).await
 }

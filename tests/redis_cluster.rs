@@ -97,27 +97,7 @@ async fn three_instances_stay_accurate_under_steady_overload() {
         on_cluster(&cluster, &["--store-timeout", "1s"]),
         on_cluster(&cluster, &["--store-timeout", "1s"]),
     ];
-    let mut clients = Vec::new();
-    for s in &servers {
-        clients.push(s.client().await);
-    }
-    let run = steady_overload(
-        &clients,
-        DOMAIN,
-        &[("acc", "cluster")],
-        ACC_LIMIT,
-        ACC_WINDOW,
-        3,
-        3,
-    )
-    .await;
-    eprintln!(
-        "per window {:?}; admissions per sub-window {:?}; slowest {:?}",
-        run.per_window(),
-        run.histogram(ACC_SUB_WINDOW),
-        run.slowest()
-    );
-    run.assert_accurate(ACC_LIMIT / 100, ACC_SUB_WINDOW);
+    assert_accurate_under_overload(&servers, "cluster").await;
     let key = redis_key("", DOMAIN, &[("acc", "cluster")], ACC_SHAPE);
     let exists: u64 = cluster.nodes[cluster.node_of(&key)].query(&["EXISTS", &key]);
     assert_eq!(exists, 1, "the counter lives on its master: {key}");
@@ -193,16 +173,7 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
     let during = sent_between(&answers, restart_at, SystemTime::now());
     assert!(!during.is_empty(), "load ran during the restart");
     assert_all_within(&answers, CALL_LIMIT, "cluster node restart");
-    let failed: Vec<_> = answers
-        .iter()
-        .filter(|a| a.result != Ok(Code::Ok))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "--on-store-error local: every answer OK for counters far from their limit; got {:?}, e.g. {:?}",
-        tally(&answers),
-        &failed[..failed.len().min(5)]
-    );
+    assert_all_ok(&answers);
     eprintln!(
         "{} answers ({} after the restart began), slowest {:?}",
         answers.len(),

@@ -447,27 +447,7 @@ async fn three_instances_stay_accurate_under_steady_overload() {
         single(&redis, &[]),
         single(&redis, &[]),
     ];
-    let mut clients = Vec::new();
-    for s in &servers {
-        clients.push(s.client().await);
-    }
-    let run = steady_overload(
-        &clients,
-        DOMAIN,
-        &[("acc", "steady")],
-        ACC_LIMIT,
-        ACC_WINDOW,
-        3,
-        3,
-    )
-    .await;
-    eprintln!(
-        "per window {:?}; admissions per sub-window {:?}; slowest {:?}",
-        run.per_window(),
-        run.histogram(ACC_SUB_WINDOW),
-        run.slowest()
-    );
-    run.assert_accurate(ACC_LIMIT / 100, ACC_SUB_WINDOW);
+    assert_accurate_under_overload(&servers, "steady").await;
 }
 
 // ---------------------------------------------------------------------------

@@ -153,8 +153,8 @@ impl Finished {
     }
 }
 
-/// Runs a command that is expected to exit by itself within `COMMAND_TIMEOUT`.
-pub fn run(mut cmd: Command) -> Finished {
+/// Spawns `cmd` with its output read line by line on background threads.
+fn spawn_piped(cmd: &mut Command) -> (Child, PipeReader, PipeReader) {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -162,6 +162,12 @@ pub fn run(mut cmd: Command) -> Finished {
         .expect("spawn tollgate");
     let stdout = PipeReader::spawn(child.stdout.take().expect("piped stdout"));
     let stderr = PipeReader::spawn(child.stderr.take().expect("piped stderr"));
+    (child, stdout, stderr)
+}
+
+/// Runs a command that is expected to exit by itself within `COMMAND_TIMEOUT`.
+pub fn run(mut cmd: Command) -> Finished {
+    let (mut child, stdout, stderr) = spawn_piped(&mut cmd);
 
     // Each reader's channel disconnects when its pipe hits end of file, which
     // happens when the process exits.
@@ -257,13 +263,7 @@ impl Server {
     /// Spawns `cmd` and waits for the readiness line. `Err` if the process
     /// exits before announcing itself; panics on timeout or a malformed line.
     pub fn spawn(mut cmd: Command) -> Result<Self, Box<Finished>> {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tollgate serve");
-        let stdout = PipeReader::spawn(child.stdout.take().expect("piped stdout"));
-        let stderr = PipeReader::spawn(child.stderr.take().expect("piped stderr"));
+        let (mut child, stdout, stderr) = spawn_piped(&mut cmd);
 
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         let mut before = Vec::new();
@@ -367,6 +367,11 @@ impl Server {
             }
             thread::sleep(Duration::from_millis(20));
         };
+        self.output(status)
+    }
+
+    /// Everything the exited server printed.
+    fn output(&mut self, status: ExitStatus) -> Finished {
         let stdout = self
             .stdout
             .take()
@@ -389,21 +394,7 @@ impl Server {
         let mut child = self.child.take().expect("server already stopped");
         let _ = child.kill();
         let status = child.wait().expect("wait for tollgate");
-        let stdout = self
-            .stdout
-            .take()
-            .map(PipeReader::finish)
-            .unwrap_or_default();
-        let stderr = self
-            .stderr
-            .take()
-            .map(PipeReader::finish)
-            .unwrap_or_default();
-        Finished {
-            status,
-            stdout: join_lines(stdout),
-            stderr: join_lines(stderr),
-        }
+        self.output(status)
     }
 }
 
@@ -501,7 +492,8 @@ pub fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
     HttpResponse { status, body }
 }
 
-fn dechunk(mut body: &str) -> String {
+/// Decodes an HTTP/1.1 chunked body.
+pub fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     loop {
         let (size, rest) = body
