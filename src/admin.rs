@@ -12,23 +12,24 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::service::{Service, json};
+use crate::json;
+use crate::rls::Rls;
 
 /// What the admin routes share: the service and whether the server is draining.
-#[derive(Debug, Clone)]
-pub struct Admin {
-    pub service: Arc<Service>,
-    pub draining: Arc<AtomicBool>,
+#[derive(Clone)]
+pub(crate) struct Admin {
+    pub(crate) rls: Arc<Rls>,
+    pub(crate) draining: Arc<AtomicBool>,
 }
 
-impl FromRef<Admin> for Arc<Service> {
+impl FromRef<Admin> for Arc<Rls> {
     fn from_ref(admin: &Admin) -> Self {
-        admin.service.clone()
+        admin.rls.clone()
     }
 }
 
 /// The admin routes.
-pub fn router(admin: Admin) -> Router {
+pub(crate) fn router(admin: Admin) -> Router {
     Router::new()
         .route("/healthcheck", get(health))
         .route("/healthcheck/store", get(store_health))
@@ -43,7 +44,7 @@ pub fn router(admin: Admin) -> Router {
 async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     if admin.draining.load(Ordering::Relaxed) {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
-    } else if !admin.service.store().can_answer() {
+    } else if !admin.rls.limiter.store().can_answer() {
         (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable")
     } else {
         (StatusCode::OK, "OK")
@@ -51,8 +52,8 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 /// Prometheus metrics in the OpenMetrics text format.
-pub async fn metrics(State(service): State<Arc<Service>>) -> Response {
-    match service.metrics().encode() {
+pub(crate) async fn metrics(State(rls): State<Arc<Rls>>) -> Response {
+    match rls.metrics.encode() {
         Ok(text) => ([(CONTENT_TYPE, OPENMETRICS)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
     }
@@ -61,8 +62,8 @@ pub async fn metrics(State(service): State<Arc<Service>>) -> Response {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// 200 while the counter store answers, 503 while it does not.
-async fn store_health(State(service): State<Arc<Service>>) -> (StatusCode, &'static str) {
-    if service.store().is_up() {
+async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str) {
+    if rls.limiter.store().is_up() {
         (StatusCode::OK, "OK")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
@@ -70,6 +71,6 @@ async fn store_health(State(service): State<Arc<Service>>) -> (StatusCode, &'sta
 }
 
 /// The loaded rules, one line per limit.
-async fn rlconfig(State(service): State<Arc<Service>>) -> String {
-    service.rules().dump()
+async fn rlconfig(State(rls): State<Arc<Rls>>) -> String {
+    rls.limiter.rules().dump()
 }

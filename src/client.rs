@@ -6,10 +6,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
+use anyhow::Context as _;
+
 use crate::settings::ClientArgs;
 
 /// Parses `k=v,k2=v2` into descriptor entries.
-pub fn parse_descriptor(text: &str) -> Result<RateLimitDescriptor, String> {
+fn parse_descriptor(text: &str) -> anyhow::Result<RateLimitDescriptor> {
     let entries = text
         .split(',')
         .map(|pair| match pair.split_once('=') {
@@ -17,7 +19,9 @@ pub fn parse_descriptor(text: &str) -> Result<RateLimitDescriptor, String> {
                 key: key.to_owned(),
                 value: value.to_owned(),
             }),
-            _ => Err(format!("descriptor entry '{pair}' is not key=value")),
+            _ => Err(anyhow::anyhow!(
+                "descriptor entry '{pair}' is not key=value"
+            )),
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RateLimitDescriptor {
@@ -26,8 +30,8 @@ pub fn parse_descriptor(text: &str) -> Result<RateLimitDescriptor, String> {
     })
 }
 
-/// Sends the request; returns whether it was over the limit, or an error message.
-pub async fn run(args: ClientArgs) -> Result<bool, String> {
+/// Sends the request; returns whether it was over the limit.
+pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<bool> {
     let descriptors = args
         .descriptor
         .iter()
@@ -36,7 +40,7 @@ pub async fn run(args: ClientArgs) -> Result<bool, String> {
     let endpoint = format!("http://{}", args.addr);
     let mut client = RateLimitServiceClient::connect(endpoint.clone())
         .await
-        .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
+        .with_context(|| format!("cannot connect to {endpoint}"))?;
     let request = RateLimitRequest {
         domain: args.domain,
         descriptors,
@@ -45,7 +49,7 @@ pub async fn run(args: ClientArgs) -> Result<bool, String> {
     let response = client
         .should_rate_limit(request)
         .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+        .map_err(|s| anyhow::anyhow!("{:?}: {}", s.code(), s.message()))?
         .into_inner();
     let overall = code_name(response.overall_code);
     println!("overall: {overall}");

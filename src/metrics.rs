@@ -1,10 +1,12 @@
 //! Prometheus metrics: the reference service's series under their exact names, plus ours.
 //!
-//! Per-descriptor handles are resolved when rules load (see [`DescriptorStats`]), so the
-//! request path only increments atomics; store internals are read at scrape time.
+//! Per-rule handles are resolved when rules are installed ([`RuleMetrics`] is the core's
+//! recorder), so the request path only increments atomics; the store's figures are read
+//! from its snapshot at scrape time.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
@@ -14,22 +16,17 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-
-use crate::store::Store;
+use tollgate_core::{Descriptor, Histogram, HistogramSnapshot, Limited, Recorder, Rule, Store};
 
 /// A counter exposed under its exact name, without the `_total` that OpenMetrics counters
 /// get: the reference's statsd-mapped series (e.g. `…_rate_limit_total_hits`) have none, and
 /// existing dashboards query those names.
 #[derive(Debug, Clone, Default)]
-pub struct PlainCounter(Counter);
+pub(crate) struct PlainCounter(Counter);
 
 impl PlainCounter {
-    pub fn inc_by(&self, n: u64) {
+    pub(crate) fn inc_by(&self, n: u64) {
         self.0.inc_by(n);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.get()
     }
 }
 
@@ -47,41 +44,18 @@ impl EncodeMetric for PlainCounter {
     }
 }
 
-/// A histogram updated with atomics only: the request path must not take a lock (the
-/// crate's own histogram locks a mutex on every observation). Buckets double from `first`.
-/// Clones share the counts.
+/// The core's lock-free histogram, shared by clones and exported as a Prometheus histogram.
 #[derive(Debug, Clone)]
-pub struct AtomicHistogram(Arc<HistogramCounts>);
-
-#[derive(Debug)]
-struct HistogramCounts {
-    bounds: Vec<f64>,
-    /// One count per bound, plus the +Inf bucket.
-    buckets: Vec<AtomicU64>,
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-}
+pub(crate) struct AtomicHistogram(Arc<Histogram>);
 
 impl AtomicHistogram {
-    pub fn new(first: f64, buckets: u16) -> Self {
-        let bounds: Vec<f64> = (0..buckets)
-            .map(|i| first * 2f64.powi(i32::from(i)))
-            .collect();
-        Self(Arc::new(HistogramCounts {
-            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            bounds,
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-        }))
+    /// Buckets from `first` seconds, doubling `buckets` times.
+    fn new(first: f64, buckets: u16) -> Self {
+        Self(Arc::new(Histogram::new(first, buckets)))
     }
 
-    pub fn observe(&self, d: std::time::Duration) {
-        let h = &self.0;
-        let i = h.bounds.partition_point(|b| *b < d.as_secs_f64());
-        h.buckets[i].fetch_add(1, Ordering::Relaxed);
-        h.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        h.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    pub(crate) fn observe(&self, d: Duration) {
+        self.0.observe(d);
     }
 }
 
@@ -90,18 +64,8 @@ impl TypedMetric for AtomicHistogram {
 }
 
 impl EncodeMetric for AtomicHistogram {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        let h = &self.0;
-        let buckets: Vec<(f64, u64)> = h
-            .bounds
-            .iter()
-            .copied()
-            .chain([f64::INFINITY])
-            .zip(h.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
-            .collect();
-        let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let count = h.count.load(Ordering::Relaxed);
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encode_histogram(&self.0.snapshot(), encoder)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -109,12 +73,31 @@ impl EncodeMetric for AtomicHistogram {
     }
 }
 
+fn encode_histogram(h: &HistogramSnapshot, mut encoder: MetricEncoder) -> std::fmt::Result {
+    encoder.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &h.buckets, None)
+}
+
 /// The reference's per-descriptor labels.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DescriptorLabels {
-    pub domain: String,
-    pub key1: String,
-    pub key2: String,
+pub(crate) struct DescriptorLabels {
+    domain: String,
+    key1: String,
+    key2: String,
+}
+
+impl DescriptorLabels {
+    /// The reference's labels for a descriptor: its domain, its first level as `key` or
+    /// `key_value`, and the levels below joined with dots.
+    fn new(domain: &str, names: &[String]) -> Self {
+        Self {
+            domain: domain.to_owned(),
+            key1: names.first().cloned().unwrap_or_default(),
+            key2: names
+                .get(1..)
+                .map(|rest| rest.join("."))
+                .unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -129,7 +112,7 @@ struct ErrorLabels {
 
 /// The per-descriptor counter families.
 #[derive(Debug, Clone, Default)]
-pub struct DescriptorFamilies {
+struct DescriptorFamilies {
     total_hits: Family<DescriptorLabels, PlainCounter>,
     over_limit: Family<DescriptorLabels, PlainCounter>,
     near_limit: Family<DescriptorLabels, PlainCounter>,
@@ -139,7 +122,7 @@ pub struct DescriptorFamilies {
 
 impl DescriptorFamilies {
     /// The handles of one label set.
-    pub fn stats(&self, labels: &DescriptorLabels) -> DescriptorStats {
+    fn stats(&self, labels: &DescriptorLabels) -> DescriptorStats {
         DescriptorStats {
             total_hits: self.total_hits.get_or_create(labels).clone(),
             over_limit: self.over_limit.get_or_create(labels).clone(),
@@ -152,37 +135,31 @@ impl DescriptorFamilies {
 
 /// The counters of one descriptor (one rule, or one request value of a detailed rule).
 #[derive(Debug, Clone, Default)]
-pub struct DescriptorStats {
-    pub total_hits: PlainCounter,
-    pub over_limit: PlainCounter,
-    pub near_limit: PlainCounter,
-    pub within_limit: PlainCounter,
-    pub shadow_mode: PlainCounter,
+pub(crate) struct DescriptorStats {
+    total_hits: PlainCounter,
+    over_limit: PlainCounter,
+    near_limit: PlainCounter,
+    within_limit: PlainCounter,
+    shadow_mode: PlainCounter,
 }
 
 impl DescriptorStats {
-    /// Counts one decision of `hits` units under a limit of `limit` units that left
-    /// `remaining`, the way the reference does: hits above `near_ratio × limit` are near.
-    pub fn record(
-        &self,
-        hits: u64,
-        limit: u64,
-        remaining: u64,
-        admitted: bool,
-        shadow: bool,
-        near_ratio: f64,
-    ) {
+    /// Counts one decision the way the reference does: hits above `near_ratio × limit`
+    /// are near the limit.
+    fn record(&self, outcome: &Limited, near_ratio: f64) {
+        let hits = outcome.hits;
         self.total_hits.inc_by(hits);
-        if !admitted {
+        if !outcome.admitted {
             self.over_limit.inc_by(hits);
-            if shadow {
+            if outcome.shadow {
                 self.shadow_mode.inc_by(hits);
             }
             return;
         }
         self.within_limit.inc_by(hits);
+        let limit = u64::from(outcome.limit.requests_per_unit());
         let threshold = (limit as f64 * near_ratio).floor() as u64;
-        let after = limit.saturating_sub(remaining);
+        let after = limit.saturating_sub(outcome.remaining);
         let before = after.saturating_sub(hits);
         if after > threshold {
             self.near_limit.inc_by(after - before.max(threshold));
@@ -190,24 +167,90 @@ impl DescriptorStats {
     }
 }
 
+/// What a rule counts into: its own series, or for a `detailed_metric` rule one series per
+/// request value, up to a cap past which values share one `key2="other"` series.
+pub(crate) enum RuleStats {
+    Fixed(DescriptorStats),
+    Detailed {
+        by_value: Mutex<HashMap<DescriptorLabels, DescriptorStats>>,
+        overflow: DescriptorStats,
+    },
+}
+
+/// The core's recorder: per-descriptor series of the reference.
+pub(crate) struct RuleMetrics {
+    families: DescriptorFamilies,
+    near_ratio: f64,
+    detailed_cap: usize,
+}
+
+impl Recorder for RuleMetrics {
+    type Rule = RuleStats;
+
+    fn prepare(&self, rule: &Rule) -> RuleStats {
+        let labels = DescriptorLabels::new(rule.domain(), rule.path());
+        if !rule.detailed_metric() {
+            return RuleStats::Fixed(self.families.stats(&labels));
+        }
+        let overflow = DescriptorLabels {
+            key2: "other".into(),
+            ..labels
+        };
+        RuleStats::Detailed {
+            by_value: Mutex::default(),
+            overflow: self.families.stats(&overflow),
+        }
+    }
+
+    fn record(
+        &self,
+        rule: &Rule,
+        stats: &RuleStats,
+        descriptor: &Descriptor<'_>,
+        outcome: &Limited,
+    ) {
+        match stats {
+            RuleStats::Fixed(s) => s.record(outcome, self.near_ratio),
+            RuleStats::Detailed { by_value, overflow } => {
+                let names: Vec<String> = descriptor
+                    .pairs()
+                    .map(|(k, v)| format!("{k}_{v}"))
+                    .collect();
+                let labels = DescriptorLabels::new(rule.domain(), &names);
+                let mut seen = by_value.lock().unwrap_or_else(|p| p.into_inner());
+                let room = seen.len() < self.detailed_cap;
+                let stats = match seen.get(&labels) {
+                    Some(s) => s,
+                    None if room => seen
+                        .entry(labels.clone())
+                        .or_insert_with(|| self.families.stats(&labels)),
+                    None => overflow,
+                };
+                stats.record(outcome, self.near_ratio);
+            }
+        }
+    }
+}
+
 /// Request-level metrics and the registry that exports everything.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
-    pub descriptors: DescriptorFamilies,
-    pub config_load_success: PlainCounter,
-    pub config_load_error: PlainCounter,
+    pub(crate) config_load_success: PlainCounter,
+    pub(crate) config_load_error: PlainCounter,
     /// `total_requests` of ShouldRateLimit, resolved once.
     should_rate_limit: PlainCounter,
     errors: Family<ErrorLabels, PlainCounter>,
-    pub response_time: AtomicHistogram,
+    pub(crate) response_time: AtomicHistogram,
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// The registry, and the recorder of per-descriptor series registered in it; a
+    /// `detailed_metric` rule keeps at most `detailed_cap` label sets.
+    pub(crate) fn new(near_ratio: f64, detailed_cap: usize) -> (Self, RuleMetrics) {
         let mut registry = Registry::default();
-        let descriptors = DescriptorFamilies::default();
-        let d = &descriptors;
+        let families = DescriptorFamilies::default();
+        let d = &families;
         for (name, family) in [
             ("total_hits", &d.total_hits),
             ("over_limit", &d.over_limit),
@@ -258,29 +301,34 @@ impl Metrics {
                 grpc_method: "ShouldRateLimit".to_owned(),
             })
             .clone();
-        Self {
+        let metrics = Self {
             registry,
-            descriptors,
             config_load_success,
             config_load_error,
             should_rate_limit,
             errors,
             response_time,
-        }
+        };
+        let rules = RuleMetrics {
+            families,
+            near_ratio,
+            detailed_cap,
+        };
+        (metrics, rules)
     }
 
     /// Adds the store's own figures, read at every scrape.
-    pub fn watch_store(&mut self, store: Store) {
+    pub(crate) fn watch_store(&mut self, store: Store) {
         self.registry
             .register_collector(Box::new(StoreCollector(store)));
     }
 
     /// Counts one ShouldRateLimit call (gRPC or /json, as the reference counts them).
-    pub fn request(&self) {
+    pub(crate) fn request(&self) {
         self.should_rate_limit.inc_by(1);
     }
 
-    pub fn error(&self, err_type: &str) {
+    pub(crate) fn error(&self, err_type: &str) {
         self.errors
             .get_or_create(&ErrorLabels {
                 err_type: err_type.to_owned(),
@@ -289,16 +337,10 @@ impl Metrics {
     }
 
     /// The OpenMetrics text of every metric.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -316,11 +358,8 @@ impl prometheus_client::collector::Collector for StoreCollector {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             ConstCounter::new(value).encode(metric)
         };
-        let (shards, up) = match &self.0 {
-            Store::Memory(m) => (m.stats(), true),
-            Store::Redis(r) => (r.local_stats(), r.is_up()),
-        };
-        let entries = i64::try_from(shards.entries).unwrap_or(i64::MAX);
+        let stats = self.0.stats();
+        let entries = i64::try_from(stats.counters).unwrap_or(i64::MAX);
         gauge(
             &mut encoder,
             "tollgate_counters",
@@ -331,66 +370,67 @@ impl prometheus_client::collector::Collector for StoreCollector {
             &mut encoder,
             "tollgate_counter_evictions",
             "Counters evicted to stay under --max-counters",
-            shards.evictions,
+            stats.evictions,
         )?;
         counter(
             &mut encoder,
             "tollgate_counters_expired",
             "Counters dropped after their windows passed",
-            shards.expired,
+            stats.expired,
         )?;
         gauge(
             &mut encoder,
             "tollgate_store_up",
             "1 while the counter store answers",
-            i64::from(up),
+            i64::from(stats.up),
         )?;
-        let Store::Redis(r) = &self.0 else {
+        let Some(s) = stats.shared else {
             return Ok(());
         };
-        let s = &r.stats;
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        counter(
-            &mut encoder,
-            "tollgate_store_round_trips",
-            "Requests decided by a Redis round trip",
-            load(&s.round_trips),
-        )?;
-        counter(
-            &mut encoder,
-            "tollgate_local_denials",
-            "Requests denied from the local view, without Redis",
-            load(&s.local_denials),
-        )?;
-        counter(
-            &mut encoder,
-            "tollgate_store_fallbacks",
-            "Requests decided per --on-store-error",
-            load(&s.fallbacks),
-        )?;
-        counter(
-            &mut encoder,
-            "tollgate_store_refreshes",
-            "Background reads of counters the local view denies",
-            load(&s.refreshes),
-        )?;
-        counter(
-            &mut encoder,
-            "tollgate_store_reconnects",
-            "Times the store connection came up",
-            r.reconnects(),
-        )?;
-        let metric = encoder.encode_descriptor(
+        for (name, help, value) in [
+            (
+                "tollgate_store_round_trips",
+                "Requests decided by a Redis round trip",
+                s.round_trips,
+            ),
+            (
+                "tollgate_local_denials",
+                "Requests denied from the local view, without Redis",
+                s.local_denials,
+            ),
+            (
+                "tollgate_store_fallbacks",
+                "Requests decided per --on-store-error",
+                s.fallbacks,
+            ),
+            (
+                "tollgate_store_refreshes",
+                "Background reads of counters the local view denies",
+                s.refreshes,
+            ),
+            (
+                "tollgate_store_reconnects",
+                "Times the store connection came up",
+                s.reconnects,
+            ),
+            (
+                "tollgate_store_disagreements",
+                "Round trips where Redis and the local algorithm decided differently (Redis decided)",
+                s.disagreements,
+            ),
+        ] {
+            counter(&mut encoder, name, help, value)?;
+        }
+        let mut metric = encoder.encode_descriptor(
             "tollgate_store_errors",
             "Store failures by kind",
             None,
             MetricType::Counter,
         )?;
-        let mut metric = metric;
         for (kind, value) in [
-            ("timeout", load(&s.timeouts)),
-            ("connection", load(&s.connection_errors)),
-            ("script", load(&s.script_errors)),
+            ("timeout", s.timeouts),
+            ("connection", s.connection_errors),
+            ("script", s.script_errors),
         ] {
             let labels = [("kind", kind)];
             let family = metric.encode_family(&labels)?;
@@ -402,6 +442,6 @@ impl prometheus_client::collector::Collector for StoreCollector {
             None,
             MetricType::Histogram,
         )?;
-        r.stats.latency.encode(metric)
+        encode_histogram(&s.latency, metric)
     }
 }

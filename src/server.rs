@@ -1,69 +1,71 @@
 //! `tollgate serve`: load rules, open the store, bind the ports, serve until a signal, then
 //! drain: health checks fail first, in-flight calls finish.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tollgate_core::headers::HeaderStyle;
+use tollgate_core::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use tollgate_core::{Clock, Limiter, MemoryStore, Options, Store, SystemClock};
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::admin::{self, Admin};
-use crate::config::{self, Defaults};
-use crate::limiter::{Clock, SystemClock};
+use crate::grpc::GrpcService;
 use crate::metrics::Metrics;
-use crate::service::grpc::GrpcService;
-use crate::service::headers::HeaderStyle;
-use crate::service::{Options, Service};
+use crate::reload::{self, Reload};
+use crate::rls::Rls;
 use crate::settings::{Backend, HeaderFormat, ServeArgs};
-use crate::store::redis::{RedisConfig, RedisStore, Target};
-use crate::store::{MemoryStore, Store};
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
-/// How long startup waits for Redis before serving without it.
-const FIRST_CONNECT: Duration = Duration::from_secs(3);
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// The gRPC health names Envoy and Kubernetes probes use.
 const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
-/// Runs the server; the error is a message for the operator.
-pub async fn run(args: ServeArgs) -> Result<(), String> {
+/// Runs the server until a signal stops it.
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let path = args.config_path();
     let defaults = args.rules.defaults();
-    let mut metrics = Metrics::new();
-    let rules = config::load(&path, defaults, &metrics.descriptors).map_err(|e| e.to_string())?;
-    metrics.config_load_success.inc_by(1);
+    let rules = reload::load(&path, defaults)
+        .await
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
 
     let store = open_store(&args)?;
+    let first_connect = args.store.store_startup_wait;
     if let Store::Redis(redis) = &store
-        && !redis.wait_up(FIRST_CONNECT).await
+        && !redis.wait_up(first_connect).await
     {
+        let why = redis.last_error().unwrap_or_else(|| "no answer".into());
         tracing::warn!(
-            "redis not reachable after {FIRST_CONNECT:?}; serving per --on-store-error until it is"
+            "redis not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is"
         );
     }
+    let (mut metrics, rule_metrics) = Metrics::new(
+        args.answers.near_limit_ratio,
+        args.ops.detailed_metric_limit,
+    );
+    metrics.config_load_success.inc_by(1);
     metrics.watch_store(store.clone());
-    let service = Arc::new(Service::new(
-        rules,
-        store,
-        Arc::new(metrics),
-        options(&args, defaults),
-    ));
-    let reload = Reload {
-        service: service.clone(),
-        path: path.clone(),
+    let options = Options {
         defaults,
+        global_shadow_mode: args.answers.shadow_mode,
     };
-    let reloader = reload.clone();
-    let _watch = config::watch(&path, move || reloader.run())?;
+    let rls = Arc::new(Rls {
+        limiter: Limiter::with_recorder(rules, store, options, rule_metrics),
+        metrics: Arc::new(metrics),
+        headers: header_style(&args),
+    });
+    let reload = Reload::new(rls.clone(), path, defaults);
+    let _watch = reload::watch(reload.clone()).map_err(anyhow::Error::msg)?;
 
     let grpc = bind(args.grpc_addr(), "gRPC").await?;
     let http = bind(args.http_addr(), "HTTP").await?;
@@ -71,8 +73,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
         false => None,
     };
-    let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
-    let http_addr = http.local_addr().map_err(|e| e.to_string())?;
+    let grpc_addr = grpc.local_addr()?;
+    let http_addr = http.local_addr()?;
     // Tests and scripts wait for this line; with port 0 it is how they learn the ports.
     println!("tollgate listening grpc={grpc_addr} http={http_addr}");
     tracing::info!(%grpc_addr, %http_addr, "listening");
@@ -91,12 +93,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     ));
 
     let admin = Admin {
-        service: service.clone(),
+        rls: rls.clone(),
         draining,
     };
     let grpc_server = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(GrpcService::server(service.clone()))
+        .add_service(GrpcService::server(rls.clone()))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(grpc).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
@@ -112,7 +114,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
                 &args.ops.prometheus_path,
                 axum::routing::get(admin::metrics),
             )
-            .with_state(service);
+            .with_state(rls);
         axum::serve(listener, router)
             .with_graceful_shutdown(stopped(stop_rx))
             .await
@@ -126,9 +128,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     };
     tokio::select! {
         (grpc_result, http_result, prometheus_result) = servers => {
-            grpc_result.map_err(|e| format!("gRPC server failed: {e}"))?;
-            http_result.map_err(|e| format!("HTTP server failed: {e}"))?;
-            prometheus_result.map_err(|e| format!("Prometheus server failed: {e}"))
+            grpc_result.context("gRPC server failed")?;
+            http_result.context("HTTP server failed")?;
+            prometheus_result.context("Prometheus server failed")
         }
         () = grace_over => {
             tracing::info!("closing connections still open after {SHUTDOWN_GRACE:?}");
@@ -137,55 +139,20 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
 }
 
-fn options(args: &ServeArgs, defaults: Defaults) -> Options {
+fn header_style(args: &ServeArgs) -> HeaderStyle {
     let answers = &args.answers;
-    Options {
-        defaults,
-        near_limit_ratio: answers.near_limit_ratio,
-        global_shadow_mode: answers.shadow_mode,
-        headers: match (
-            answers.limit_response_headers,
-            answers.response_headers_format,
-        ) {
-            (false, _) => HeaderStyle::Off,
-            (true, HeaderFormat::Reference) => HeaderStyle::Reference,
-            (true, HeaderFormat::Draft) => HeaderStyle::Draft,
-        },
-    }
-}
-
-/// Reloads the rules into the service: the new rules serve from the next request, or, if
-/// they are invalid, the old ones keep serving and the problem is logged and counted.
-#[derive(Clone)]
-struct Reload {
-    service: Arc<Service>,
-    path: PathBuf,
-    defaults: Defaults,
-}
-
-impl Reload {
-    fn run(&self) {
-        let metrics = self.service.metrics();
-        match config::load(&self.path, self.defaults, &metrics.descriptors) {
-            Ok(rules) => {
-                let domains = rules.domains().count();
-                self.service.swap_rules(rules);
-                metrics.config_load_success.inc_by(1);
-                tracing::info!(path = %self.path.display(), domains, "rules reloaded");
-            }
-            Err(problems) => {
-                metrics.config_load_error.inc_by(1);
-                for problem in &problems.0 {
-                    tracing::error!("{problem}");
-                }
-                tracing::error!("rules rejected; the previous rules keep serving");
-            }
-        }
+    match (
+        answers.limit_response_headers,
+        answers.response_headers_format,
+    ) {
+        (false, _) => HeaderStyle::Off,
+        (true, HeaderFormat::Reference) => HeaderStyle::Reference,
+        (true, HeaderFormat::Draft) => HeaderStyle::Draft,
     }
 }
 
 /// The counter store the settings ask for.
-fn open_store(args: &ServeArgs) -> Result<Store, String> {
+fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let max_counters = usize::try_from(args.max_counters).unwrap_or(usize::MAX);
     let settings = &args.store;
@@ -199,8 +166,8 @@ fn open_store(args: &ServeArgs) -> Result<Store, String> {
             let url = settings
                 .redis_url
                 .as_deref()
-                .ok_or("BACKEND_TYPE=redis needs REDIS_URL (--redis-url)")?;
-            let target = Target::parse(
+                .context("BACKEND_TYPE=redis needs REDIS_URL (--redis-url)")?;
+            let target = RedisTarget::parse(
                 url,
                 settings.redis_type,
                 settings.redis_auth.as_deref(),
@@ -218,10 +185,10 @@ fn open_store(args: &ServeArgs) -> Result<Store, String> {
     }
 }
 
-async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, String> {
+async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen for {what} on {addr}: {e}"))
+        .with_context(|| format!("cannot listen for {what} on {addr}"))
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {
@@ -271,7 +238,11 @@ async fn wait_for_stop(reload: &Reload) {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return,
             _ = term.recv() => return,
-            _ = hup.recv() => reload.run(),
+            _ = hup.recv() => {
+                // Off this loop, so that SIGTERM is heard while rules load.
+                let reload = reload.clone();
+                tokio::spawn(async move { reload.run().await });
+            }
         }
     }
 }

@@ -5,21 +5,21 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-
-use crate::config::Defaults;
-use crate::limiter::Algorithm;
+use tollgate_core::store::redis::RedisKind;
+use tollgate_core::{AlgorithmKind, Defaults, OnStoreError};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the rate-limit API (gRPC) and the admin endpoints (HTTP).
     Serve(Box<ServeArgs>),
     /// Send one ShouldRateLimit request and print the answer (exit 2 if over the limit).
@@ -35,74 +35,74 @@ pub enum Command {
 
 /// Settings of `tollgate client`.
 #[derive(Debug, Args)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Tollgate's gRPC address.
     #[arg(long, env = "TOLLGATE_ADDR", default_value = "127.0.0.1:8081")]
-    pub addr: String,
+    pub(crate) addr: String,
     /// Rate-limit domain.
     #[arg(long)]
-    pub domain: String,
+    pub(crate) domain: String,
     /// A descriptor as key=value[,key2=value2…]; repeat for several.
     #[arg(long, required = true)]
-    pub descriptor: Vec<String>,
+    pub(crate) descriptor: Vec<String>,
     /// Hits to count (request-level hits_addend).
     #[arg(long, default_value_t = 1)]
-    pub hits: u32,
+    pub(crate) hits: u32,
 }
 
 /// Settings of `tollgate serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Rules file or directory [default: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY]
     #[arg(long, env = "TOLLGATE_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     #[command(flatten)]
-    pub runtime: RuntimeArgs,
+    pub(crate) runtime: RuntimeArgs,
     /// gRPC listen address [default: GRPC_HOST:GRPC_PORT]
     #[arg(long, env = "GRPC_ADDR")]
-    pub grpc_addr: Option<SocketAddr>,
+    pub(crate) grpc_addr: Option<SocketAddr>,
     /// gRPC listen host, when --grpc-addr is not given.
     #[arg(long, env = "GRPC_HOST", default_value = "0.0.0.0")]
-    pub grpc_host: IpAddr,
+    pub(crate) grpc_host: IpAddr,
     /// gRPC listen port, when --grpc-addr is not given.
     #[arg(long, env = "GRPC_PORT", default_value_t = 8081)]
-    pub grpc_port: u16,
+    pub(crate) grpc_port: u16,
     /// HTTP listen address for /healthcheck [default: HOST:PORT]
     #[arg(long, env = "HTTP_ADDR")]
-    pub http_addr: Option<SocketAddr>,
+    pub(crate) http_addr: Option<SocketAddr>,
     /// HTTP listen host, when --http-addr is not given.
     #[arg(long = "host", env = "HOST", default_value = "0.0.0.0")]
-    pub http_host: IpAddr,
+    pub(crate) http_host: IpAddr,
     /// HTTP listen port, when --http-addr is not given.
     #[arg(long = "port", env = "PORT", default_value_t = 8080)]
-    pub http_port: u16,
+    pub(crate) http_port: u16,
     /// Most counters the memory store keeps; past it, the soonest-expiring are evicted.
     #[arg(long, env = "MAX_COUNTERS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_counters: u64,
+    pub(crate) max_counters: u64,
     #[command(flatten)]
-    pub rules: RuleArgs,
+    pub(crate) rules: RuleArgs,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     #[command(flatten)]
-    pub answers: AnswerArgs,
+    pub(crate) answers: AnswerArgs,
     #[command(flatten)]
-    pub ops: OpsArgs,
+    pub(crate) ops: OpsArgs,
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
 }
 
 impl ServeArgs {
-    pub fn grpc_addr(&self) -> SocketAddr {
+    pub(crate) fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
             .unwrap_or(SocketAddr::new(self.grpc_host, self.grpc_port))
     }
 
-    pub fn http_addr(&self) -> SocketAddr {
+    pub(crate) fn http_addr(&self) -> SocketAddr {
         self.http_addr
             .unwrap_or(SocketAddr::new(self.http_host, self.http_port))
     }
 
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self.config.clone().unwrap_or_else(|| {
             let r = &self.runtime;
             let root = match &r.runtime_subdirectory {
@@ -116,81 +116,89 @@ impl ServeArgs {
 
 /// How answers are shaped beyond what the rules say.
 #[derive(Debug, Args)]
-pub struct AnswerArgs {
+pub(crate) struct AnswerArgs {
     /// Hits above this fraction of a limit are counted as near_limit in metrics.
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
-    pub near_limit_ratio: f64,
+    pub(crate) near_limit_ratio: f64,
     /// Never deny: the overall answer is OK while statuses still say OVER_LIMIT.
     #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
-    pub shadow_mode: bool,
+    pub(crate) shadow_mode: bool,
     /// Add rate-limit headers for Envoy to return to clients.
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
-    pub limit_response_headers: bool,
+    pub(crate) limit_response_headers: bool,
     /// Header style: the reference's RateLimit-Limit/-Remaining/-Reset, or the IETF
     /// draft's RateLimit-Policy and RateLimit.
     #[arg(long, env = "RESPONSE_HEADERS_FORMAT", value_enum, default_value_t = HeaderFormat::Reference)]
-    pub response_headers_format: HeaderFormat,
+    pub(crate) response_headers_format: HeaderFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum HeaderFormat {
+pub(crate) enum HeaderFormat {
     Reference,
     Draft,
 }
 
 /// Operations: metrics, reload, shutdown.
 #[derive(Debug, Args)]
-pub struct OpsArgs {
+pub(crate) struct OpsArgs {
     /// Also serve Prometheus metrics on --prometheus-addr (they are always on the HTTP port).
     #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
-    pub use_prometheus: bool,
+    pub(crate) use_prometheus: bool,
     /// Address of the extra metrics listener; ":9090" means all interfaces.
     #[arg(long, env = "PROMETHEUS_ADDR", default_value = ":9090", value_parser = parse_listen_addr)]
-    pub prometheus_addr: SocketAddr,
+    pub(crate) prometheus_addr: SocketAddr,
     /// Path of the extra metrics listener.
     #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics")]
-    pub prometheus_path: String,
+    pub(crate) prometheus_path: String,
+    /// Most label sets a `detailed_metric` rule creates; request values beyond them are
+    /// counted under the rule's `key2="other"` series.
+    #[arg(long, env = "DETAILED_METRIC_LIMIT", default_value_t = 1_000)]
+    pub(crate) detailed_metric_limit: usize,
     /// On SIGTERM, fail health checks for this long before closing listeners, so load
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
-    pub shutdown_delay: Duration,
+    pub(crate) shutdown_delay: Duration,
 }
 
 /// Where counters live and what happens when that place fails.
 #[derive(Debug, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Counter store [default: redis if --redis-url is set, else memory]
     #[arg(long, env = "BACKEND_TYPE", value_enum, ignore_case = true)]
-    pub backend: Option<Backend>,
+    pub(crate) backend: Option<Backend>,
     /// Redis address(es): redis://[user:password@]host:port, rediss://…, or the reference's
     /// forms: host:port; for cluster a comma-separated node list; for sentinel
     /// "master-name,sentinel-host:port,…".
     #[arg(long, env = "REDIS_URL")]
-    pub redis_url: Option<String>,
-    /// Redis deployment.
-    #[arg(long, env = "REDIS_TYPE", value_enum, ignore_case = true, default_value_t = RedisType::Single)]
-    pub redis_type: RedisType,
+    pub(crate) redis_url: Option<String>,
+    /// Redis deployment: single, cluster or sentinel.
+    #[arg(long, env = "REDIS_TYPE", ignore_case = true, default_value = "single", value_parser = one_of::<RedisKind>(&["single", "cluster", "sentinel"]))]
+    pub(crate) redis_type: RedisKind,
     /// Redis password, or "user:password", for addresses without credentials.
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
-    pub redis_auth: Option<String>,
+    pub(crate) redis_auth: Option<String>,
     /// Connect to Redis over TLS (host:port forms; a rediss:// URL implies it).
     #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
-    pub redis_tls: bool,
+    pub(crate) redis_tls: bool,
     /// Prefix of every Redis key.
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
-    pub cache_key_prefix: String,
+    pub(crate) cache_key_prefix: String,
     /// Longest a request waits for the store, e.g. 10ms, 250us, 1s.
     #[arg(long, env = "STORE_TIMEOUT", default_value = "10ms", value_parser = parse_timeout)]
-    pub store_timeout: Duration,
+    pub(crate) store_timeout: Duration,
+    /// How long startup waits for the store's first answer before serving without it (a
+    /// fresh instance deciding from an empty local view would over-admit meanwhile).
+    #[arg(long, env = "STORE_STARTUP_WAIT", default_value = "3s", value_parser = parse_duration)]
+    pub(crate) store_startup_wait: Duration,
     /// What a request gets when the store fails or times out: a decision from the local
     /// view (local), OK (allow), OVER_LIMIT (deny), or gRPC UNAVAILABLE (error), so that
     /// Envoy's failure_mode_deny decides.
-    #[arg(long, env = "ON_STORE_ERROR", value_enum, default_value_t = OnStoreError::Local)]
-    pub on_store_error: OnStoreError,
+    #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, default_value = "local", value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
+    pub(crate) on_store_error: OnStoreError,
 }
 
 impl StoreArgs {
-    pub fn backend(&self) -> Backend {
+    pub(crate) fn backend(&self) -> Backend {
         self.backend.unwrap_or(if self.redis_url.is_some() {
             Backend::Redis
         } else {
@@ -200,25 +208,18 @@ impl StoreArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
+pub(crate) enum Backend {
     Memory,
     Redis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RedisType {
-    Single,
-    Cluster,
-    Sentinel,
-}
-
-/// What a request gets when the counter store cannot answer in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnStoreError {
-    Local,
-    Allow,
-    Deny,
-    Error,
+/// A value among `names`, parsed by the type's own `FromStr`: the core's types know
+/// nothing of clap, and the help still lists the choices.
+fn one_of<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+where
+    T: std::str::FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
 /// Parses `10ms`, `250us`, `2s` or a bare number of milliseconds.
@@ -268,76 +269,55 @@ fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
 
 /// The reference's runtime directory settings, used when --config is not given.
 #[derive(Debug, Args)]
-pub struct RuntimeArgs {
+pub(crate) struct RuntimeArgs {
     /// Root of the runtime directory.
     #[arg(
         long,
         env = "RUNTIME_ROOT",
         default_value = "/srv/runtime_data/current"
     )]
-    pub runtime_root: PathBuf,
+    pub(crate) runtime_root: PathBuf,
     /// Subdirectory of RUNTIME_ROOT.
     #[arg(long, env = "RUNTIME_SUBDIRECTORY")]
-    pub runtime_subdirectory: Option<PathBuf>,
+    pub(crate) runtime_subdirectory: Option<PathBuf>,
     /// Directory of rules files inside the subdirectory.
     #[arg(long, env = "RUNTIME_APPDIRECTORY", default_value = "config")]
-    pub runtime_appdirectory: PathBuf,
+    pub(crate) runtime_appdirectory: PathBuf,
 }
 
 /// Defaults for what rules leave out.
 #[derive(Debug, Args)]
-pub struct RuleArgs {
+pub(crate) struct RuleArgs {
     /// Sub-windows of a sliding window (more is more exact, and more memory).
     #[arg(long, env = "SLIDING_WINDOW_PRECISION", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub precision: u32,
+    pub(crate) precision: u32,
     /// Algorithm of limits that name none.
-    #[arg(long, env = "DEFAULT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::SlidingWindow)]
-    pub default_algorithm: AlgorithmArg,
+    #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "sliding_window", value_parser = one_of::<AlgorithmKind>(&["sliding_window", "fixed_window", "token_bucket", "leaky_bucket"]))]
+    pub(crate) default_algorithm: AlgorithmKind,
 }
 
 impl RuleArgs {
-    pub fn defaults(&self) -> Defaults {
+    pub(crate) fn defaults(&self) -> Defaults {
         Defaults {
-            algorithm: self.default_algorithm.into(),
+            algorithm: self.default_algorithm,
             precision: self.precision,
-        }
-    }
-}
-
-/// The algorithms, as command-line values.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum AlgorithmArg {
-    SlidingWindow,
-    FixedWindow,
-    TokenBucket,
-    LeakyBucket,
-}
-
-impl From<AlgorithmArg> for Algorithm {
-    fn from(a: AlgorithmArg) -> Self {
-        match a {
-            AlgorithmArg::SlidingWindow => Algorithm::SlidingWindow,
-            AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
-            AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
-            AlgorithmArg::LeakyBucket => Algorithm::LeakyBucket,
         }
     }
 }
 
 /// Logging.
 #[derive(Debug, Args)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    pub(crate) log_level: String,
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -391,7 +371,7 @@ mod tests {
             "CLUSTER",
         ]);
         assert_eq!(s.store.backend(), Backend::Redis);
-        assert_eq!(s.store.redis_type, RedisType::Cluster);
+        assert_eq!(s.store.redis_type, RedisKind::Cluster);
         assert_eq!(
             serve(&["--backend", "memory", "--redis-url", "x:1"])
                 .store

@@ -1,0 +1,279 @@
+//! Rate-limit algorithms as pure functions of (state, now, hits, limit) → decision.
+//!
+//! Stores own the states and call [`apply`]; nothing here does I/O or reads the clock.
+
+mod fixed;
+mod gcra;
+mod sliding;
+
+pub(crate) use fixed::FixedWindow;
+pub(crate) use gcra::Gcra;
+pub(crate) use sliding::SlidingWindow;
+
+use crate::limit::{Algorithm, Limit};
+
+/// What a request asks of its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hits {
+    /// Count this many units if every limit admits them.
+    Consume(u64),
+    /// Answer whether one more unit would be admitted; count nothing.
+    Check,
+    /// Give back this many units (Envoy's `is_negative_hits`).
+    Refund(u64),
+}
+
+/// The answer of one limit at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the units fit.
+    pub admitted: bool,
+    /// Units left after this request (for a denial: left now).
+    pub remaining: u64,
+    /// Admitted: until the counted units are forgotten. Denied: until the same request
+    /// would be admitted, assuming no other traffic.
+    pub reset_ns: u64,
+}
+
+/// The state of one limit of one counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LimitState {
+    Sliding(SlidingWindow),
+    Fixed(FixedWindow),
+    Gcra(Gcra),
+}
+
+impl LimitState {
+    pub(crate) fn new(limit: &Limit) -> Self {
+        match limit.algorithm {
+            Algorithm::SlidingWindow { precision } => Self::Sliding(SlidingWindow::new(precision)),
+            Algorithm::FixedWindow => Self::Fixed(FixedWindow::default()),
+            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                Self::Gcra(Gcra::default())
+            }
+        }
+    }
+
+    /// Whether `hits` units would be admitted now; changes nothing.
+    pub(crate) fn evaluate(&self, limit: &Limit, now_ns: u64, hits: u64) -> Decision {
+        match self {
+            Self::Sliding(s) => s.evaluate(limit, now_ns, hits),
+            Self::Fixed(s) => s.evaluate(limit, now_ns, hits),
+            Self::Gcra(s) => s.evaluate(limit, now_ns, hits),
+        }
+    }
+
+    /// Counts `hits` admitted units.
+    pub(crate) fn record(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
+        match self {
+            Self::Sliding(s) => s.record(limit, now_ns, hits),
+            Self::Fixed(s) => s.record(limit, now_ns, hits),
+            Self::Gcra(s) => s.record(limit, now_ns, hits),
+        }
+    }
+
+    /// Gives back up to `hits` units counted earlier.
+    pub(crate) fn refund(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
+        match self {
+            Self::Sliding(s) => s.refund(limit, now_ns, hits),
+            Self::Fixed(s) => s.refund(limit, now_ns, hits),
+            Self::Gcra(s) => s.refund(limit, now_ns, hits),
+        }
+    }
+
+    /// When this state no longer affects any decision and can be dropped.
+    pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
+        match self {
+            Self::Sliding(s) => s.expires_at_ns(limit),
+            Self::Fixed(s) => s.expires_at_ns(limit),
+            Self::Gcra(s) => s.expires_at_ns(),
+        }
+    }
+}
+
+/// The decision reported for a counter with several limits, and the limit it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Index of the reported limit among the counter's limits.
+    pub limit_index: usize,
+    /// That limit's decision.
+    pub decision: Decision,
+}
+
+/// Applies `hits` to the states of all `limits` of one counter, all or nothing: units are
+/// counted only if every limit admits them. Reports the tightest limit: of the denying ones
+/// the one with the longest wait, else the one with the fewest units left.
+pub(crate) fn apply(
+    states: &mut [LimitState],
+    limits: &[Limit],
+    now_ns: u64,
+    hits: Hits,
+) -> Verdict {
+    let asked = match hits {
+        Hits::Consume(n) => n,
+        Hits::Check => 1,
+        Hits::Refund(n) => {
+            for (state, limit) in states.iter_mut().zip(limits) {
+                state.refund(limit, now_ns, n);
+            }
+            0
+        }
+    };
+    let outcome = evaluate(states, limits, now_ns, asked);
+    if outcome.decision.admitted
+        && let Hits::Consume(n) = hits
+    {
+        for (state, limit) in states.iter_mut().zip(limits) {
+            state.record(limit, now_ns, n);
+        }
+    }
+    outcome
+}
+
+/// What [`apply`] would answer for `hits` units, changing nothing.
+pub(crate) fn evaluate(states: &[LimitState], limits: &[Limit], now_ns: u64, hits: u64) -> Verdict {
+    let mut best: Option<Verdict> = None;
+    for (limit_index, (state, limit)) in states.iter().zip(limits).enumerate() {
+        let decision = state.evaluate(limit, now_ns, hits);
+        let candidate = Verdict {
+            limit_index,
+            decision,
+        };
+        best = Some(match best {
+            None => candidate,
+            Some(b) if tighter(&candidate.decision, &b.decision) => candidate,
+            Some(b) => b,
+        });
+    }
+    // A counter always has at least one limit; an empty list admits, as no limit would.
+    best.unwrap_or(Verdict {
+        limit_index: 0,
+        decision: Decision {
+            admitted: true,
+            remaining: u64::MAX,
+            reset_ns: 0,
+        },
+    })
+}
+
+fn tighter(a: &Decision, b: &Decision) -> bool {
+    match (a.admitted, b.admitted) {
+        (false, true) => true,
+        (true, false) => false,
+        (false, false) => a.reset_ns > b.reset_ns,
+        (true, true) => a.remaining < b.remaining,
+    }
+}
+
+/// `value × numerator / denominator` without overflow, rounded down; saturates at u64::MAX.
+pub(crate) fn mul_div(value: u64, numerator: u64, denominator: u64) -> u64 {
+    if denominator == 0 {
+        return u64::MAX;
+    }
+    u64::try_from(u128::from(value) * u128::from(numerator) / u128::from(denominator))
+        .unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::limit::{Algorithm, Limit};
+    use crate::unit::Unit;
+
+    pub(crate) const SECOND: u64 = 1_000_000_000;
+
+    /// A limit of `requests_per_unit` per `window_ns`, unchecked (tests pick odd windows).
+    pub(crate) fn limit(algorithm: Algorithm, requests_per_unit: u32, window_ns: u64) -> Limit {
+        Limit {
+            requests_per_unit,
+            unit: Unit::Second,
+            window_ns,
+            algorithm,
+            name: None,
+        }
+    }
+
+    pub(crate) const SLIDING: Algorithm = Algorithm::SlidingWindow { precision: 10 };
+    pub(crate) const FIXED: Algorithm = Algorithm::FixedWindow;
+
+    /// A token bucket whose burst is its rate.
+    pub(crate) fn bucket(requests_per_unit: u32) -> Algorithm {
+        Algorithm::TokenBucket {
+            burst: requests_per_unit,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{FIXED, SECOND, SLIDING, limit};
+    use super::*;
+
+    #[test]
+    fn several_limits_count_only_when_all_admit() {
+        let limits = [limit(FIXED, 10, SECOND), limit(FIXED, 3, 60 * SECOND)];
+        let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
+        for _ in 0..3 {
+            assert!(
+                apply(&mut states, &limits, 0, Hits::Consume(1))
+                    .decision
+                    .admitted
+            );
+        }
+        let denied = apply(&mut states, &limits, 0, Hits::Consume(1));
+        assert!(!denied.decision.admitted);
+        assert_eq!(denied.limit_index, 1);
+        // The denied hit was not counted by the per-second limit either.
+        let next_second = apply(&mut states, &limits, SECOND, Hits::Check);
+        assert!(!next_second.decision.admitted);
+        assert_eq!(
+            states[0].evaluate(&limits[0], SECOND - 1, 7).remaining,
+            0,
+            "7 more fit in the first second: exactly 3 were counted"
+        );
+    }
+
+    #[test]
+    fn tightest_admitted_limit_is_the_one_with_fewest_left() {
+        let limits = [limit(FIXED, 10, SECOND), limit(FIXED, 5, 60 * SECOND)];
+        let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
+        let outcome = apply(&mut states, &limits, 0, Hits::Consume(2));
+        assert_eq!(outcome.limit_index, 1);
+        assert_eq!(outcome.decision.remaining, 3);
+    }
+
+    #[test]
+    fn check_counts_nothing_and_refund_gives_back() {
+        let limits = [limit(SLIDING, 2, SECOND)];
+        let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
+        assert!(
+            apply(&mut states, &limits, 0, Hits::Check)
+                .decision
+                .admitted
+        );
+        assert!(
+            apply(&mut states, &limits, 0, Hits::Consume(2))
+                .decision
+                .admitted
+        );
+        assert!(
+            !apply(&mut states, &limits, 0, Hits::Check)
+                .decision
+                .admitted
+        );
+        let refunded = apply(&mut states, &limits, 0, Hits::Refund(1));
+        assert!(refunded.decision.admitted);
+        assert_eq!(refunded.decision.remaining, 1);
+        assert!(
+            apply(&mut states, &limits, 0, Hits::Consume(1))
+                .decision
+                .admitted
+        );
+    }
+
+    #[test]
+    fn mul_div_saturates_instead_of_overflowing() {
+        assert_eq!(mul_div(u64::MAX, 3, 1), u64::MAX);
+        assert_eq!(mul_div(7, 3, 2), 10);
+        assert_eq!(mul_div(7, 3, 0), u64::MAX);
+    }
+}

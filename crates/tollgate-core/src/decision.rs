@@ -1,0 +1,83 @@
+//! The answer to a [`crate::Request`]: one outcome per descriptor, in request order, each
+//! carrying the limit it came from. Every protocol builds its reply from this.
+
+use std::time::Duration;
+
+use crate::limit::Limit;
+
+/// The answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request as a whole is denied (after shadow modes).
+    pub over_limit: bool,
+    /// One outcome per descriptor, in request order.
+    pub descriptors: Vec<Outcome>,
+}
+
+/// What one descriptor got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No rule matched, or the matched rule was replaced: nothing was counted.
+    NoLimit,
+    /// The matched rule is unlimited.
+    Unlimited,
+    /// The descriptor was counted against its limits.
+    Limited(Limited),
+}
+
+/// A counted descriptor: the tightest of its limits and where the counter stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    /// The limit reported (of several, the tightest).
+    pub limit: Limit,
+    /// Whether the counter admitted the hits.
+    pub admitted: bool,
+    /// The rule is in shadow mode: a denial is reported but never enforced.
+    pub shadow: bool,
+    /// Units left after this request (for a denial: left now).
+    pub remaining: u64,
+    /// Admitted: until the counted units are forgotten. Denied: until the same request
+    /// would be admitted, if nothing else is counted.
+    pub reset: Duration,
+    /// Units this descriptor asked for (0 for a check or a refund).
+    pub hits: u64,
+}
+
+impl Limited {
+    /// Whether this descriptor denies the request (a shadow-mode denial does not).
+    pub fn is_over(&self) -> bool {
+        !self.admitted && !self.shadow
+    }
+
+    /// The wait a client is told, in whole seconds rounded up: a client that waits the
+    /// advertised time must then be admitted.
+    pub fn reset_seconds(&self) -> u64 {
+        u64::try_from(self.reset.as_nanos().div_ceil(1_000_000_000)).unwrap_or(u64::MAX)
+    }
+}
+
+impl Outcome {
+    /// The counted outcome, if the descriptor was counted.
+    pub fn limited(&self) -> Option<&Limited> {
+        match self {
+            Self::Limited(l) => Some(l),
+            Self::NoLimit | Self::Unlimited => None,
+        }
+    }
+
+    /// Whether this descriptor denies the request.
+    pub fn is_over(&self) -> bool {
+        self.limited().is_some_and(Limited::is_over)
+    }
+}
+
+impl Decision {
+    /// The counted descriptor with the fewest units left: what response headers describe.
+    pub fn tightest(&self) -> Option<(usize, &Limited)> {
+        self.descriptors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| o.limited().map(|l| (i, l)))
+            .min_by_key(|(_, l)| l.remaining)
+    }
+}

@@ -1,0 +1,52 @@
+//! Tollgate's decision core: rate-limit rules and their compilation, counter keys, the
+//! algorithms, the counter stores, and the decision itself — on plain Rust types, with no
+//! gRPC, HTTP or metrics crate in sight. The server and the tower middleware are adapters
+//! over [`Limiter`].
+//!
+//! ```
+//! use tollgate_core::{Descriptor, Hits, Limiter, MemoryStore, Request, Rules, Store};
+//!
+//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! # runtime.block_on(async {
+//! let rules = Rules::from_yaml("rules.yaml", r#"
+//! domain: api
+//! descriptors:
+//!   - key: user
+//!     rate_limit: {unit: minute, requests_per_unit: 2}
+//! "#)?;
+//! let limiter = Limiter::new(rules, Store::Memory(MemoryStore::default()));
+//! let request = Request::new("api", vec![Descriptor::new([("user", "ann")])]);
+//! assert!(!limiter.decide(&request).await?.over_limit);
+//! assert!(!limiter.decide(&request).await?.over_limit);
+//! assert!(limiter.decide(&request).await?.over_limit);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(unreachable_pub, missing_docs)]
+
+mod algo;
+mod clock;
+mod decision;
+pub mod headers;
+mod key;
+mod limit;
+mod limiter;
+mod request;
+pub mod rules;
+mod stats;
+pub mod store;
+mod unit;
+
+pub use algo::Hits;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, Limited, Outcome};
+pub use key::counter_key;
+pub use limit::{Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION};
+pub use limiter::{DecideError, Limiter, Options, Recorder};
+pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
+pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
+pub use stats::{Histogram, HistogramSnapshot};
+pub use store::{MemoryStore, OnStoreError, Store, StoreError, StoreStats};
+pub use unit::Unit;

@@ -1,0 +1,317 @@
+//! A limit: how many units per window, counted by which algorithm. Built only through
+//! constructors that check it, so every `Limit` in the program is one the stores can count.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::unit::Unit;
+
+/// Sub-windows of a sliding window when a rule names none.
+pub const DEFAULT_PRECISION: u32 = 10;
+/// The most sub-windows a sliding window may have.
+pub const MAX_PRECISION: u32 = 1_000;
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+const NANOS_PER_MILLI: u64 = 1_000_000;
+
+/// How a limit counts, with the parameters that only that way of counting has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Weighted sub-windows approximating a true sliding window (the default).
+    SlidingWindow {
+        /// Sub-windows per window: more is more exact, and more memory.
+        precision: u32,
+    },
+    /// The reference service's epoch-aligned fixed window.
+    FixedWindow,
+    /// GCRA, reported as tokens left in a bucket of `burst` that refills.
+    TokenBucket {
+        /// Bucket capacity.
+        burst: u32,
+    },
+    /// GCRA, reported as room left in a bucket of `burst` that leaks.
+    LeakyBucket {
+        /// Bucket capacity.
+        burst: u32,
+    },
+}
+
+/// The algorithms by name, without parameters: what a setting or a rule file names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgorithmKind {
+    /// See [`Algorithm::SlidingWindow`].
+    SlidingWindow,
+    /// See [`Algorithm::FixedWindow`].
+    FixedWindow,
+    /// See [`Algorithm::TokenBucket`].
+    TokenBucket,
+    /// See [`Algorithm::LeakyBucket`].
+    LeakyBucket,
+}
+
+impl AlgorithmKind {
+    /// Every kind, in the order documentation lists them.
+    pub const ALL: [AlgorithmKind; 4] = [
+        Self::SlidingWindow,
+        Self::FixedWindow,
+        Self::TokenBucket,
+        Self::LeakyBucket,
+    ];
+
+    /// The name used in rule files and settings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SlidingWindow => "sliding_window",
+            Self::FixedWindow => "fixed_window",
+            Self::TokenBucket => "token_bucket",
+            Self::LeakyBucket => "leaky_bucket",
+        }
+    }
+}
+
+impl std::str::FromStr for AlgorithmKind {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| {
+                format!(
+                    "invalid algorithm '{name}' (expected sliding_window, fixed_window, token_bucket or leaky_bucket)"
+                )
+            })
+    }
+}
+
+impl Algorithm {
+    /// The algorithm's name.
+    pub fn kind(self) -> AlgorithmKind {
+        match self {
+            Self::SlidingWindow { .. } => AlgorithmKind::SlidingWindow,
+            Self::FixedWindow => AlgorithmKind::FixedWindow,
+            Self::TokenBucket { .. } => AlgorithmKind::TokenBucket,
+            Self::LeakyBucket { .. } => AlgorithmKind::LeakyBucket,
+        }
+    }
+
+    /// Bucket capacity of token and leaky buckets.
+    pub(crate) fn burst(self) -> Option<u32> {
+        match self {
+            Self::TokenBucket { burst } | Self::LeakyBucket { burst } => Some(burst),
+            Self::SlidingWindow { .. } | Self::FixedWindow => None,
+        }
+    }
+}
+
+/// Why a limit cannot be built; [`LimitError::field`] names the rule field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// `unit_multiplier` of 0.
+    #[error("unit_multiplier must be at least 1")]
+    ZeroMultiplier,
+    /// A window longer than the clock can count.
+    #[error("window is too long")]
+    WindowTooLong,
+    /// Precision outside 1..=MAX_PRECISION.
+    #[error("precision must be between 1 and {MAX_PRECISION}, not {0}")]
+    Precision(u32),
+    /// Sub-windows that are not whole milliseconds.
+    #[error("precision {0} does not split the window into whole milliseconds")]
+    SubWindow(u32),
+    /// A bucket of no capacity.
+    #[error("burst must be at least 1")]
+    ZeroBurst,
+}
+
+impl LimitError {
+    /// The rule field that holds the wrong value.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::ZeroMultiplier | Self::WindowTooLong => "unit_multiplier",
+            Self::Precision(_) | Self::SubWindow(_) => "precision",
+            Self::ZeroBurst => "burst",
+        }
+    }
+}
+
+/// One limit: `requests_per_unit` per window, counted by an algorithm. `unit` is what Envoy
+/// is told; the window is the real one (`unit × unit_multiplier`). Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub(crate) requests_per_unit: u32,
+    pub(crate) unit: Unit,
+    pub(crate) window_ns: u64,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) name: Option<Arc<str>>,
+}
+
+impl Limit {
+    /// `requests_per_unit` per `unit`, as a sliding window of [`DEFAULT_PRECISION`]
+    /// sub-windows. A limit of 0 denies everything.
+    pub fn new(requests_per_unit: u32, unit: Unit) -> Self {
+        Self {
+            requests_per_unit,
+            unit,
+            window_ns: unit.seconds() * NANOS_PER_SECOND,
+            algorithm: Algorithm::SlidingWindow {
+                precision: DEFAULT_PRECISION,
+            },
+            name: None,
+        }
+    }
+
+    /// The same limit over a window `multiplier` times as long; Envoy is told the nearest
+    /// unit it knows.
+    pub fn with_multiplier(mut self, multiplier: u32) -> Result<Self, LimitError> {
+        if multiplier == 0 {
+            return Err(LimitError::ZeroMultiplier);
+        }
+        let seconds = (self.window_ns / NANOS_PER_SECOND)
+            .checked_mul(u64::from(multiplier))
+            .ok_or(LimitError::WindowTooLong)?;
+        self.window_ns = seconds
+            .checked_mul(NANOS_PER_SECOND)
+            .ok_or(LimitError::WindowTooLong)?;
+        if multiplier > 1 {
+            self.unit = Unit::nearest(seconds);
+        }
+        self.check()
+    }
+
+    /// The same limit counted by `algorithm`.
+    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Result<Self, LimitError> {
+        self.algorithm = algorithm;
+        self.check()
+    }
+
+    /// The same limit, named (names show in responses and `replaces` refers to them).
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    fn check(self) -> Result<Self, LimitError> {
+        match self.algorithm {
+            Algorithm::SlidingWindow { precision } => {
+                if !(1..=MAX_PRECISION).contains(&precision) {
+                    return Err(LimitError::Precision(precision));
+                }
+                // Whole milliseconds keep sub-window boundaries identical in every store.
+                if !self
+                    .window_ns
+                    .is_multiple_of(u64::from(precision) * NANOS_PER_MILLI)
+                {
+                    return Err(LimitError::SubWindow(precision));
+                }
+            }
+            Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } if burst == 0 => {
+                return Err(LimitError::ZeroBurst);
+            }
+            _ => {}
+        }
+        Ok(self)
+    }
+
+    /// Units admitted per window.
+    pub fn requests_per_unit(&self) -> u32 {
+        self.requests_per_unit
+    }
+
+    /// The unit Envoy is told (the nearest one when the window is a multiple).
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
+    /// The real window.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns)
+    }
+
+    /// How the limit counts.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The limit's name, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Appends what identifies this limit's counter state: algorithm, window and precision.
+    /// The quota is left out so that a reload changing only the quota keeps the counts.
+    pub(crate) fn write_shape(&self, out: &mut String) {
+        use fmt::Write as _;
+        let code = match self.algorithm {
+            Algorithm::SlidingWindow { .. } => 's',
+            Algorithm::FixedWindow => 'f',
+            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 'g',
+        };
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{code}{}", self.window_ns);
+        if let Algorithm::SlidingWindow { precision } = self.algorithm {
+            let _ = write!(out, ".{precision}");
+        }
+    }
+
+    /// The shape of a counter holding `limits` (see [`Limit::write_shape`]).
+    pub(crate) fn shape_of(limits: &[Limit]) -> String {
+        let mut shape = String::new();
+        for (i, limit) in limits.iter().enumerate() {
+            if i > 0 {
+                shape.push(',');
+            }
+            limit.write_shape(&mut shape);
+        }
+        shape
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_multiple_window_tells_envoy_the_nearest_unit() {
+        let l = Limit::new(5, Unit::Second)
+            .with_multiplier(30)
+            .expect("30 s is a valid window");
+        assert_eq!(l.window(), Duration::from_secs(30));
+        assert_eq!(l.unit(), Unit::Minute);
+        assert_eq!(
+            Limit::new(5, Unit::Second).with_multiplier(0),
+            Err(LimitError::ZeroMultiplier)
+        );
+    }
+
+    #[test]
+    fn impossible_parameters_are_refused_with_their_field() {
+        let err = Limit::new(5, Unit::Second)
+            .with_algorithm(Algorithm::SlidingWindow { precision: 3 })
+            .expect_err("a third of a second is not whole milliseconds");
+        assert_eq!(err.field(), "precision");
+        let err = Limit::new(5, Unit::Second)
+            .with_algorithm(Algorithm::TokenBucket { burst: 0 })
+            .expect_err("an empty bucket");
+        assert_eq!(err, LimitError::ZeroBurst);
+        assert!(
+            Limit::new(5, Unit::Year)
+                .with_multiplier(u32::MAX)
+                .is_err_and(|e| e == LimitError::WindowTooLong)
+        );
+    }
+
+    #[test]
+    fn the_shape_names_algorithm_window_and_precision_but_not_the_quota() {
+        let a = Limit::new(5, Unit::Minute);
+        let b = Limit::new(50, Unit::Minute).with_name("other");
+        let one = std::slice::from_ref(&a);
+        assert_eq!(Limit::shape_of(one), "s60000000000.10");
+        assert_eq!(Limit::shape_of(one), Limit::shape_of(&[b]));
+        let g = a
+            .with_algorithm(Algorithm::LeakyBucket { burst: 9 })
+            .expect("valid");
+        assert_eq!(Limit::shape_of(&[g]), "g60000000000");
+    }
+}

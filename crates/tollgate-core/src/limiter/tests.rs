@@ -1,0 +1,261 @@
+use std::time::Duration;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::request::LimitOverride;
+use crate::store::MemoryStore;
+use crate::unit::Unit;
+
+const SECOND: u64 = 1_000_000_000;
+
+const RULES: &str = r#"
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: api
+    rate_limits:
+      - {name: per_second, unit: second, requests_per_unit: 2}
+      - {name: per_day, unit: day, requests_per_unit: 3}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 2}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: broad
+    rate_limit: {name: broad, unit: minute, requests_per_unit: 1}
+  - key: narrow
+    rate_limit: {name: narrow, unit: minute, requests_per_unit: 5, replaces: [{name: broad}]}
+  - key: free
+    rate_limit: {unlimited: true}
+"#;
+
+fn limiter() -> (Limiter, ManualClock) {
+    limiter_with(Options::default())
+}
+
+fn limiter_with(options: Options) -> (Limiter, ManualClock) {
+    let clock = ManualClock::new(1_000 * SECOND);
+    let rules = Rules::from_yaml("rules.yaml", RULES).expect("rules load");
+    let store = Store::Memory(MemoryStore::new(1_000, std::sync::Arc::new(clock.clone())));
+    (Limiter::with_recorder(rules, store, options, ()), clock)
+}
+
+fn one<'a>(key: &'a str, value: &'a str) -> Descriptor<'a> {
+    Descriptor::new([(key, value)])
+}
+
+async fn outcome(l: &Limiter, d: Descriptor<'_>) -> Outcome {
+    let decision = l
+        .decide(&Request::new("d", vec![d]))
+        .await
+        .expect("decides");
+    decision
+        .descriptors
+        .into_iter()
+        .next()
+        .expect("one outcome")
+}
+
+async fn limited(l: &Limiter, d: Descriptor<'_>) -> Limited {
+    match outcome(l, d).await {
+        Outcome::Limited(limited) => limited,
+        other => panic!("expected a counted descriptor, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_check_counts_nothing_and_tells_whether_one_more_fits() {
+    let (l, _) = limiter();
+    let check = || one("user", "ann").with_hits(Hits::Check);
+    for _ in 0..5 {
+        let c = limited(&l, check()).await;
+        assert!(c.admitted);
+        assert_eq!(c.remaining, 2, "what one more request would leave");
+        assert_eq!(c.hits, 0);
+    }
+    for _ in 0..3 {
+        assert!(limited(&l, one("user", "ann")).await.admitted);
+    }
+    assert!(!limited(&l, check()).await.admitted);
+}
+
+#[tokio::test]
+async fn refunds_give_units_back() {
+    let (l, _) = limiter();
+    let three = limited(&l, one("user", "ann").with_hits(Hits::Consume(3))).await;
+    assert_eq!((three.remaining, three.hits), (0, 3));
+    let refund = limited(&l, one("user", "ann").with_hits(Hits::Refund(2))).await;
+    assert!(refund.admitted);
+    assert_eq!(refund.remaining, 2);
+    assert_eq!(limited(&l, one("user", "ann")).await.remaining, 1);
+}
+
+#[tokio::test]
+async fn several_limits_report_the_tightest_and_count_all_or_nothing() {
+    let (l, clock) = limiter();
+    let first = limited(&l, one("api", "k")).await;
+    assert_eq!(first.limit.name(), Some("per_second"));
+    assert_eq!(first.remaining, 1);
+    limited(&l, one("api", "k")).await;
+    let third = limited(&l, one("api", "k")).await;
+    assert!(third.is_over());
+    assert_eq!(third.limit.name(), Some("per_second"));
+    clock.advance(2 * SECOND);
+    let fourth = limited(&l, one("api", "k")).await;
+    assert!(
+        !fourth.is_over(),
+        "the denied third hit was not counted by the daily limit"
+    );
+    assert_eq!(fourth.limit.name(), Some("per_day"));
+    let fifth = limited(&l, one("api", "k")).await;
+    assert!(fifth.is_over());
+    assert_eq!(fifth.limit.name(), Some("per_day"));
+}
+
+#[tokio::test]
+async fn token_bucket_rules_refill_continuously() {
+    let (l, clock) = limiter();
+    assert!(limited(&l, one("bucket", "b")).await.admitted);
+    assert!(limited(&l, one("bucket", "b")).await.admitted);
+    let denied = limited(&l, one("bucket", "b")).await;
+    assert!(denied.is_over());
+    assert_eq!(denied.reset, Duration::from_secs(1));
+    clock.advance(SECOND);
+    assert!(limited(&l, one("bucket", "b")).await.admitted);
+}
+
+#[tokio::test]
+async fn a_limit_override_replaces_the_configured_limit() {
+    let (l, _) = limiter();
+    let mut d = one("user", "ann");
+    d.limit = Some(LimitOverride {
+        requests_per_unit: 1,
+        unit: Unit::Hour,
+    });
+    let first = limited(&l, d.clone()).await;
+    assert_eq!(
+        (first.limit.requests_per_unit(), first.limit.unit()),
+        (1, Unit::Hour)
+    );
+    assert!(limited(&l, d).await.is_over());
+    // The configured 3/minute counter is a different counter and untouched.
+    assert_eq!(limited(&l, one("user", "ann")).await.remaining, 2);
+}
+
+#[tokio::test]
+async fn an_override_for_an_unknown_domain_limits_nothing() {
+    let (l, _) = limiter();
+    let mut d = one("user", "ann");
+    d.limit = Some(LimitOverride {
+        requests_per_unit: 0,
+        unit: Unit::Second,
+    });
+    let decision = l
+        .decide(&Request::new("other", vec![d]))
+        .await
+        .expect("decides");
+    assert_eq!(decision.descriptors, [Outcome::NoLimit]);
+    assert!(!decision.over_limit);
+}
+
+#[tokio::test]
+async fn shadow_mode_counts_but_never_denies() {
+    let (l, _) = limiter();
+    limited(&l, one("shadow", "x")).await;
+    let second = limited(&l, one("shadow", "x")).await;
+    assert!(!second.admitted && second.shadow && !second.is_over());
+    assert_eq!(second.remaining, 0);
+}
+
+#[tokio::test]
+async fn replaced_limits_are_dropped_when_the_replacing_one_matches() {
+    let (l, _) = limiter();
+    let both = Request::new("d", vec![one("broad", "x"), one("narrow", "x")]);
+    for _ in 0..3 {
+        let decision = l.decide(&both).await.expect("decides");
+        assert_eq!(decision.descriptors[0], Outcome::NoLimit);
+        assert!(!decision.over_limit);
+    }
+    // Alone, the broad limit applies (1/minute).
+    assert!(limited(&l, one("broad", "x")).await.admitted);
+    assert!(limited(&l, one("broad", "x")).await.is_over());
+}
+
+#[tokio::test]
+async fn unlimited_and_unmatched_descriptors() {
+    let (l, _) = limiter();
+    assert_eq!(outcome(&l, one("free", "x")).await, Outcome::Unlimited);
+    assert_eq!(outcome(&l, one("nothing", "x")).await, Outcome::NoLimit);
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_while_outcomes_tell_the_truth() {
+    let (l, _) = limiter_with(Options {
+        global_shadow_mode: true,
+        ..Options::default()
+    });
+    for _ in 0..3 {
+        limited(&l, one("user", "ann")).await;
+    }
+    let decision = l
+        .decide(&Request::new("d", vec![one("user", "ann")]))
+        .await
+        .expect("decides");
+    assert!(!decision.over_limit);
+    assert!(decision.descriptors[0].is_over());
+}
+
+#[tokio::test]
+async fn invalid_requests_are_refused_with_the_reason() {
+    let (l, _) = limiter();
+    let err = l
+        .decide(&Request::new("d", vec![]))
+        .await
+        .expect_err("no descriptors");
+    assert!(matches!(
+        err,
+        DecideError::InvalidArgument(InvalidRequest::NoDescriptors)
+    ));
+}
+
+/// Counts what it is told, per rule, as a metrics recorder would.
+#[derive(Default)]
+struct Tally(std::sync::Mutex<Vec<(String, u64, bool)>>);
+
+impl Recorder for Tally {
+    type Rule = String;
+
+    fn prepare(&self, rule: &Rule) -> String {
+        format!("{}.{}", rule.domain(), rule.path().join("."))
+    }
+
+    fn record(&self, _: &Rule, name: &String, _: &Descriptor<'_>, outcome: &Limited) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.push((name.clone(), outcome.hits, outcome.admitted));
+    }
+}
+
+#[tokio::test]
+async fn the_recorder_sees_every_counted_descriptor_with_its_rule() {
+    let rules = Rules::from_yaml("rules.yaml", RULES).expect("rules load");
+    let l = Limiter::with_recorder(
+        rules,
+        Store::Memory(MemoryStore::default()),
+        Options::default(),
+        Tally::default(),
+    );
+    let request = Request::new("d", vec![one("user", "ann"), one("free", "x")]);
+    for _ in 0..4 {
+        l.decide(&request).await.expect("decides");
+    }
+    // Reinstalling prepares the rules again; decisions go on counting.
+    l.install(Rules::from_yaml("rules.yaml", RULES).expect("rules load"));
+    l.decide(&request).await.expect("decides");
+    let seen = l.recorder().0.lock().expect("not poisoned").clone();
+    let user = |admitted| ("d.user".to_owned(), 1, admitted);
+    assert_eq!(
+        seen,
+        [user(true), user(true), user(true), user(false), user(false)]
+    );
+}

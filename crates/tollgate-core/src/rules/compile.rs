@@ -1,0 +1,295 @@
+//! Turns one domain's rules into a compiled [`Domain`], collecting every problem on the way.
+
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
+use super::pattern::Pattern;
+use super::spec::{DescriptorSpec, DomainSpec, RateLimitSpec};
+use super::tree::{Domain, KeyNodes, Level, Node, Policy, Rule};
+use super::{ConfigError, Defaults};
+use crate::limit::{Algorithm, AlgorithmKind, Limit};
+use crate::unit::Unit;
+
+/// A compiled domain and how many rules it holds.
+pub(super) struct Compiled {
+    pub(super) domain: Domain,
+    pub(super) rules: usize,
+}
+
+/// Compiles `spec` from `origin`, numbering its rules from `first_id`; problems are appended
+/// to `errors`.
+pub(super) fn compile(
+    origin: &str,
+    spec: DomainSpec,
+    defaults: Defaults,
+    first_id: usize,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Compiled> {
+    let mut ctx = Context {
+        origin,
+        domain: spec.domain.as_str().into(),
+        defaults,
+        next_id: first_id,
+        errors,
+        failed: false,
+    };
+    if spec.domain.is_empty() {
+        ctx.error("domain", "config file cannot have empty domain".into());
+    }
+    let root = ctx.level(spec.descriptors, "descriptors", &[]);
+    (!ctx.failed).then(|| Compiled {
+        domain: Domain {
+            origins: vec![origin.to_owned()],
+            root,
+        },
+        rules: ctx.next_id - first_id,
+    })
+}
+
+struct Context<'a> {
+    origin: &'a str,
+    domain: Arc<str>,
+    defaults: Defaults,
+    next_id: usize,
+    errors: &'a mut Vec<ConfigError>,
+    failed: bool,
+}
+
+impl Context<'_> {
+    fn error(&mut self, path: &str, message: String) {
+        self.failed = true;
+        self.errors.push(ConfigError {
+            origin: self.origin.to_owned(),
+            path: path.to_owned(),
+            message,
+        });
+    }
+
+    /// Compiles one level; `parents` are the metric name parts of the levels above.
+    fn level(&mut self, specs: Vec<DescriptorSpec>, path: &str, parents: &[String]) -> Level {
+        let mut level = Level::default();
+        // Where each (key, value) was first seen, to name both places of a duplicate.
+        let mut seen: std::collections::HashMap<(String, Option<String>), String> =
+            Default::default();
+        for (i, spec) in specs.into_iter().enumerate() {
+            let here = format!("{path}[{i}]");
+            if spec.key.is_empty() {
+                self.error(&here, "descriptor has empty key".into());
+                continue;
+            }
+            let key = spec.key.clone();
+            // An empty value is the key-only default, as in the reference.
+            let value = spec.value.clone().filter(|v| !v.is_empty());
+            match seen.entry((key.clone(), value.clone())) {
+                Entry::Occupied(first) => {
+                    let what = match &value {
+                        Some(v) => format!("key '{key}' value '{v}'"),
+                        None => format!("key '{key}' with no value"),
+                    };
+                    let message = format!("duplicate descriptor {what} (first at {})", first.get());
+                    self.error(&here, message);
+                    continue;
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(here.clone());
+                }
+            }
+            let mut names = parents.to_vec();
+            names.push(match &value {
+                Some(v) => format!("{key}_{v}"),
+                None => key.clone(),
+            });
+            let node = self.node(spec, &here, &names);
+            let nodes: &mut KeyNodes = level.keys.entry(key).or_default();
+            match value {
+                None => nodes.default = Some(node),
+                Some(v) => match Pattern::new(&v) {
+                    Some(pattern) => nodes.wildcards.push((pattern, node)),
+                    None => {
+                        nodes.exact.insert(v, node);
+                    }
+                },
+            }
+        }
+        level
+    }
+
+    fn node(&mut self, spec: DescriptorSpec, path: &str, names: &[String]) -> Node {
+        let (limits, limits_path) = match (spec.rate_limit, spec.rate_limits) {
+            (Some(_), Some(_)) => {
+                self.error(
+                    path,
+                    "use either rate_limit or rate_limits, not both".into(),
+                );
+                (Vec::new(), String::new())
+            }
+            (Some(one), None) => (vec![one], format!("{path}.rate_limit")),
+            (None, Some(many)) => (many, format!("{path}.rate_limits")),
+            (None, None) => (Vec::new(), String::new()),
+        };
+        let listed = limits_path.ends_with('s');
+        let mut replaces = Vec::new();
+        for (i, limit) in limits.iter().enumerate() {
+            let here = if listed {
+                format!("{limits_path}[{i}]")
+            } else {
+                limits_path.clone()
+            };
+            for r in &limit.replaces {
+                if r.name.is_empty() {
+                    self.error(
+                        &format!("{here}.replaces"),
+                        "should not have an empty replaces entry".into(),
+                    );
+                } else if limits
+                    .iter()
+                    .any(|l| l.name.as_deref() == Some(r.name.as_str()))
+                {
+                    let message = "replaces should not contain name of same descriptor".into();
+                    self.error(&format!("{here}.replaces"), message);
+                } else {
+                    replaces.push(r.name.clone());
+                }
+            }
+        }
+        let rule = if limits_path.is_empty() {
+            None
+        } else {
+            self.policy(limits, &limits_path, listed).map(|policy| {
+                self.next_id += 1;
+                Rule {
+                    id: self.next_id - 1,
+                    domain: self.domain.clone(),
+                    path: names.into(),
+                    policy,
+                    shadow_mode: spec.shadow_mode,
+                    detailed_metric: spec.detailed_metric || spec.value_to_metric,
+                    replaces: replaces.into(),
+                }
+            })
+        };
+        let children = self.level(spec.descriptors, &format!("{path}.descriptors"), names);
+        Node { rule, children }
+    }
+
+    fn policy(&mut self, specs: Vec<RateLimitSpec>, path: &str, listed: bool) -> Option<Policy> {
+        if specs.is_empty() {
+            self.error(path, "rate_limits must hold at least one limit".into());
+            return None;
+        }
+        if specs.iter().any(|s| s.unlimited) {
+            if specs.len() > 1 {
+                self.error(
+                    path,
+                    "an unlimited limit cannot be combined with others".into(),
+                );
+                return None;
+            }
+            let here = if listed {
+                format!("{path}[0]")
+            } else {
+                path.to_owned()
+            };
+            let spec = specs.into_iter().next()?;
+            if spec.unit.is_some() {
+                self.error(
+                    &here,
+                    "should not specify rate limit unit when unlimited".into(),
+                );
+                return None;
+            }
+            return Some(Policy::Unlimited { name: spec.name });
+        }
+        let mut limits = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.into_iter().enumerate() {
+            let here = if listed {
+                format!("{path}[{i}]")
+            } else {
+                path.to_owned()
+            };
+            if let Some(limit) = self.limit(spec, &here) {
+                limits.push(limit);
+            }
+        }
+        if self.failed {
+            return None;
+        }
+        let shape = Limit::shape_of(&limits).into();
+        Some(Policy::Limited {
+            limits: limits.into(),
+            shape,
+        })
+    }
+
+    fn limit(&mut self, spec: RateLimitSpec, path: &str) -> Option<Limit> {
+        let unit = match spec.unit.as_deref().map(|u| (u, Unit::parse(u))) {
+            Some((_, Some(unit))) => unit,
+            Some((name, None)) => {
+                self.error(
+                    &format!("{path}.unit"),
+                    format!("invalid rate limit unit '{name}'"),
+                );
+                return None;
+            }
+            None => {
+                self.error(
+                    path,
+                    "missing rate limit unit (second, minute, hour, day, week, month or year)"
+                        .into(),
+                );
+                return None;
+            }
+        };
+        let kind = match spec.algorithm.as_deref().map(str::parse::<AlgorithmKind>) {
+            None => self.defaults.algorithm,
+            Some(Ok(kind)) => kind,
+            Some(Err(message)) => {
+                self.error(&format!("{path}.algorithm"), message);
+                return None;
+            }
+        };
+        let bucket = matches!(
+            kind,
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
+        );
+        if spec.burst.is_some() && !bucket {
+            self.error(
+                &format!("{path}.burst"),
+                "burst applies only to token_bucket and leaky_bucket".into(),
+            );
+            return None;
+        }
+        if spec.precision.is_some() && kind != AlgorithmKind::SlidingWindow {
+            self.error(
+                &format!("{path}.precision"),
+                "precision applies only to sliding_window".into(),
+            );
+            return None;
+        }
+        // A bucket's capacity defaults to its rate; a zero rate keeps a zero bucket, which
+        // denies everything as the rate does.
+        let burst = spec.burst.unwrap_or(spec.requests_per_unit.max(1));
+        let algorithm = match kind {
+            AlgorithmKind::SlidingWindow => Algorithm::SlidingWindow {
+                precision: spec.precision.unwrap_or(self.defaults.precision),
+            },
+            AlgorithmKind::FixedWindow => Algorithm::FixedWindow,
+            AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
+            AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
+        };
+        let limit = Limit::new(spec.requests_per_unit, unit)
+            .with_multiplier(spec.unit_multiplier.unwrap_or(1))
+            .and_then(|l| l.with_algorithm(algorithm))
+            .map(|l| match spec.name {
+                Some(name) => l.with_name(name),
+                None => l,
+            });
+        match limit {
+            Ok(limit) => Some(limit),
+            Err(e) => {
+                self.error(&format!("{path}.{}", e.field()), e.to_string());
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Rules: the reference's YAML format (or the same model built in code or received over
+//! xDS), validated and compiled into matchable [`Rules`].
+
+mod compile;
+mod dump;
+mod files;
+mod pattern;
+mod spec;
+mod tree;
+mod yaml;
+
+pub use files::{MAX_FILE_BYTES, MAX_TOTAL_BYTES};
+pub use spec::{DescriptorSpec, DomainSpec, RateLimitSpec, ReplaceSpec};
+pub use tree::{Domain, Policy, Rule, Rules};
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use crate::limit::{Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError};
+use crate::unit::Unit;
+
+/// Settings-level defaults for what a rule leaves out.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    /// Algorithm of limits that name none.
+    pub algorithm: AlgorithmKind,
+    /// Sub-windows of sliding windows that name no precision.
+    pub precision: u32,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            algorithm: AlgorithmKind::SlidingWindow,
+            precision: DEFAULT_PRECISION,
+        }
+    }
+}
+
+impl Defaults {
+    /// A limit of `requests_per_unit` per `unit` counted the default way (what a request's
+    /// limit override gets).
+    pub fn limit(&self, requests_per_unit: u32, unit: Unit) -> Result<Limit, LimitError> {
+        let burst = requests_per_unit.max(1);
+        let algorithm = match self.algorithm {
+            AlgorithmKind::SlidingWindow => Algorithm::SlidingWindow {
+                precision: self.precision,
+            },
+            AlgorithmKind::FixedWindow => Algorithm::FixedWindow,
+            AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
+            AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
+        };
+        Limit::new(requests_per_unit, unit).with_algorithm(algorithm)
+    }
+}
+
+/// One problem in the rules: where they came from (a file, an xDS resource), the place in
+/// them, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file path, or the name of the resource that carried the rules.
+    pub origin: String,
+    /// Like `descriptors[0].rate_limit.unit`; empty for the whole origin.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn whole(origin: &str, message: String) -> Self {
+        Self {
+            origin: origin.to_owned(),
+            path: String::new(),
+            message,
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.origin, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.origin, self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Every problem found in one load, one per line when displayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl Rules {
+    /// Compiles the rules of one YAML document, as if read from `origin`.
+    pub fn from_yaml(origin: &str, text: &str) -> Result<Rules, ConfigErrors> {
+        let mut builder = RulesBuilder::new(Defaults::default());
+        builder.add_yaml(origin, text);
+        builder.finish()
+    }
+
+    /// Loads the rules at `path`: a file, or every `*.yaml`/`*.yml` below a directory.
+    /// Blocking file I/O: async callers should run it on a blocking thread.
+    pub fn load(path: &Path, defaults: Defaults) -> Result<Rules, ConfigErrors> {
+        let mut builder = RulesBuilder::new(defaults);
+        builder.add_path(path);
+        builder.finish()
+    }
+}
+
+/// Rules being assembled from several origins, with every problem found so far.
+#[derive(Debug)]
+pub struct RulesBuilder {
+    defaults: Defaults,
+    merge_domains: bool,
+    rules: Rules,
+    errors: Vec<ConfigError>,
+    /// The origin each domain came from first, to name both of a duplicate.
+    seen: HashMap<String, String>,
+}
+
+impl RulesBuilder {
+    /// An empty set of rules filling gaps from `defaults`.
+    pub fn new(defaults: Defaults) -> Self {
+        Self {
+            defaults,
+            merge_domains: false,
+            rules: Rules::default(),
+            errors: Vec::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Whether several origins may hold the same domain (the reference's
+    /// `MERGE_DOMAIN_CONFIG`): their descriptors merge, and a descriptor defined twice is
+    /// still an error. Off, a second origin for a domain is an error.
+    pub fn merge_domains(mut self, merge: bool) -> Self {
+        self.merge_domains = merge;
+        self
+    }
+
+    /// Adds every rules file at `path` (see [`Rules::load`]).
+    pub fn add_path(&mut self, path: &Path) {
+        match files::read_rule_files(path) {
+            Ok(found) => {
+                for file in found {
+                    match file.text {
+                        Ok(text) => self.add_yaml(&file.origin, &text),
+                        Err(e) => self.errors.push(e),
+                    }
+                }
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// Adds the rules of one YAML document read from `origin`.
+    pub fn add_yaml(&mut self, origin: &str, text: &str) {
+        match yaml::parse(origin, text) {
+            Ok(spec) => self.add_spec(origin, spec),
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// Adds one domain's rules, built in code or converted from another format.
+    pub fn add_spec(&mut self, origin: &str, spec: DomainSpec) {
+        let name = spec.domain.clone();
+        let first = self.seen.get(&name).cloned();
+        if let (Some(first), false) = (&first, self.merge_domains) {
+            let message = format!("duplicate domain '{name}' (also in {first})");
+            return self.errors.push(ConfigError {
+                origin: origin.to_owned(),
+                path: "domain".into(),
+                message,
+            });
+        }
+        if first.is_none() {
+            self.seen.insert(name.clone(), origin.to_owned());
+        }
+        let defaults = self.defaults;
+        let next_id = self.rules.rule_count;
+        let Some(compiled) = compile::compile(origin, spec, defaults, next_id, &mut self.errors)
+        else {
+            return;
+        };
+        self.rules.rule_count += compiled.rules;
+        match self.rules.domains.get_mut(&name) {
+            Some(existing) => existing.merge(compiled.domain, origin, &mut self.errors),
+            None => {
+                self.rules.domains.insert(name, compiled.domain);
+            }
+        }
+    }
+
+    /// The rules, or every problem found.
+    pub fn finish(self) -> Result<Rules, ConfigErrors> {
+        if self.errors.is_empty() {
+            Ok(self.rules)
+        } else {
+            Err(ConfigErrors(self.errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

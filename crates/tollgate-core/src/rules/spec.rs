@@ -1,0 +1,83 @@
+//! The rules model: the YAML file format of envoyproxy/ratelimit, plus Tollgate's optional
+//! extensions. Rules built in code or received over xDS are this model too, so that they
+//! go through the same validation.
+//!
+//! Every struct denies unknown fields, so a typo such as `requestsperunit` is an error
+//! rather than a silently missing setting.
+
+use serde::Deserialize;
+
+/// One domain and its descriptor tree: a rules file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainSpec {
+    /// The domain requests name; must not be empty.
+    #[serde(default)]
+    pub domain: String,
+    /// The top level of the descriptor tree.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorSpec>,
+}
+
+/// One level of the descriptor tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorSpec {
+    /// The entry key this descriptor matches.
+    #[serde(default)]
+    pub key: String,
+    /// The value it matches: exact, a pattern with `*`, or none for any value.
+    pub value: Option<String>,
+    /// The limit of requests whose last entry matches here.
+    pub rate_limit: Option<RateLimitSpec>,
+    /// Ours: several limits on one descriptor, all of which must admit.
+    pub rate_limits: Option<Vec<RateLimitSpec>>,
+    /// The next level.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorSpec>,
+    /// Count and report, never deny.
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Metrics labelled with the request's values.
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// The reference's flag for metrics keyed by the request value (see `detailed_metric`).
+    #[serde(default)]
+    pub value_to_metric: bool,
+}
+
+/// A limit as written in the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSpec {
+    /// second, minute, hour, day, week, month or year (any case).
+    pub unit: Option<String>,
+    /// Missing means 0, which blocks every request, as in the reference.
+    #[serde(default)]
+    pub requests_per_unit: u32,
+    /// Never limited (no unit may be given).
+    #[serde(default)]
+    pub unlimited: bool,
+    /// The name responses carry and `replaces` refers to.
+    pub name: Option<String>,
+    /// Names of limits this one supersedes when both match one request.
+    #[serde(default)]
+    pub replaces: Vec<ReplaceSpec>,
+    /// Ours: the window is `unit_multiplier` units long.
+    pub unit_multiplier: Option<u32>,
+    /// Ours: sliding_window (default), fixed_window, token_bucket or leaky_bucket.
+    pub algorithm: Option<String>,
+    /// Ours: bucket capacity for token/leaky buckets (default requests_per_unit).
+    pub burst: Option<u32>,
+    /// Ours: sub-windows of a sliding window (default from the settings).
+    pub precision: Option<u32>,
+}
+
+/// A `replaces` entry: the name of a limit this descriptor's limit supersedes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceSpec {
+    /// The superseded limit's name.
+    #[serde(default)]
+    pub name: String,
+}

@@ -1,0 +1,257 @@
+use super::*;
+use crate::unit::Unit;
+
+fn rules(text: &str) -> Rules {
+    match Rules::from_yaml("rules.yaml", text) {
+        Ok(rules) => rules,
+        Err(e) => panic!("rules should load: {e}"),
+    }
+}
+
+fn problems(text: &str) -> String {
+    match Rules::from_yaml("rules.yaml", text) {
+        Ok(_) => panic!("rules should be rejected"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The requests per unit of the rule matched by `entries`, or None for no limit.
+fn matched(rules: &Rules, entries: &[(&str, &str)]) -> Option<u32> {
+    let rule = rules.domain("d")?.find(entries.iter().copied())?;
+    match &rule.policy {
+        Policy::Limited { limits, .. } => Some(limits[0].requests_per_unit),
+        Policy::Unlimited { .. } => Some(u32::MAX),
+    }
+}
+
+const MATCHING: &str = r#"
+domain: d
+descriptors:
+  - key: path
+    value: /api/users
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: path
+    value: "*"
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: host
+    value: "*.a.*.com"
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: user
+    descriptors:
+      - key: plan
+        value: gold
+        rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: vip
+    rate_limit: {unlimited: true}
+"#;
+
+#[test]
+fn exact_then_first_wildcard_then_default() {
+    let r = rules(MATCHING);
+    assert_eq!(matched(&r, &[("path", "/api/users")]), Some(1));
+    assert_eq!(matched(&r, &[("path", "/api/orders")]), Some(2));
+    assert_eq!(matched(&r, &[("path", "/other")]), Some(3));
+    assert_eq!(matched(&r, &[("host", "x.a.y.com")]), Some(5));
+    assert_eq!(matched(&r, &[("host", "x.b.y.com")]), None);
+}
+
+#[test]
+fn default_catches_what_no_value_matches() {
+    let r = rules(
+        "domain: d\ndescriptors:\n  - {key: k, value: a, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 9}}\n",
+    );
+    assert_eq!(matched(&r, &[("k", "a")]), Some(1));
+    assert_eq!(matched(&r, &[("k", "b")]), Some(9));
+}
+
+#[test]
+fn a_limit_applies_only_at_the_last_entry() {
+    let r = rules(MATCHING);
+    assert_eq!(matched(&r, &[("user", "ann"), ("plan", "gold")]), Some(6));
+    assert_eq!(matched(&r, &[("user", "ann")]), None);
+    assert_eq!(matched(&r, &[("user", "ann"), ("plan", "free")]), None);
+    assert_eq!(
+        matched(&r, &[("user", "ann"), ("plan", "gold"), ("x", "y")]),
+        None
+    );
+    assert_eq!(matched(&r, &[("nobody", "x")]), None);
+    assert!(r.domain("unknown").is_none());
+}
+
+#[test]
+fn unlimited_and_units() {
+    let r = rules(MATCHING);
+    assert_eq!(matched(&r, &[("vip", "x")]), Some(u32::MAX));
+    for (name, unit) in [
+        ("SECOND", Unit::Second),
+        ("Month", Unit::Month),
+        ("year", Unit::Year),
+        ("week", Unit::Week),
+    ] {
+        let r = rules(&format!(
+            "domain: d\ndescriptors:\n  - {{key: k, rate_limit: {{unit: {name}, requests_per_unit: 1}}}}\n"
+        ));
+        let rule = r.domain("d").and_then(|d| d.find([("k", "v")]));
+        match rule.map(|r| &r.policy) {
+            Some(Policy::Limited { limits, .. }) => {
+                assert_eq!(limits[0].unit, unit);
+                assert_eq!(limits[0].window_ns, unit.seconds() * 1_000_000_000);
+            }
+            other => panic!("expected a limit, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn unit_multiplier_reports_the_nearest_unit_and_keeps_the_real_window() {
+    let r = rules(
+        "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}}\n",
+    );
+    match r
+        .domain("d")
+        .and_then(|d| d.find([("k", "v")]))
+        .map(|r| &r.policy)
+    {
+        Some(Policy::Limited { limits, shape }) => {
+            assert_eq!(limits[0].unit, Unit::Minute);
+            assert_eq!(limits[0].window_ns, 30_000_000_000);
+            assert_eq!(&**shape, "s30000000000.10");
+        }
+        other => panic!("expected a limit, got {other:?}"),
+    }
+}
+
+#[test]
+fn missing_requests_per_unit_is_zero_and_numbers_are_values() {
+    let r =
+        rules("domain: d\ndescriptors:\n  - {key: code, value: 404, rate_limit: {unit: second}}\n");
+    assert_eq!(matched(&r, &[("code", "404")]), Some(0));
+}
+
+#[test]
+fn problems_name_the_file_the_place_and_the_reason() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "domain: ''\n",
+            "rules.yaml: domain: config file cannot have empty domain",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {value: x}\n",
+            "rules.yaml: descriptors[0]: descriptor has empty key",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n",
+            "rules.yaml: descriptors[1]: duplicate descriptor key 'k' value 'v' (first at descriptors[0])",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k}\n  - {key: k, value: ''}\n",
+            "rules.yaml: descriptors[1]: duplicate descriptor key 'k' with no value",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n",
+            "rules.yaml: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true, unit: second}}\n",
+            "rules.yaml: descriptors[0].rate_limit: should not specify rate limit unit when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {name: a, unit: second, replaces: [{name: a}]}}\n",
+            "rules.yaml: descriptors[0].rate_limit.replaces: replaces should not contain name of same descriptor",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limits: [{unit: second, replaces: [{name: ''}]}]}\n",
+            "rules.yaml: descriptors[0].rate_limits[0].replaces: should not have an empty replaces entry",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, algorithm: magic}}\n",
+            "rules.yaml: descriptors[0].rate_limit.algorithm: invalid algorithm 'magic'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limits: [{unit: second}, {unit: day, unit_multiplier: 0}]}\n",
+            "rules.yaml: descriptors[0].rate_limits[1].unit_multiplier: unit_multiplier must be at least 1",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, precision: 7}}\n",
+            "rules.yaml: descriptors[0].rate_limit.precision: precision 7 does not split the window into whole milliseconds",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - {key: b, rate_limit: {requests_per_unit: 1}}\n",
+            "rules.yaml: descriptors[0].descriptors[0].rate_limit: missing rate limit unit",
+        ),
+    ];
+    for (text, expected) in cases {
+        let got = problems(text);
+        assert!(
+            got.contains(expected),
+            "for {text:?}\n  got:      {got}\n  expected: {expected}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_are_errors_with_their_place() {
+    let got = problems(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requestsperunit: 5\n",
+    );
+    assert!(
+        got.starts_with("rules.yaml: descriptors[0].rate_limit"),
+        "{got}"
+    );
+    assert!(got.contains("requestsperunit"), "{got}");
+    assert!(got.contains("line 6"), "{got}");
+}
+
+#[test]
+fn syntax_errors_name_the_line() {
+    let got = problems("domain: d\ndescriptors:\n  - key: [unclosed\n");
+    assert!(got.starts_with("rules.yaml: "), "{got}");
+    assert!(got.contains("line"), "{got}");
+}
+
+#[test]
+fn every_problem_is_reported_not_just_the_first() {
+    let got = problems(
+        "domain: d\ndescriptors:\n  - {value: x}\n  - {key: k, rate_limit: {unit: eon}}\n",
+    );
+    assert_eq!(got.lines().count(), 2, "{got}");
+}
+
+#[test]
+fn a_directory_loads_every_yaml_file_and_rejects_duplicate_domains() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write =
+        |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("write");
+    write("a.yaml", "domain: one\n");
+    write("b.yml", "domain: two\n");
+    write(".hidden.yaml", "domain: ''\n");
+    write("notes.txt", "not yaml");
+    let loaded = Rules::load(dir.path(), Defaults::default()).expect("loads");
+    assert_eq!(
+        loaded.domains().map(|(n, _)| n).collect::<Vec<_>>(),
+        ["one", "two"]
+    );
+
+    write("c.yaml", "domain: one\n");
+    let err = Rules::load(dir.path(), Defaults::default())
+        .expect_err("duplicate domain")
+        .to_string();
+    assert!(
+        err.contains("c.yaml: domain: duplicate domain 'one' (also in"),
+        "{err}"
+    );
+    assert!(err.contains("a.yaml"), "{err}");
+}
+
+#[test]
+fn a_missing_path_is_a_clear_error() {
+    let err = Rules::load(Path::new("/nonexistent/rules"), Defaults::default())
+        .expect_err("missing")
+        .to_string();
+    assert!(err.starts_with("/nonexistent/rules: cannot read"), "{err}");
+}

@@ -1,0 +1,418 @@
+//! The local view of a shared store: what this instance last learned of each counter, so
+//! that a request the shared store would deny is denied here, without a round trip.
+//!
+//! The view of a counter is only ever a snapshot the shared store returned, replayed with
+//! this instance's own admitted hits, which the shared store holds too. So it is never
+//! above the shared count: a local denial is the decision the shared store would make.
+//! A view that counted hits the shared store never saw (decided locally while it was down)
+//! is marked not shared and never denies on the store's behalf.
+//!
+//! Synchronous and free of I/O: the shared store calls it around its round trips.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use super::shards::{Counter, Expiring, ShardStats, Shards};
+use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
+use crate::clock::Clock;
+use crate::limit::Limit;
+
+/// What the shared store answered: its decision, its clock, and the counter's state as it
+/// was before the call.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) admitted: bool,
+    pub(crate) now_ns: u64,
+    pub(crate) states: Vec<LimitState>,
+}
+
+/// How a request is decided when the shared store cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fallback {
+    /// As the memory store would, from the local view.
+    Local,
+    /// Admit.
+    Allow,
+    /// Deny.
+    Deny,
+}
+
+/// One counter's view; `refreshing` is set while a background read of it is queued.
+#[derive(Debug)]
+struct View {
+    counter: Counter,
+    shared: bool,
+    refreshing: bool,
+}
+
+impl Expiring for View {
+    fn expires_at_ns(&self) -> u64 {
+        self.counter.expires_at_ns
+    }
+}
+
+/// The views of every counter this instance has seen lately.
+pub(crate) struct LocalView {
+    views: Arc<Shards<View>>,
+    clock: Arc<dyn Clock>,
+    /// The shared store's time minus local time, learned from every answer.
+    offset_ns: AtomicI64,
+    /// Whether an answer has taught the offset yet.
+    synced: AtomicBool,
+}
+
+impl LocalView {
+    /// A view of at most about `max_counters` counters.
+    pub(crate) fn new(max_counters: usize, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            views: Arc::new(Shards::new(max_counters)),
+            clock,
+            offset_ns: AtomicI64::new(0),
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    /// Drops expired views every `period` until the view is dropped.
+    pub(crate) fn spawn_sweeper(&self, period: Duration) {
+        self.views.spawn_sweeper(self.clock.clone(), period);
+    }
+
+    /// Local time moved onto the shared store's clock.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock
+            .now_ns()
+            .saturating_add_signed(self.offset_ns.load(Ordering::Relaxed))
+    }
+
+    /// Learns the shared store's clock from an answer it gave at `store_now_ns`.
+    pub(crate) fn learn_time(&self, store_now_ns: u64) {
+        let offset = i128::from(store_now_ns) - i128::from(self.clock.now_ns());
+        self.offset_ns.store(
+            offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
+            Ordering::Relaxed,
+        );
+        self.synced.store(true, Ordering::Relaxed);
+    }
+
+    /// The instant on the shared store's clock after which a request started at `now_ns`
+    /// has been answered without it, or 0 while the store's clock is not known yet.
+    pub(crate) fn deadline_ns(&self, now_ns: u64, timeout: Duration) -> u64 {
+        if !self.synced.load(Ordering::Relaxed) {
+            return 0;
+        }
+        now_ns.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The view's denial at `now_ns`, if it has one. The first denial of a view calls
+    /// `queue_refresh` (under the view's lock, so it must not block), which tells whether a
+    /// background read of the counter was queued; until that read is adopted, no other is.
+    pub(crate) fn deny(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        now_ns: u64,
+        queue_refresh: impl FnOnce() -> bool,
+    ) -> Option<Verdict> {
+        let asked = match hits {
+            Hits::Consume(n) => n,
+            Hits::Check => 1,
+            Hits::Refund(_) => return None,
+        };
+        let mut shard = self.views.lock(key);
+        let view = shard.get_mut(key).filter(|v| v.shared)?;
+        let verdict = evaluate(&view.counter.states, limits, now_ns, asked);
+        if verdict.decision.admitted {
+            return None;
+        }
+        if !view.refreshing {
+            view.refreshing = queue_refresh();
+        }
+        Some(verdict)
+    }
+
+    /// Turns the shared store's answer into the verdict and the counter's new view. The
+    /// flag tells whether the store's decision differed from the local algorithm's on the
+    /// same state (the store's wins).
+    pub(crate) fn adopt(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        snapshot: Snapshot,
+    ) -> (Verdict, bool) {
+        let now = snapshot.now_ns;
+        self.learn_time(now);
+
+        let mut counter = Counter {
+            states: snapshot.states,
+            expires_at_ns: 0,
+        };
+        let mut verdict = apply(&mut counter.states, limits, now, hits);
+        let compared = !matches!(hits, Hits::Refund(_));
+        let disagreed = compared && verdict.decision.admitted != snapshot.admitted;
+        if disagreed {
+            if let Hits::Consume(n) = hits {
+                for (state, limit) in counter.states.iter_mut().zip(limits) {
+                    if snapshot.admitted {
+                        state.record(limit, now, n);
+                    } else {
+                        state.refund(limit, now, n);
+                    }
+                }
+            }
+            verdict.decision.admitted = snapshot.admitted;
+            verdict.decision.remaining = 0;
+        }
+        counter.touch(limits, now);
+        let mut shard = self.views.lock(key);
+        if counter.expires_at_ns > now {
+            let view = View {
+                counter,
+                shared: true,
+                refreshing: false,
+            };
+            self.views.insert(&mut shard, key, view);
+        } else {
+            // Nothing counted any more (a full refund, say): an old view must not outlive it.
+            shard.remove(key);
+        }
+        (verdict, disagreed)
+    }
+
+    /// The verdict when the shared store could not answer, decided `how`.
+    pub(crate) fn fall_back(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        now_ns: u64,
+        hits: Hits,
+        how: Fallback,
+    ) -> Verdict {
+        let mut shard = self.views.lock(key);
+        let forced = match how {
+            Fallback::Local => None,
+            Fallback::Allow => Some(true),
+            Fallback::Deny => Some(false),
+        };
+        if let Some(admitted) = forced {
+            let fresh;
+            let states = match shard.get(key) {
+                Some(view) => &view.counter.states,
+                None => {
+                    fresh = Counter::new(limits);
+                    &fresh.states
+                }
+            };
+            let mut verdict = evaluate(states, limits, now_ns, 1);
+            verdict.decision.admitted = admitted;
+            if !admitted {
+                verdict.decision.remaining = 0;
+            }
+            return verdict;
+        }
+        // Decide as the memory store would; the view then holds hits the store never saw.
+        let mut view = shard.remove(key).unwrap_or_else(|| View {
+            counter: Counter::new(limits),
+            shared: false,
+            refreshing: false,
+        });
+        let verdict = apply(&mut view.counter.states, limits, now_ns, hits);
+        view.counter.touch(limits, now_ns);
+        view.shared = false;
+        self.views.insert(&mut shard, key, view);
+        verdict
+    }
+
+    pub(crate) fn stats(&self) -> ShardStats {
+        self.views.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::testing::{FIXED, SECOND, SLIDING, bucket, limit};
+    use crate::clock::ManualClock;
+
+    const T0: u64 = 1_000 * SECOND;
+
+    fn view() -> (LocalView, ManualClock) {
+        let clock = ManualClock::new(T0);
+        (LocalView::new(100, Arc::new(clock.clone())), clock)
+    }
+
+    /// The shared store's answer for a counter that already holds `used` units.
+    fn snapshot(limits: &[Limit], used: u64, now_ns: u64, admitted: bool) -> Snapshot {
+        let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
+        if used > 0 {
+            for (state, limit) in states.iter_mut().zip(limits) {
+                state.record(limit, now_ns, used);
+            }
+        }
+        Snapshot {
+            admitted,
+            now_ns,
+            states,
+        }
+    }
+
+    #[test]
+    fn an_unknown_counter_is_never_denied_locally() {
+        let (v, _) = view();
+        let limits = [limit(SLIDING, 0, SECOND)];
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_full_counter_is_denied_locally_and_refreshed_once() {
+        let (v, _) = view();
+        let limits = [limit(FIXED, 3, 60 * SECOND)];
+        let (admitted, disagreed) = v.adopt(
+            "k",
+            &limits,
+            Hits::Consume(1),
+            snapshot(&limits, 2, T0, true),
+        );
+        assert!(admitted.decision.admitted && !disagreed);
+        let mut queued = 0;
+        for _ in 0..5 {
+            let denied = v.deny("k", &limits, Hits::Consume(1), T0, || {
+                queued += 1;
+                true
+            });
+            assert!(denied.is_some_and(|d| !d.decision.admitted));
+        }
+        assert_eq!(queued, 1, "one background read until it is adopted");
+        // A check asks whether one more fits: it does not. A refund always goes to the store.
+        assert!(v.deny("k", &limits, Hits::Check, T0, || true).is_some());
+        assert!(v.deny("k", &limits, Hits::Refund(1), T0, || true).is_none());
+        // Once the window has passed, the view admits and the request goes to the store.
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), T0 + 60 * SECOND, || true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_request_that_fits_is_left_to_the_store() {
+        let (v, _) = view();
+        let limits = [limit(SLIDING, 10, SECOND)];
+        v.adopt(
+            "k",
+            &limits,
+            Hits::Consume(4),
+            snapshot(&limits, 0, T0, true),
+        );
+        assert!(
+            v.deny("k", &limits, Hits::Consume(6), T0, || true)
+                .is_none()
+        );
+        assert!(
+            v.deny("k", &limits, Hits::Consume(7), T0, || true)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn the_store_decides_when_the_algorithms_disagree() {
+        let (v, _) = view();
+        let limits = [limit(FIXED, 5, 60 * SECOND)];
+        // The store denied what the local algorithm would admit: the store wins, nothing
+        // is counted, and the disagreement is reported.
+        let (verdict, disagreed) = v.adopt(
+            "k",
+            &limits,
+            Hits::Consume(1),
+            snapshot(&limits, 0, T0, false),
+        );
+        assert!(!verdict.decision.admitted && disagreed);
+        assert!(
+            v.deny("k", &limits, Hits::Consume(5), T0, || true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_view_emptied_by_a_refund_stops_denying() {
+        let (v, _) = view();
+        let limits = [limit(bucket(5), 5, 60 * SECOND)];
+        v.adopt(
+            "k",
+            &limits,
+            Hits::Consume(5),
+            snapshot(&limits, 0, T0, true),
+        );
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+                .is_some()
+        );
+        // The store gives all five back and its key is gone: the view must follow.
+        let (refunded, _) = v.adopt(
+            "k",
+            &limits,
+            Hits::Refund(5),
+            snapshot(&limits, 5, T0, true),
+        );
+        assert_eq!(refunded.decision.remaining, 5);
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+                .is_none()
+        );
+        assert_eq!(v.stats().entries, 0);
+    }
+
+    #[test]
+    fn decisions_follow_the_store_clock_not_the_local_one() {
+        let (v, clock) = view();
+        let limits = [limit(FIXED, 1, 10 * SECOND)];
+        // The store's clock is 25 s ahead of this host's, in the window [1020 s, 1030 s).
+        let store_now = T0 + 25 * SECOND;
+        v.adopt(
+            "k",
+            &limits,
+            Hits::Consume(1),
+            snapshot(&limits, 0, store_now, true),
+        );
+        assert_eq!(v.now_ns(), store_now);
+        // Local time has not reached that window yet; on the store's clock it is full.
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), v.now_ns(), || true)
+                .is_some()
+        );
+        clock.advance(5 * SECOND);
+        assert_eq!(v.now_ns(), store_now + 5 * SECOND);
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), v.now_ns(), || true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn fallbacks_decide_without_the_store_and_never_deny_for_it_afterwards() {
+        let (v, _) = view();
+        let limits = [limit(FIXED, 2, 60 * SECOND)];
+        for how in [Fallback::Allow, Fallback::Deny] {
+            let verdict = v.fall_back("k", &limits, T0, Hits::Consume(1), how);
+            assert_eq!(verdict.decision.admitted, how == Fallback::Allow);
+        }
+        assert_eq!(v.stats().entries, 0, "forced answers remember nothing");
+        let admitted: Vec<bool> = (0..3)
+            .map(|_| {
+                v.fall_back("k", &limits, T0, Hits::Consume(1), Fallback::Local)
+                    .decision
+                    .admitted
+            })
+            .collect();
+        assert_eq!(admitted, [true, true, false]);
+        // Those hits are not in the store: the view may not deny on its behalf.
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! Where counters live: `memory` (the embedded default) or `redis` (shared by instances,
+//! with a local view that denies without a round trip). A closed enum keeps the request
+//! path statically dispatched.
+
+mod local;
+mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+mod shards;
+
+pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
+
+use std::sync::Arc;
+
+use crate::algo::{Hits, Verdict};
+use crate::limit::Limit;
+use crate::stats::HistogramSnapshot;
+
+/// A counter store; clones share it.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// Counters in this process.
+    Memory(MemoryStore),
+    /// Counters in Redis, shared by every instance pointed at it.
+    #[cfg(feature = "redis")]
+    Redis(Arc<redis::RedisStore>),
+}
+
+/// Why a store could not decide.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store did not answer within the store timeout.
+    #[error("counter store timed out")]
+    Timeout,
+    /// The store is believed down; nothing was sent.
+    #[error("counter store is not connected")]
+    NotConnected,
+    /// The store answered with an error, or the connection failed.
+    #[error("counter store failed: {0}")]
+    Failed(#[source] Arc<dyn std::error::Error + Send + Sync>),
+}
+
+/// What a request gets when the shared store cannot answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreError {
+    /// Decide from the local view, as the memory store would.
+    #[default]
+    Local,
+    /// Admit.
+    Allow,
+    /// Deny.
+    Deny,
+    /// Answer with the error, so the caller (Envoy's `failure_mode_deny`) decides.
+    Error,
+}
+
+impl OnStoreError {
+    /// Every mode.
+    pub const ALL: [OnStoreError; 4] = [Self::Local, Self::Allow, Self::Deny, Self::Error];
+
+    /// The setting's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl std::str::FromStr for OnStoreError {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str().eq_ignore_ascii_case(text))
+            .ok_or_else(|| format!("'{text}' is not one of local, allow, deny, error"))
+    }
+}
+
+/// A store's figures at one instant, for metrics and health.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreStats {
+    /// Whether the store answers now (the memory store always does).
+    pub up: bool,
+    /// Counters held in memory (for Redis: in the local view).
+    pub counters: usize,
+    /// Counters evicted to stay under the cap.
+    pub evictions: u64,
+    /// Counters dropped after their windows passed.
+    pub expired: u64,
+    /// The shared store's own figures.
+    pub shared: Option<SharedStats>,
+}
+
+/// Figures of a shared store (Redis).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedStats {
+    /// Requests decided by a round trip.
+    pub round_trips: u64,
+    /// Requests denied from the local view, without a round trip.
+    pub local_denials: u64,
+    /// Round trips that timed out.
+    pub timeouts: u64,
+    /// Round trips that failed on the connection.
+    pub connection_errors: u64,
+    /// Round trips answered with an error or an unreadable reply.
+    pub script_errors: u64,
+    /// Requests decided per [`OnStoreError`].
+    pub fallbacks: u64,
+    /// Background reads of locally denied counters.
+    pub refreshes: u64,
+    /// Times the connection came up.
+    pub reconnects: u64,
+    /// Round trips where the store's decision and the local algorithm's differed (the
+    /// store's wins); zero unless their arithmetic parted ways.
+    pub disagreements: u64,
+    /// Round-trip latency.
+    pub latency: HistogramSnapshot,
+}
+
+impl Store {
+    /// Applies `hits` to the counter `key` under `limits` (all or nothing).
+    pub async fn apply(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+    ) -> Result<Verdict, StoreError> {
+        match self {
+            Self::Memory(m) => Ok(m.apply(key, limits, hits)),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.apply(key, limits, hits).await,
+        }
+    }
+
+    /// Whether the store can currently answer (the memory store always can).
+    pub fn is_up(&self) -> bool {
+        match self {
+            Self::Memory(_) => true,
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.is_up(),
+        }
+    }
+
+    /// Whether requests get answers: the store is up, or its failures are decided here.
+    pub fn can_answer(&self) -> bool {
+        match self {
+            Self::Memory(_) => true,
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.is_up() || r.on_error() != OnStoreError::Error,
+        }
+    }
+
+    /// The store's figures now.
+    pub fn stats(&self) -> StoreStats {
+        match self {
+            Self::Memory(m) => m.stats(),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.stats(),
+        }
+    }
+}

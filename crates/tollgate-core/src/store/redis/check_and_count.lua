@@ -1,0 +1,144 @@
+-- Tollgate: check every limit of one counter and count the hits only if all admit,
+-- atomically, in Redis server time (microseconds). The same integer formulas as the Rust
+-- algorithms (crates/tollgate-core/src/algo), so both give the same answer on the same
+-- state; they are exact while the products below stay under 2^53.
+--
+-- This script is the one definition of the counter's layout in Redis: one hash per counter,
+-- fields "<limit>:<name>" per limit. The reply carries the state positionally, so no
+-- field name appears anywhere else.
+--
+-- KEYS[1]  the counter
+-- ARGV     mode ('c' consume, 'k' check, 'r' refund), hits, deadline_us (0: none), number
+--          of limits, then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
+--          precision or burst, requests_per_unit
+-- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
+--           now_us, then per limit the state as it was before this call:
+--           sliding: newest sub-window, then the ring of precision + 1 counts;
+--           fixed: window index, count; gcra: theoretical arrival time}
+
+local key = KEYS[1]
+local mode, hits, deadline, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+if deadline > 0 and now > deadline then return { -1, now } end
+
+local raw = redis.call('HGETALL', key)
+local f = {}
+for i = 1, #raw, 2 do f[raw[i]] = tonumber(raw[i + 1]) end
+local function get(name) return f[name] or 0 end
+
+-- floor(a * b / c) for integers, exact while a * b < 2^53: the float quotient is corrected
+-- by at most one step there (beyond, corrections could not terminate, so none is made).
+local function muldiv(a, b, c)
+  local p = a * b
+  local q = math.floor(p / c)
+  if p < 9007199254740992 then
+    if q * c > p then q = q - 1 elseif (q + 1) * c <= p then q = q + 1 end
+  end
+  return q
+end
+
+local asked = hits
+if mode == 'k' then asked = 1 elseif mode == 'r' then asked = 0 end
+
+local admitted = true
+local limits = {}
+local reply = { 0, now }
+for i = 0, n - 1 do
+  local a = 5 + i * 4
+  local l = { kind = ARGV[a], window = tonumber(ARGV[a + 1]), param = tonumber(ARGV[a + 2]),
+              rpu = tonumber(ARGV[a + 3]), p = i .. ':' }
+  limits[#limits + 1] = l
+  if l.kind == 's' then
+    l.ring = l.param + 1
+    l.sub = l.window / l.param
+    l.newest = get(l.p .. 'n')
+    reply[#reply + 1] = l.newest
+    for s = 0, l.param do reply[#reply + 1] = get(l.p .. s) end
+    l.slot = math.floor(now / l.sub)
+    local into = now - l.slot * l.sub
+    if l.slot < l.newest then l.slot = l.newest; into = 0 end
+    local function count(s)
+      if s <= l.newest and l.newest - s <= l.param then return get(l.p .. (s % l.ring)) end
+      return 0
+    end
+    local full = 0
+    for s = l.slot - l.param + 1, l.slot do full = full + count(s) end
+    -- full + asked + oldest * (sub - into) / sub <= rpu, with the fraction floored exactly.
+    local room = l.rpu - full - asked
+    if room < 0 or muldiv(count(l.slot - l.param), l.sub - into, l.sub) > room then
+      admitted = false
+    end
+  elseif l.kind == 'f' then
+    l.stored = get(l.p .. 'w')
+    l.count = get(l.p .. 'c')
+    reply[#reply + 1] = l.stored
+    reply[#reply + 1] = l.count
+    l.w = math.floor(now / l.window)
+    if l.w <= l.stored then l.w = l.stored else l.count = 0 end
+    if l.count + asked > l.rpu then admitted = false end
+  else
+    l.tat = get(l.p .. 't')
+    reply[#reply + 1] = l.tat
+    if l.rpu == 0 then
+      admitted = false
+    else
+      local used = math.max(l.tat - now, 0)
+      if used + muldiv(asked, l.window, l.rpu) > muldiv(l.param, l.window, l.rpu) then
+        admitted = false
+      end
+    end
+  end
+end
+
+-- Write: count admitted hits, or give hits back.
+if (admitted and mode == 'c') or mode == 'r' then
+  local ttl = 0
+  for _, l in ipairs(limits) do
+    local expires
+    if l.kind == 's' then
+      if l.slot > l.newest then
+        for s = math.max(l.newest + 1, l.slot - l.param), l.slot do
+          redis.call('HDEL', key, l.p .. (s % l.ring))
+        end
+        redis.call('HSET', key, l.p .. 'n', l.slot)
+        l.newest = l.slot
+      end
+      if mode == 'c' then
+        redis.call('HINCRBY', key, l.p .. (l.slot % l.ring), hits)
+      else
+        local left = hits
+        for s = l.slot, l.slot - l.param, -1 do
+          local field = l.p .. (s % l.ring)
+          local c = tonumber(redis.call('HGET', key, field)) or 0
+          local take = math.min(left, c)
+          if take > 0 then redis.call('HINCRBY', key, field, -take) end
+          left = left - take
+        end
+      end
+      expires = (l.newest + l.param + 1) * l.sub
+    elseif l.kind == 'f' then
+      local c = l.count
+      if mode == 'c' then c = c + hits else c = math.max(c - hits, 0) end
+      redis.call('HSET', key, l.p .. 'w', l.w, l.p .. 'c', c)
+      expires = (l.w + 1) * l.window
+    elseif l.rpu > 0 then
+      local span = muldiv(hits, l.window, l.rpu)
+      local tat
+      if mode == 'c' then tat = math.max(l.tat, now) + span else tat = math.max(l.tat - span, now) end
+      redis.call('HSET', key, l.p .. 't', string.format('%.0f', tat))
+      expires = tat
+    else
+      expires = now
+    end
+    ttl = math.max(ttl, expires - now)
+  end
+  if ttl > 0 then
+    redis.call('PEXPIRE', key, math.ceil(ttl / 1000))
+  else
+    redis.call('DEL', key)
+  end
+end
+
+if admitted then reply[1] = 1 end
+return reply

@@ -1,0 +1,323 @@
+//! The shared store: counters in Redis, with a local view that denies without a round trip.
+//!
+//! Synchronous writes, asynchronous reads: a request the local view already knows to be over
+//! the limit is denied here; any other request makes one round trip that checks and counts
+//! atomically in Redis and returns the counter's state, which becomes the local view (see
+//! [`super::local`] for why a local denial is always the decision Redis would make).
+
+mod connect;
+mod script;
+
+pub use connect::{Credentials, RedisKind, RedisTarget, TargetError};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use self::connect::Link;
+use self::script::Reply;
+use super::local::{Fallback, LocalView, Snapshot};
+use super::{OnStoreError, SharedStats, StoreError, StoreStats};
+use crate::algo::{Hits, Verdict};
+use crate::clock::Clock;
+use crate::limit::{Algorithm, Limit};
+use crate::stats::Histogram;
+
+/// How a Redis store is set up.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// Where Redis is.
+    pub target: RedisTarget,
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Longest a request waits for Redis.
+    pub timeout: Duration,
+    /// What a request gets when Redis cannot answer in time.
+    pub on_error: OnStoreError,
+    /// Most counters kept in the local view.
+    pub max_local: usize,
+}
+
+/// Counts behind [`SharedStats`].
+#[derive(Debug)]
+struct Counts {
+    latency: Histogram,
+    round_trips: AtomicU64,
+    local_denials: AtomicU64,
+    timeouts: AtomicU64,
+    connection_errors: AtomicU64,
+    script_errors: AtomicU64,
+    fallbacks: AtomicU64,
+    refreshes: AtomicU64,
+    disagreements: AtomicU64,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Self {
+            // 25 µs to ~0.4 s.
+            latency: Histogram::new(0.000_025, 15),
+            round_trips: AtomicU64::default(),
+            local_denials: AtomicU64::default(),
+            timeouts: AtomicU64::default(),
+            connection_errors: AtomicU64::default(),
+            script_errors: AtomicU64::default(),
+            fallbacks: AtomicU64::default(),
+            refreshes: AtomicU64::default(),
+            disagreements: AtomicU64::default(),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A counter to read again in the background once its current sub-window closes.
+struct Refresh {
+    key: Box<str>,
+    limits: Vec<Limit>,
+}
+
+/// Refreshes queued at most; past that, denials just skip queueing one.
+const REFRESH_QUEUE: usize = 4_096;
+
+/// The Redis store.
+pub struct RedisStore {
+    link: Arc<Link>,
+    script: redis::Script,
+    local: LocalView,
+    config: RedisConfig,
+    refresh_tx: tokio::sync::mpsc::Sender<Refresh>,
+    counts: Counts,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("up", &self.link.is_up())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Starts connecting in the background (on the current tokio runtime); requests are
+    /// decided per `on_error` until Redis answers.
+    pub fn start(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
+        let local = LocalView::new(config.max_local, clock);
+        local.spawn_sweeper(sweep_period);
+        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(REFRESH_QUEUE);
+        let store = Arc::new(Self {
+            link: Link::start(config.target.clone()),
+            script: script::script(),
+            local,
+            config,
+            refresh_tx,
+            counts: Counts::default(),
+        });
+        tokio::spawn(refresher(Arc::downgrade(&store), refresh_rx));
+        store
+    }
+
+    /// Whether Redis answers.
+    pub fn is_up(&self) -> bool {
+        self.link.is_up()
+    }
+
+    /// Waits until Redis answers, at most `limit`; whether it does. Serving before the
+    /// first connection would make a fresh instance decide from an empty local view.
+    pub async fn wait_up(&self, limit: Duration) -> bool {
+        self.link.wait_up(limit).await
+    }
+
+    /// Why Redis last failed (a refused connection, a wrong password), if it has.
+    pub fn last_error(&self) -> Option<String> {
+        self.link.last_error()
+    }
+
+    /// What requests get while Redis cannot answer.
+    pub fn on_error(&self) -> OnStoreError {
+        self.config.on_error
+    }
+
+    pub(crate) fn stats(&self) -> StoreStats {
+        let local = self.local.stats();
+        let c = &self.counts;
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        StoreStats {
+            up: self.is_up(),
+            counters: local.entries,
+            evictions: local.evictions,
+            expired: local.expired,
+            shared: Some(SharedStats {
+                round_trips: load(&c.round_trips),
+                local_denials: load(&c.local_denials),
+                timeouts: load(&c.timeouts),
+                connection_errors: load(&c.connection_errors),
+                script_errors: load(&c.script_errors),
+                fallbacks: load(&c.fallbacks),
+                refreshes: load(&c.refreshes),
+                reconnects: self.link.reconnects(),
+                disagreements: load(&c.disagreements),
+                latency: c.latency.snapshot(),
+            }),
+        }
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+    ) -> Result<Verdict, StoreError> {
+        let now = self.local.now_ns();
+        let queue = || {
+            let job = Refresh {
+                key: key.into(),
+                limits: limits.to_vec(),
+            };
+            self.refresh_tx.try_send(job).is_ok()
+        };
+        if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
+            bump(&self.counts.local_denials);
+            return Ok(denied);
+        }
+        let deadline = self.local.deadline_ns(now, self.config.timeout);
+        match self.round_trip(key, limits, hits, deadline).await {
+            Ok(snapshot) => {
+                bump(&self.counts.round_trips);
+                Ok(self.adopt(key, limits, hits, snapshot))
+            }
+            Err(e) => {
+                bump(&self.counts.fallbacks);
+                let how = match self.config.on_error {
+                    OnStoreError::Error => return Err(e),
+                    OnStoreError::Local => Fallback::Local,
+                    OnStoreError::Allow => Fallback::Allow,
+                    OnStoreError::Deny => Fallback::Deny,
+                };
+                Ok(self.local.fall_back(key, limits, now, hits, how))
+            }
+        }
+    }
+
+    fn adopt(&self, key: &str, limits: &[Limit], hits: Hits, snapshot: Snapshot) -> Verdict {
+        let (verdict, disagreed) = self.local.adopt(key, limits, hits, snapshot);
+        if disagreed {
+            bump(&self.counts.disagreements);
+            tracing::debug!(
+                key,
+                "redis and the local algorithm disagreed; redis decided"
+            );
+        }
+        verdict
+    }
+
+    /// One EVALSHA. Redis ignores it if it runs after `deadline_ns` (Redis time), by when
+    /// this request will have been answered without it.
+    async fn round_trip(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        deadline_ns: u64,
+    ) -> Result<Snapshot, StoreError> {
+        let Some(mut conn) = self.link.conn() else {
+            return Err(StoreError::NotConnected);
+        };
+        let redis_key = format!("{}{{{key}}}", self.config.key_prefix);
+        let mut invocation = self.script.key(redis_key);
+        script::add_args(&mut invocation, limits, hits, deadline_ns);
+        let started = Instant::now();
+        let answer = tokio::time::timeout(self.config.timeout, conn.invoke(&invocation)).await;
+        self.counts.latency.observe(started.elapsed());
+        let raw: Vec<i64> = match answer {
+            Err(_) => {
+                bump(&self.counts.timeouts);
+                self.link.report_slow();
+                return Err(StoreError::Timeout);
+            }
+            Ok(Err(e)) => return Err(self.classify(e)),
+            Ok(Ok(raw)) => raw,
+        };
+        match script::decode(&raw, limits) {
+            Ok(Reply::Ran {
+                admitted,
+                now_ns,
+                states,
+            }) => Ok(Snapshot {
+                admitted,
+                now_ns,
+                states,
+            }),
+            Ok(Reply::Late { now_ns }) => {
+                self.local.learn_time(now_ns);
+                bump(&self.counts.timeouts);
+                Err(StoreError::Timeout)
+            }
+            Err(why) => {
+                bump(&self.counts.script_errors);
+                Err(StoreError::Failed(Arc::new(why)))
+            }
+        }
+    }
+
+    fn classify(&self, e: redis::RedisError) -> StoreError {
+        let lost = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if lost {
+            // Gone, or a former master after a failover: reconnect (and re-resolve).
+            bump(&self.counts.connection_errors);
+            self.link.report_down(&e);
+        } else {
+            bump(&self.counts.script_errors);
+        }
+        StoreError::Failed(Arc::new(e))
+    }
+}
+
+/// Reads denied counters again once their current sub-window has closed, off the request
+/// path, so the local view learns other instances' hits before it next has to decide.
+async fn refresher(
+    store: std::sync::Weak<RedisStore>,
+    mut jobs: tokio::sync::mpsc::Receiver<Refresh>,
+) {
+    while let Some(job) = jobs.recv().await {
+        let Some(strong) = store.upgrade() else {
+            return;
+        };
+        let wait = until_next_boundary(&job.limits, strong.local.now_ns());
+        drop(strong);
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(store) = store.upgrade() else { return };
+            let reply = store
+                .round_trip(&job.key, &job.limits, Hits::Check, 0)
+                .await;
+            if let Ok(snapshot) = reply {
+                bump(&store.counts.refreshes);
+                store.adopt(&job.key, &job.limits, Hits::Check, snapshot);
+            }
+        });
+    }
+}
+
+/// Time until the earliest sub-window (or window, or emission interval) boundary.
+fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
+    let step = limits
+        .iter()
+        .map(|l| match l.algorithm {
+            Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
+            Algorithm::FixedWindow => l.window_ns,
+            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                l.window_ns / u64::from(l.requests_per_unit.max(1))
+            }
+        })
+        .min()
+        .unwrap_or(1_000_000_000)
+        .max(1_000_000);
+    Duration::from_nanos(step - now_ns % step)
+}

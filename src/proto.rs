@@ -1,0 +1,259 @@
+//! Protobuf ↔ domain, in one place: Envoy's `RateLimitRequest` becomes a core [`Request`]
+//! (borrowing its strings), and a core [`Decision`] becomes a `RateLimitResponse`. The gRPC
+//! and `/json` adapters both go through here.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tollgate_core::headers::{HeaderStyle, headers};
+use tollgate_core::{
+    Decision, Descriptor, Entry, Hits, InvalidRequest, LimitOverride, Limited, Outcome, Request,
+    Unit,
+};
+
+/// The domain request for an Envoy request.
+pub(crate) fn request(req: &RateLimitRequest) -> Result<Request<'_>, InvalidRequest> {
+    let descriptors = req
+        .descriptors
+        .iter()
+        .map(|d| descriptor(req, d))
+        .collect::<Result<_, _>>()?;
+    Ok(Request::new(req.domain.as_str(), descriptors))
+}
+
+fn descriptor<'a>(
+    req: &RateLimitRequest,
+    d: &'a RateLimitDescriptor,
+) -> Result<Descriptor<'a>, InvalidRequest> {
+    let limit = match &d.limit {
+        Some(o) => Some(LimitOverride {
+            requests_per_unit: o.requests_per_unit,
+            unit: request_unit(o.unit).ok_or_else(|| {
+                InvalidRequest::Malformed(format!(
+                    "descriptor limit override has an unknown unit ({})",
+                    o.unit
+                ))
+            })?,
+        }),
+        None => None,
+    };
+    Ok(Descriptor {
+        entries: d
+            .entries
+            .iter()
+            .map(|e| Entry {
+                key: e.key.as_str().into(),
+                value: e.value.as_str().into(),
+            })
+            .collect(),
+        hits: hits(req, d),
+        limit,
+    })
+}
+
+/// The hits a descriptor asks for: its own `hits_addend` if set (0 = check only), else the
+/// request's (0 = 1); `is_negative_hits` gives them back instead.
+fn hits(req: &RateLimitRequest, d: &RateLimitDescriptor) -> Hits {
+    let n = match &d.hits_addend {
+        Some(own) => own.value,
+        None => u64::from(req.hits_addend.max(1)),
+    };
+    match (n, d.is_negative_hits) {
+        (0, _) => Hits::Check,
+        (n, true) => Hits::Refund(n),
+        (n, false) => Hits::Consume(n),
+    }
+}
+
+/// Envoy's response for `decision`, with headers in `style`.
+pub(crate) fn response(decision: &Decision, style: HeaderStyle) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: code(decision.over_limit).into(),
+        statuses: decision.descriptors.iter().map(status).collect(),
+        response_headers_to_add: headers(style, decision)
+            .into_iter()
+            .map(|(key, value)| HeaderValue {
+                key: key.to_owned(),
+                value,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn code(over: bool) -> Code {
+    if over { Code::OverLimit } else { Code::Ok }
+}
+
+fn status(outcome: &Outcome) -> DescriptorStatus {
+    match outcome {
+        Outcome::NoLimit => DescriptorStatus {
+            code: Code::Ok.into(),
+            ..Default::default()
+        },
+        // The reference reports the largest remaining count.
+        Outcome::Unlimited => DescriptorStatus {
+            code: Code::Ok.into(),
+            limit_remaining: u32::MAX,
+            ..Default::default()
+        },
+        Outcome::Limited(limited) => limited_status(limited),
+    }
+}
+
+fn limited_status(l: &Limited) -> DescriptorStatus {
+    DescriptorStatus {
+        code: code(l.is_over()).into(),
+        current_limit: Some(RateLimit {
+            name: l.limit.name().unwrap_or_default().to_owned(),
+            requests_per_unit: l.limit.requests_per_unit(),
+            unit: response_unit(l.limit.unit()).into(),
+        }),
+        limit_remaining: u32::try_from(l.remaining).unwrap_or(u32::MAX),
+        // Whole seconds, rounded up: Envoy's `x-ratelimit-reset` keeps only the seconds.
+        duration_until_reset: Some(ProtoDuration {
+            seconds: i64::try_from(l.reset_seconds()).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+fn request_unit(unit: i32) -> Option<Unit> {
+    match RateLimitUnit::try_from(unit).ok()? {
+        RateLimitUnit::Second => Some(Unit::Second),
+        RateLimitUnit::Minute => Some(Unit::Minute),
+        RateLimitUnit::Hour => Some(Unit::Hour),
+        RateLimitUnit::Day => Some(Unit::Day),
+        RateLimitUnit::Month => Some(Unit::Month),
+        RateLimitUnit::Year => Some(Unit::Year),
+        RateLimitUnit::Unknown => None,
+    }
+}
+
+fn response_unit(unit: Unit) -> ResponseUnit {
+    match unit {
+        Unit::Second => ResponseUnit::Second,
+        Unit::Minute => ResponseUnit::Minute,
+        Unit::Hour => ResponseUnit::Hour,
+        Unit::Day => ResponseUnit::Day,
+        Unit::Week => ResponseUnit::Week,
+        Unit::Month => ResponseUnit::Month,
+        Unit::Year => ResponseUnit::Year,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry as ProtoEntry, RateLimitOverride,
+    };
+    use envoy_types::pb::google::protobuf::UInt64Value;
+
+    use super::*;
+
+    fn proto(hits_addend: u32, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors,
+            hits_addend,
+        }
+    }
+
+    fn one(key: &str, value: &str) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: vec![ProtoEntry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hits_come_from_the_descriptor_else_the_request() {
+        let mut own = one("k", "v");
+        own.hits_addend = Some(UInt64Value { value: 0 });
+        let mut refund = one("k", "v");
+        refund.hits_addend = Some(UInt64Value { value: 4 });
+        refund.is_negative_hits = true;
+        let req = proto(0, vec![one("k", "v"), own, refund]);
+        let got: Vec<Hits> = request(&req)
+            .expect("valid")
+            .descriptors
+            .iter()
+            .map(|d| d.hits)
+            .collect();
+        assert_eq!(got, [Hits::Consume(1), Hits::Check, Hits::Refund(4)]);
+        let req = proto(3, vec![one("k", "v")]);
+        assert_eq!(
+            request(&req).expect("valid").descriptors[0].hits,
+            Hits::Consume(3)
+        );
+    }
+
+    #[test]
+    fn an_override_with_an_unknown_unit_is_an_invalid_argument() {
+        let mut d = one("k", "v");
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 1,
+            unit: RateLimitUnit::Unknown.into(),
+        });
+        let err = request(&proto(0, vec![d])).expect_err("unknown unit");
+        assert!(err.to_string().contains("unknown unit"), "{err}");
+        let mut d = one("k", "v");
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 7,
+            unit: RateLimitUnit::Month.into(),
+        });
+        let req = proto(0, vec![d]);
+        let limit = request(&req).expect("valid").descriptors[0].limit;
+        assert_eq!(
+            limit.map(|l| (l.requests_per_unit, l.unit)),
+            Some((7, Unit::Month))
+        );
+    }
+
+    #[test]
+    fn statuses_say_what_the_decision_says() {
+        let limit = tollgate_core::Limit::new(10, Unit::Minute).with_name("n");
+        let decision = Decision {
+            over_limit: true,
+            descriptors: vec![
+                Outcome::NoLimit,
+                Outcome::Unlimited,
+                Outcome::Limited(Limited {
+                    limit,
+                    admitted: false,
+                    shadow: false,
+                    remaining: 0,
+                    reset: std::time::Duration::from_millis(1_200),
+                    hits: 1,
+                }),
+            ],
+        };
+        let r = response(&decision, HeaderStyle::Reference);
+        assert_eq!(r.overall_code, i32::from(Code::OverLimit));
+        assert_eq!(r.statuses[0].current_limit, None);
+        assert_eq!(r.statuses[1].limit_remaining, u32::MAX);
+        let s = &r.statuses[2];
+        assert_eq!(s.code, i32::from(Code::OverLimit));
+        assert_eq!(
+            s.current_limit,
+            Some(RateLimit {
+                name: "n".into(),
+                requests_per_unit: 10,
+                unit: ResponseUnit::Minute.into()
+            })
+        );
+        assert_eq!(s.duration_until_reset.map(|d| d.seconds), Some(2));
+        assert_eq!(r.response_headers_to_add.len(), 3);
+    }
+}

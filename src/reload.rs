@@ -1,0 +1,176 @@
+//! Rules from files, kept current: loaded off the async workers with a time budget, and
+//! loaded again on every change under the rules path (an edit, a new file, a Kubernetes
+//! ConfigMap swapping its `..data` link) or on SIGHUP. Invalid rules leave the previous
+//! ones serving.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::event::{EventKind, MetadataKind, ModifyKind};
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::{Mutex, mpsc};
+use tollgate_core::{ConfigErrors, Defaults, Rules};
+
+use crate::rls::Rls;
+
+/// Writes closer together than this are one change (editors write in several steps).
+const SETTLE: Duration = Duration::from_millis(150);
+/// The longest one load may take; a slower one is abandoned and counted as failed.
+const LOAD_BUDGET: Duration = Duration::from_secs(30);
+
+/// Loads `path` on a blocking thread, within [`LOAD_BUDGET`].
+pub(crate) async fn load(path: &Path, defaults: Defaults) -> Result<Rules, String> {
+    let owned = path.to_owned();
+    let loading = tokio::task::spawn_blocking(move || Rules::load(&owned, defaults));
+    match tokio::time::timeout(LOAD_BUDGET, loading).await {
+        Ok(Ok(result)) => result.map_err(|e: ConfigErrors| e.to_string()),
+        Ok(Err(e)) => Err(format!("{}: loading failed: {e}", path.display())),
+        Err(_) => Err(format!(
+            "{}: loading took longer than {LOAD_BUDGET:?}; abandoned",
+            path.display()
+        )),
+    }
+}
+
+/// Reloads the rules into the service: the new rules serve from the next request, or, if
+/// they are invalid, the old ones keep serving and the problem is logged and counted.
+/// Clones share one lock, so reloads never overlap.
+#[derive(Clone)]
+pub(crate) struct Reload {
+    rls: Arc<Rls>,
+    path: PathBuf,
+    defaults: Defaults,
+    one_at_a_time: Arc<Mutex<()>>,
+}
+
+impl Reload {
+    pub(crate) fn new(rls: Arc<Rls>, path: PathBuf, defaults: Defaults) -> Self {
+        Self {
+            rls,
+            path,
+            defaults,
+            one_at_a_time: Arc::default(),
+        }
+    }
+
+    pub(crate) async fn run(&self) {
+        let _turn = self.one_at_a_time.lock().await;
+        let metrics = &self.rls.metrics;
+        match load(&self.path, self.defaults).await {
+            Ok(rules) => {
+                let domains = rules.domains().count();
+                self.rls.limiter.install(rules);
+                metrics.config_load_success.inc_by(1);
+                tracing::info!(path = %self.path.display(), domains, "rules reloaded");
+            }
+            Err(problems) => {
+                metrics.config_load_error.inc_by(1);
+                for problem in problems.lines() {
+                    tracing::error!("{problem}");
+                }
+                tracing::error!("rules rejected; the previous rules keep serving");
+            }
+        }
+    }
+}
+
+/// Keeps the watch alive; dropping it stops watching.
+pub(crate) struct RulesWatch {
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// Runs `reload` after every settled change at its path, from a background task.
+pub(crate) fn watch(reload: Reload) -> Result<RulesWatch, String> {
+    let path = reload.path.clone();
+    let (target, mode, only) = if path.is_dir() {
+        (path.clone(), RecursiveMode::Recursive, None)
+    } else {
+        // Watch the directory: editors and ConfigMaps replace files rather than write them.
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (
+            parent.to_owned(),
+            RecursiveMode::NonRecursive,
+            path.file_name().map(PathBuf::from),
+        )
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match (&event, &only) {
+            (Ok(e), _) if !changes_content(&e.kind) => false,
+            (Ok(e), Some(name)) => {
+                e.paths.is_empty()
+                    || e.paths
+                        .iter()
+                        .any(|p| p.file_name() == Some(name.as_os_str()))
+            }
+            _ => true,
+        };
+        if relevant {
+            // The receiver lives as long as the watch; a send can only fail after it.
+            let _ = tx.send(());
+        }
+    })
+    .map_err(|e| format!("cannot watch {}: {e}", path.display()))?;
+    watcher
+        .watch(&target, mode)
+        .map_err(|e| format!("cannot watch {}: {e}", target.display()))?;
+    tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            // Let the burst of writes finish, then reload once.
+            loop {
+                match tokio::time::timeout(SETTLE, rx.recv()).await {
+                    Ok(Some(())) => continue,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
+            reload.run().await;
+        }
+    });
+    Ok(RulesWatch { _watcher: watcher })
+}
+
+/// Whether an event can change what a load reads. Reading files (the loader's own reads,
+/// a `cat`, another instance) produces access events; reacting to those would reload
+/// forever.
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
+        EventKind::Any
+        | EventKind::Create(_)
+        | EventKind::Modify(_)
+        | EventKind::Remove(_)
+        | EventKind::Other => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, RenameMode};
+
+    use super::*;
+
+    #[test]
+    fn reads_are_not_changes() {
+        for quiet in [
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)),
+        ] {
+            assert!(!changes_content(&quiet), "{quiet:?}");
+        }
+        for change in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Remove(notify::event::RemoveKind::File),
+        ] {
+            assert!(changes_content(&change), "{change:?}");
+        }
+    }
+}
