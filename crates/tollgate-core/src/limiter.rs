@@ -218,6 +218,18 @@ impl<R: Recorder> Limiter<R> {
         })
     }
 
+    /// Counts `hits` against each of `descriptors` of `domain` and answers whether they fit:
+    /// the plain API for callers that are not HTTP services.
+    pub async fn check<'a>(
+        &self,
+        domain: &'a str,
+        descriptors: impl IntoIterator<Item = Descriptor<'a>>,
+        hits: Hits,
+    ) -> Result<Decision, DecideError> {
+        let descriptors = descriptors.into_iter().map(|d| d.with_hits(hits)).collect();
+        self.decide(&Request::new(domain, descriptors)).await
+    }
+
     /// Resolves one descriptor: its matched rule, or the limit the request sent instead.
     fn plan<'a>(
         &self,

@@ -77,6 +77,17 @@ impl<'a> Descriptor<'a> {
     }
 }
 
+impl<'a> From<Vec<Entry<'a>>> for Descriptor<'a> {
+    /// A descriptor of `entries` that consumes one unit.
+    fn from(entries: Vec<Entry<'a>>) -> Self {
+        Self {
+            entries,
+            hits: Hits::Consume(1),
+            limit: None,
+        }
+    }
+}
+
 /// One `key=value` of a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry<'a> {

@@ -259,3 +259,27 @@ async fn the_recorder_sees_every_counted_descriptor_with_its_rule() {
         [user(true), user(true), user(true), user(false), user(false)]
     );
 }
+
+#[tokio::test]
+async fn check_counts_the_given_hits_on_every_descriptor() {
+    let (l, _) = limiter();
+    let two = l
+        .check(
+            "d",
+            [one("user", "ann"), one("user", "bob")],
+            Hits::Consume(2),
+        )
+        .await
+        .expect("decides");
+    let remaining: Vec<u64> = two
+        .descriptors
+        .iter()
+        .filter_map(|o| o.limited().map(|l| l.remaining))
+        .collect();
+    assert_eq!(remaining, [1, 1]);
+    let more = l
+        .check("d", [one("user", "ann")], Hits::Consume(2))
+        .await
+        .expect("decides");
+    assert!(more.over_limit);
+}

@@ -8,8 +8,9 @@
 -- field name appears anywhere else.
 --
 -- KEYS[1]  the counter
--- ARGV     mode ('c' consume, 'k' check, 'r' refund), hits, deadline_us (0: none), number
---          of limits, then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
+-- ARGV     mode ('c' consume, 'k' check, 'r' refund), hits, deadline_us (0: none), now_us
+--          (0: Redis TIME; tests replay histories at chosen instants), number of limits,
+--          then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
 --          precision or burst, requests_per_unit
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
 --           now_us, then per limit the state as it was before this call:
@@ -17,9 +18,12 @@
 --           fixed: window index, count; gcra: theoretical arrival time}
 
 local key = KEYS[1]
-local mode, hits, deadline, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local mode, hits, deadline = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, n = tonumber(ARGV[4]), tonumber(ARGV[5])
+if now == 0 then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
 if deadline > 0 and now > deadline then return { -1, now } end
 
 local raw = redis.call('HGETALL', key)
@@ -45,7 +49,7 @@ local admitted = true
 local limits = {}
 local reply = { 0, now }
 for i = 0, n - 1 do
-  local a = 5 + i * 4
+  local a = 6 + i * 4
   local l = { kind = ARGV[a], window = tonumber(ARGV[a + 1]), param = tonumber(ARGV[a + 2]),
               rpu = tonumber(ARGV[a + 3]), p = i .. ':' }
   limits[#limits + 1] = l

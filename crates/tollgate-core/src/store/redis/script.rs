@@ -28,6 +28,7 @@ pub(super) fn add_args(
         .arg(mode)
         .arg(n)
         .arg(deadline_ns / NANOS_PER_MICRO)
+        .arg(0)
         .arg(limits.len());
     for limit in limits {
         let (kind, param) = match limit.algorithm {
