@@ -165,6 +165,8 @@ impl Context<'_> {
                     shadow_mode: spec.shadow_mode,
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
                     replaces: replaces.into(),
+                    quota_mode: spec.quota_mode,
+                    metadata: spec.metadata.map(Arc::new),
                 }
             })
         };

@@ -4,12 +4,14 @@
 mod compile;
 mod dump;
 mod files;
+mod meta;
 mod pattern;
 mod spec;
 mod tree;
 mod yaml;
 
 pub use files::{MAX_FILE_BYTES, MAX_TOTAL_BYTES};
+pub use meta::{MetaValue, Metadata, merge as merge_metadata};
 pub use spec::{DescriptorSpec, DomainSpec, RateLimitSpec, ReplaceSpec};
 pub use tree::{Domain, Policy, Rule, Rules};
 

@@ -7,8 +7,10 @@
 
 use serde::Deserialize;
 
+use super::meta::Metadata;
+
 /// One domain and its descriptor tree: a rules file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DomainSpec {
     /// The domain requests name; must not be empty.
@@ -20,7 +22,7 @@ pub struct DomainSpec {
 }
 
 /// One level of the descriptor tree.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DescriptorSpec {
     /// The entry key this descriptor matches.
@@ -44,10 +46,17 @@ pub struct DescriptorSpec {
     /// The reference's flag for metrics keyed by the request value (see `detailed_metric`).
     #[serde(default)]
     pub value_to_metric: bool,
+    /// A budget, in the reference's words: the request is denied only when every quota
+    /// descriptor of it is over (or a non-quota one is), and charges are recorded even
+    /// past the limit.
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// Values returned to Envoy (as dynamic metadata) while this descriptor is not over.
+    pub metadata: Option<Metadata>,
 }
 
 /// A limit as written in the file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitSpec {
     /// second, minute, hour, day, week, month or year (any case).
@@ -74,7 +83,7 @@ pub struct RateLimitSpec {
 }
 
 /// A `replaces` entry: the name of a limit this descriptor's limit supersedes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplaceSpec {
     /// The superseded limit's name.

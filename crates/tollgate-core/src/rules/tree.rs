@@ -5,6 +5,7 @@ use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use super::ConfigError;
+use super::meta::Metadata;
 use super::pattern::Pattern;
 use crate::limit::Limit;
 
@@ -175,6 +176,8 @@ pub struct Rule {
     pub(super) detailed_metric: bool,
     /// Names of limits this rule supersedes when both match one request.
     pub(crate) replaces: Box<[String]>,
+    pub(crate) quota_mode: bool,
+    pub(crate) metadata: Option<Arc<Metadata>>,
 }
 
 impl Rule {
@@ -206,6 +209,16 @@ impl Rule {
     /// Observers should keep the request's values apart for this rule.
     pub fn detailed_metric(&self) -> bool {
         self.detailed_metric
+    }
+
+    /// The rule is a budget (the reference's `quota_mode`).
+    pub fn quota_mode(&self) -> bool {
+        self.quota_mode
+    }
+
+    /// Values returned to Envoy while this rule's descriptor is not over.
+    pub fn metadata(&self) -> Option<&Metadata> {
+        self.metadata.as_deref()
     }
 
     /// Whether this rule has a limit called `name`.
