@@ -23,7 +23,7 @@ use crate::settings::{Cli, Command, LogArgs, LogFormat};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { path, rules } => match Rules::load(&path, rules.defaults()) {
+        Command::CheckConfig { path, rules } => match load_now(&path, &rules) {
             Ok(_) => {
                 println!("ok");
                 ExitCode::SUCCESS
@@ -49,6 +49,16 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// Loads the rules at `path` as `settings` want them, on this thread.
+fn load_now(
+    path: &std::path::Path,
+    settings: &settings::RuleArgs,
+) -> Result<Rules, tollgate_core::ConfigErrors> {
+    let mut builder = settings.builder();
+    builder.add_path(path);
+    builder.finish()
 }
 
 fn serve(args: settings::ServeArgs) -> anyhow::Result<()> {

@@ -118,6 +118,7 @@ struct DescriptorFamilies {
     near_limit: Family<DescriptorLabels, PlainCounter>,
     within_limit: Family<DescriptorLabels, PlainCounter>,
     shadow_mode: Family<DescriptorLabels, PlainCounter>,
+    overspend: Family<DescriptorLabels, Counter>,
 }
 
 impl DescriptorFamilies {
@@ -129,6 +130,7 @@ impl DescriptorFamilies {
             near_limit: self.near_limit.get_or_create(labels).clone(),
             within_limit: self.within_limit.get_or_create(labels).clone(),
             shadow_mode: self.shadow_mode.get_or_create(labels).clone(),
+            overspend: self.overspend.get_or_create(labels).clone(),
         }
     }
 }
@@ -141,15 +143,22 @@ pub(crate) struct DescriptorStats {
     near_limit: PlainCounter,
     within_limit: PlainCounter,
     shadow_mode: PlainCounter,
+    /// Units charged past a budget's limit (ours).
+    overspend: Counter,
 }
 
 impl DescriptorStats {
     /// Counts one decision the way the reference does: hits above `near_ratio × limit`
     /// are near the limit.
-    fn record(&self, outcome: &Limited, near_ratio: f64) {
+    fn record(&self, outcome: &Limited, budget: bool, near_ratio: f64) {
         let hits = outcome.hits;
         self.total_hits.inc_by(hits);
         if !outcome.admitted {
+            // A denied budget charge is recorded anyway: what went past the limit.
+            if budget {
+                self.overspend
+                    .inc_by(hits.saturating_sub(outcome.remaining));
+            }
             self.over_limit.inc_by(hits);
             if outcome.shadow {
                 self.shadow_mode.inc_by(hits);
@@ -210,7 +219,7 @@ impl Recorder for RuleMetrics {
         outcome: &Limited,
     ) {
         match stats {
-            RuleStats::Fixed(s) => s.record(outcome, self.near_ratio),
+            RuleStats::Fixed(s) => s.record(outcome, rule.budget(), self.near_ratio),
             RuleStats::Detailed { by_value, overflow } => {
                 let names: Vec<String> = descriptor
                     .pairs()
@@ -226,7 +235,7 @@ impl Recorder for RuleMetrics {
                         .or_insert_with(|| self.families.stats(&labels)),
                     None => overflow,
                 };
-                stats.record(outcome, self.near_ratio);
+                stats.record(outcome, rule.budget(), self.near_ratio);
             }
         }
     }
@@ -265,6 +274,11 @@ impl Metrics {
                 family.clone(),
             );
         }
+        registry.register(
+            "tollgate_budget_overspend",
+            "Units charged to a budget past its limit (usage reported after the fact)",
+            families.overspend.clone(),
+        );
         let config_load_success = PlainCounter::default();
         let config_load_error = PlainCounter::default();
         registry.register(

@@ -10,8 +10,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{
+    Duration as ProtoDuration, ListValue, Struct, Value as ProtoValue,
+};
 use tollgate_core::headers::{HeaderStyle, headers};
+use tollgate_core::rules::{MetaValue, Metadata, merge_metadata};
 use tollgate_core::{
     Decision, Descriptor, Entry, Hits, InvalidRequest, LimitOverride, Limited, Outcome, Request,
     Unit,
@@ -86,6 +90,98 @@ pub(crate) fn response(decision: &Decision, style: HeaderStyle) -> RateLimitResp
             .collect(),
         ..Default::default()
     }
+}
+
+/// What the reference returns as dynamic metadata: the domain, the request's descriptors
+/// (entries, limit override, hits_addend), the request's hits_addend, and the metadata of
+/// the matched rules whose descriptors are not over, merged in request order (nested maps
+/// merge, the first scalar wins). Envoy stores it under `envoy.filters.http.ratelimit`.
+pub(crate) fn dynamic_metadata(req: &RateLimitRequest, decision: &Decision) -> Struct {
+    let descriptors = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut fields = Fields::default();
+            let entries = d
+                .entries
+                .iter()
+                .map(|e| text(format!("{}={}", e.key, e.value)))
+                .collect();
+            fields.put("entries", list(entries));
+            if let Some(limit) = &d.limit {
+                let unit =
+                    RateLimitUnit::try_from(limit.unit).map_or("UNKNOWN", |u| u.as_str_name());
+                let spec = format!("requests_per_unit:{} unit:{unit}", limit.requests_per_unit);
+                fields.put("limit", text(spec));
+            }
+            if let Some(hits) = &d.hits_addend {
+                fields.put("hitsAddend", number(hits.value as f64));
+            }
+            value(Kind::StructValue(fields.0))
+        })
+        .collect();
+    let mut out = Fields::default();
+    out.put("domain", text(req.domain.clone()));
+    out.put("descriptors", list(descriptors));
+    if req.hits_addend != 0 {
+        out.put("hitsAddend", number(f64::from(req.hits_addend)));
+    }
+    let mut merged = Metadata::new();
+    for limited in decision.descriptors.iter().filter_map(Outcome::limited) {
+        if let (false, Some(meta)) = (limited.is_over(), &limited.metadata) {
+            merge_metadata(&mut merged, meta);
+        }
+    }
+    if !merged.is_empty() {
+        out.put("metadata", value(Kind::StructValue(structure(&merged))));
+    }
+    out.0
+}
+
+/// A protobuf Struct being filled.
+#[derive(Default)]
+struct Fields(Struct);
+
+impl Fields {
+    fn put(&mut self, key: &str, value: ProtoValue) {
+        self.0.fields.insert(key.to_owned(), value);
+    }
+}
+
+fn structure(map: &Metadata) -> Struct {
+    Struct {
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), meta_value(v)))
+            .collect(),
+    }
+}
+
+fn meta_value(v: &MetaValue) -> ProtoValue {
+    match v {
+        MetaValue::Null => value(Kind::NullValue(0)),
+        MetaValue::Bool(b) => value(Kind::BoolValue(*b)),
+        MetaValue::Number(n) => number(*n),
+        MetaValue::String(s) => text(s.clone()),
+        MetaValue::List(items) => list(items.iter().map(meta_value).collect()),
+        MetaValue::Map(map) => value(Kind::StructValue(structure(map))),
+    }
+}
+
+fn value(kind: Kind) -> ProtoValue {
+    ProtoValue { kind: Some(kind) }
+}
+
+fn text(s: String) -> ProtoValue {
+    value(Kind::StringValue(s))
+}
+
+fn number(n: f64) -> ProtoValue {
+    value(Kind::NumberValue(n))
+}
+
+fn list(values: Vec<ProtoValue>) -> ProtoValue {
+    value(Kind::ListValue(ListValue { values }))
 }
 
 fn code(over: bool) -> Code {
@@ -221,6 +317,67 @@ mod tests {
         );
     }
 
+    fn over_or_not(over: bool, meta: Option<tollgate_core::rules::Metadata>) -> Outcome {
+        Outcome::Limited(Limited {
+            limit: tollgate_core::Limit::new(1, Unit::Minute),
+            admitted: !over,
+            shadow: false,
+            remaining: 0,
+            reset: std::time::Duration::ZERO,
+            hits: 1,
+            metadata: meta.map(std::sync::Arc::new),
+        })
+    }
+
+    #[test]
+    fn dynamic_metadata_merges_the_metadata_of_descriptors_not_over() {
+        let meta = |yaml: &str| -> tollgate_core::rules::Metadata {
+            serde_json::from_str(yaml).expect("valid JSON")
+        };
+        let mut with_limit = one("service", "service_2");
+        with_limit.limit = Some(RateLimitOverride {
+            requests_per_unit: 3,
+            unit: RateLimitUnit::Hour.into(),
+        });
+        with_limit.hits_addend = Some(UInt64Value { value: 0 });
+        let req = proto(
+            2,
+            vec![one("service", "service_1"), with_limit, one("x", "y")],
+        );
+        let decision = Decision {
+            over_limit: false,
+            descriptors: vec![
+                over_or_not(
+                    true,
+                    Some(meta(r#"{"service_with_quota": {"name": "service_1"}}"#)),
+                ),
+                over_or_not(
+                    false,
+                    Some(meta(
+                        r#"{"service_with_quota": {"name": "service_2", "tier": 2}}"#,
+                    )),
+                ),
+                Outcome::NoLimit,
+            ],
+        };
+        let got = crate::json::scalars::struct_json(&dynamic_metadata(&req, &decision));
+        let expected: serde_json::Value = serde_json::from_str(
+            r#"{
+                "domain": "d",
+                "hitsAddend": 2.0,
+                "descriptors": [
+                    {"entries": ["service=service_1"]},
+                    {"entries": ["service=service_2"],
+                     "limit": "requests_per_unit:3 unit:HOUR", "hitsAddend": 0.0},
+                    {"entries": ["x=y"]}
+                ],
+                "metadata": {"service_with_quota": {"name": "service_2", "tier": 2.0}}
+            }"#,
+        )
+        .expect("valid JSON");
+        assert_eq!(got, expected);
+    }
+
     #[test]
     fn statuses_say_what_the_decision_says() {
         let limit = tollgate_core::Limit::new(10, Unit::Minute).with_name("n");
@@ -236,6 +393,7 @@ mod tests {
                     remaining: 0,
                     reset: std::time::Duration::from_millis(1_200),
                     hits: 1,
+                    metadata: None,
                 }),
             ],
         };

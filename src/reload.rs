@@ -10,7 +10,10 @@ use std::time::Duration;
 use notify::event::{EventKind, MetadataKind, ModifyKind};
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Mutex, mpsc};
-use tollgate_core::{ConfigErrors, Defaults, Rules};
+use tollgate_core::rules::RulesBuilder;
+use tollgate_core::{ConfigErrors, Rules};
+
+use crate::settings::RuleArgs;
 
 use crate::rls::Rls;
 
@@ -19,10 +22,13 @@ const SETTLE: Duration = Duration::from_millis(150);
 /// The longest one load may take; a slower one is abandoned and counted as failed.
 const LOAD_BUDGET: Duration = Duration::from_secs(30);
 
-/// Loads `path` on a blocking thread, within [`LOAD_BUDGET`].
-pub(crate) async fn load(path: &Path, defaults: Defaults) -> Result<Rules, String> {
+/// Loads `path` into `builder` on a blocking thread, within [`LOAD_BUDGET`].
+pub(crate) async fn load(path: &Path, mut builder: RulesBuilder) -> Result<Rules, String> {
     let owned = path.to_owned();
-    let loading = tokio::task::spawn_blocking(move || Rules::load(&owned, defaults));
+    let loading = tokio::task::spawn_blocking(move || {
+        builder.add_path(&owned);
+        builder.finish()
+    });
     match tokio::time::timeout(LOAD_BUDGET, loading).await {
         Ok(Ok(result)) => result.map_err(|e: ConfigErrors| e.to_string()),
         Ok(Err(e)) => Err(format!("{}: loading failed: {e}", path.display())),
@@ -40,16 +46,16 @@ pub(crate) async fn load(path: &Path, defaults: Defaults) -> Result<Rules, Strin
 pub(crate) struct Reload {
     rls: Arc<Rls>,
     path: PathBuf,
-    defaults: Defaults,
+    settings: Arc<RuleArgs>,
     one_at_a_time: Arc<Mutex<()>>,
 }
 
 impl Reload {
-    pub(crate) fn new(rls: Arc<Rls>, path: PathBuf, defaults: Defaults) -> Self {
+    pub(crate) fn new(rls: Arc<Rls>, path: PathBuf, settings: Arc<RuleArgs>) -> Self {
         Self {
             rls,
             path,
-            defaults,
+            settings,
             one_at_a_time: Arc::default(),
         }
     }
@@ -57,7 +63,7 @@ impl Reload {
     pub(crate) async fn run(&self) {
         let _turn = self.one_at_a_time.lock().await;
         let metrics = &self.rls.metrics;
-        match load(&self.path, self.defaults).await {
+        match load(&self.path, self.settings.builder()).await {
             Ok(rules) => {
                 let domains = rules.domains().count();
                 self.rls.limiter.install(rules);

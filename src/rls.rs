@@ -16,6 +16,8 @@ pub(crate) struct Rls {
     pub(crate) limiter: Limiter<RuleMetrics>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) headers: HeaderStyle,
+    /// Answers carry the domain, descriptors and rule metadata as dynamic metadata.
+    pub(crate) dynamic_metadata: bool,
 }
 
 impl Rls {
@@ -29,7 +31,11 @@ impl Rls {
         let result = async {
             let request = proto::request(req)?;
             let decision = self.limiter.decide(&request).await?;
-            Ok(proto::response(&decision, self.headers))
+            let mut response = proto::response(&decision, self.headers);
+            if self.dynamic_metadata {
+                response.dynamic_metadata = Some(proto::dynamic_metadata(req, &decision));
+            }
+            Ok(response)
         }
         .await;
         self.metrics.response_time.observe(started.elapsed());

@@ -33,8 +33,7 @@ const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 /// Runs the server until a signal stops it.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let path = args.config_path();
-    let defaults = args.rules.defaults();
-    let rules = reload::load(&path, defaults)
+    let rules = reload::load(&path, args.rules.builder())
         .await
         .map_err(anyhow::Error::msg)?;
     tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
@@ -56,15 +55,18 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     metrics.config_load_success.inc_by(1);
     metrics.watch_store(store.clone());
     let options = Options {
-        defaults,
+        defaults: args.rules.defaults(),
         global_shadow_mode: args.answers.shadow_mode,
+        quota_mode: args.answers.quota_mode,
+        all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
     };
     let rls = Arc::new(Rls {
         limiter: Limiter::with_recorder(rules, store, options, rule_metrics),
         metrics: Arc::new(metrics),
         headers: header_style(&args),
+        dynamic_metadata: args.answers.response_dynamic_metadata,
     });
-    let reload = Reload::new(rls.clone(), path, defaults);
+    let reload = Reload::new(rls.clone(), path, Arc::new(args.rules.clone()));
     let _watch = reload::watch(reload.clone()).map_err(anyhow::Error::msg)?;
 
     let grpc = bind(args.grpc_addr(), "gRPC").await?;

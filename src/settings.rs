@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tollgate_core::rules::RulesBuilder;
 use tollgate_core::store::redis::RedisKind;
 use tollgate_core::{AlgorithmKind, Defaults, OnStoreError};
 
@@ -130,6 +131,17 @@ pub(crate) struct AnswerArgs {
     /// draft's RateLimit-Policy and RateLimit.
     #[arg(long, env = "RESPONSE_HEADERS_FORMAT", value_enum, default_value_t = HeaderFormat::Reference)]
     pub(crate) response_headers_format: HeaderFormat,
+    /// Every descriptor is a budget (the reference's global quota mode): the request is
+    /// denied only when all its descriptors are over, and consumption is charged.
+    #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) quota_mode: bool,
+    /// Return the domain, the descriptors and the merged metadata of the descriptors that
+    /// are not over in the response's dynamic metadata, for Envoy to route on.
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) response_dynamic_metadata: bool,
+    /// A request over on one descriptor counts nothing on its others (they are given back).
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) stop_cache_key_increment_when_overlimit: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -286,7 +298,7 @@ pub(crate) struct RuntimeArgs {
 }
 
 /// Defaults for what rules leave out.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct RuleArgs {
     /// Sub-windows of a sliding window (more is more exact, and more memory).
     #[arg(long, env = "SLIDING_WINDOW_PRECISION", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -294,6 +306,10 @@ pub(crate) struct RuleArgs {
     /// Algorithm of limits that name none.
     #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "sliding_window", value_parser = one_of::<AlgorithmKind>(&["sliding_window", "fixed_window", "token_bucket", "leaky_bucket"]))]
     pub(crate) default_algorithm: AlgorithmKind,
+    /// Domains whose every rule is a budget (consumption is recorded even past the
+    /// limit), for rules that cannot say so themselves, e.g. over xDS; `*` for all.
+    #[arg(long, env = "BUDGET_DOMAINS", value_delimiter = ',')]
+    pub(crate) budget_domains: Vec<String>,
 }
 
 impl RuleArgs {
@@ -302,6 +318,11 @@ impl RuleArgs {
             algorithm: self.default_algorithm,
             precision: self.precision,
         }
+    }
+
+    /// An empty rule set to add rules to, as these settings want them compiled.
+    pub(crate) fn builder(&self) -> RulesBuilder {
+        RulesBuilder::new(self.defaults()).budget_domains(self.budget_domains.clone())
     }
 }
 

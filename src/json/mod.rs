@@ -8,8 +8,8 @@
 //! `OK`, 429 for `OVER_LIMIT`, 400 for a body that is not a valid request; when the counter
 //! store fails, 503 (the reference says 500), as gRPC answers UNAVAILABLE then.
 //!
-//! Not rendered, because Tollgate never sets them: the response's `rawBody`,
-//! `dynamicMetadata` and `quota`, and headers' `rawValue`.
+//! Not rendered, because Tollgate never sets them: the response's `rawBody` and `quota`,
+//! and headers' `rawValue`.
 
 use std::sync::Arc;
 
@@ -30,7 +30,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde::{Deserialize, Serialize};
 
-mod scalars;
+pub(crate) mod scalars;
 
 use self::scalars::{
     CodeNames, DurationJson, Enum, Object, RateLimitUnitNames, ResponseUnitNames, Uint32, Uint64,
@@ -248,6 +248,13 @@ pub(crate) struct ResponseJson {
         skip_serializing_if = "Option::is_none"
     )]
     request_headers_to_add: Option<Vec<Object<HeaderJson>>>,
+    /// A `google.protobuf.Struct`: plain JSON in protojson.
+    #[serde(
+        default,
+        alias = "dynamic_metadata",
+        skip_serializing_if = "Option::is_none"
+    )]
+    dynamic_metadata: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
@@ -307,6 +314,7 @@ impl ResponseJson {
             statuses: non_empty_vec(&resp.statuses, |s| Object(StatusJson::from_proto(s))),
             response_headers_to_add: headers_from_proto(&resp.response_headers_to_add),
             request_headers_to_add: headers_from_proto(&resp.request_headers_to_add),
+            dynamic_metadata: resp.dynamic_metadata.as_ref().map(scalars::struct_json),
         }
     }
 
@@ -322,6 +330,10 @@ impl ResponseJson {
                 .collect(),
             response_headers_to_add: headers_into_proto(self.response_headers_to_add),
             request_headers_to_add: headers_into_proto(self.request_headers_to_add),
+            dynamic_metadata: self
+                .dynamic_metadata
+                .as_ref()
+                .and_then(scalars::json_struct),
             ..Default::default()
         }
     }

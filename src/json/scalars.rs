@@ -8,7 +8,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, rate_limit::Unit as ResponseUnit,
 };
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, Struct, Value};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -325,4 +326,57 @@ impl EnumNames for CodeNames {
     fn value(name: &str) -> Option<i32> {
         Code::from_str_name(name).map(i32::from)
     }
+}
+
+/// A `google.protobuf.Struct` in protojson: the JSON object it describes.
+pub(crate) fn struct_json(s: &Struct) -> serde_json::Value {
+    serde_json::Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(v: &Value) -> serde_json::Value {
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(serde_json::Value::Null, Into::into)
+        }
+        Some(Kind::StringValue(s)) => s.clone().into(),
+        Some(Kind::BoolValue(b)) => (*b).into(),
+        Some(Kind::StructValue(s)) => struct_json(s),
+        Some(Kind::ListValue(l)) => l.values.iter().map(value_json).collect(),
+    }
+}
+
+/// The `google.protobuf.Struct` a JSON object describes: the tests' round trips.
+#[cfg(test)]
+pub(super) fn json_struct(json: &serde_json::Value) -> Option<Struct> {
+    let serde_json::Value::Object(map) = json else {
+        return None;
+    };
+    Some(Struct {
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), json_value(v)))
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+fn json_value(json: &serde_json::Value) -> Value {
+    use envoy_types::pb::google::protobuf::ListValue;
+    let kind = match json {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(json_value).collect(),
+        }),
+        serde_json::Value::Object(_) => Kind::StructValue(json_struct(json).unwrap_or_default()),
+    };
+    Value { kind: Some(kind) }
 }

@@ -1,9 +1,11 @@
 //! The answer to a [`crate::Request`]: one outcome per descriptor, in request order, each
 //! carrying the limit it came from. Every protocol builds its reply from this.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::limit::Limit;
+use crate::rules::Metadata;
 
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +41,11 @@ pub struct Limited {
     /// Admitted: until the counted units are forgotten. Denied: until the same request
     /// would be admitted, if nothing else is counted.
     pub reset: Duration,
-    /// Units this descriptor asked for (0 for a check or a refund).
+    /// Units counted for this descriptor (0 for a check or a refund, or when the request
+    /// was over on another descriptor and all-or-nothing counting gave them back).
     pub hits: u64,
+    /// The rule's metadata, for answers that carry it.
+    pub metadata: Option<Arc<Metadata>>,
 }
 
 impl Limited {

@@ -66,6 +66,7 @@ mod tests {
             remaining,
             reset,
             hits: 1,
+            metadata: None,
         })
     }
 

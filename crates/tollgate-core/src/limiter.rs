@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
@@ -62,6 +63,11 @@ pub struct Options {
     pub defaults: Defaults,
     /// Never deny: the overall answer is OK while outcomes still tell the truth.
     pub global_shadow_mode: bool,
+    /// Every descriptor, matched or not, is a budget (the reference's `QUOTA_MODE`).
+    pub quota_mode: bool,
+    /// A request over on one descriptor counts nothing on its others (the reference's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`): what they counted is given back.
+    pub all_or_nothing: bool,
 }
 
 /// Rules with the recorder's state for each of them, swapped together.
@@ -102,11 +108,13 @@ impl<R: Recorder> std::fmt::Debug for Limiter<R> {
 enum Plan<'a> {
     NoLimit,
     Unlimited,
-    /// Limits from a rule (or a request override) with the counter to count them on.
+    /// Limits from a rule (or a request override), the counter to count them on, and what
+    /// to count: a budget's consumption is a charge.
     Limited {
         limits: Cow<'a, [Limit]>,
         rule: Option<&'a Rule>,
         key: String,
+        hits: Hits,
     },
 }
 
@@ -151,7 +159,8 @@ impl<R: Recorder> Limiter<R> {
     }
 
     /// Decides one request: every descriptor is matched and counted (concurrently; they
-    /// are independent counters), and the request is over the limit if any is.
+    /// are independent counters), and the request is over the limit if a descriptor is —
+    /// or, for budgets (`quota_mode`), if every budget of the request is.
     pub async fn decide(&self, req: &Request<'_>) -> Result<Decision, DecideError> {
         req.validate()?;
         let installed = self.installed.load_full();
@@ -167,55 +176,96 @@ impl<R: Recorder> Limiter<R> {
             .map(|(rule, d)| self.plan(&req.domain, d, rule, domain.is_some()))
             .collect::<Result<Vec<_>, _>>()?;
 
-        let verdicts = join_all(plans.iter().zip(&req.descriptors).map(
-            |(plan, descriptor)| async move {
-                match plan {
-                    Plan::Limited { limits, key, .. } => {
-                        Some(self.store.apply(key, limits, descriptor.hits).await)
-                    }
-                    Plan::NoLimit | Plan::Unlimited => None,
-                }
-            },
-        ))
+        let verdicts = join_all(plans.iter().map(|plan| async move {
+            match plan {
+                Plan::Limited {
+                    limits, key, hits, ..
+                } => Some(self.store.apply(key, limits, *hits).await),
+                Plan::NoLimit | Plan::Unlimited => None,
+            }
+        }))
         .await;
 
         let mut outcomes = Vec::with_capacity(plans.len());
-        for ((plan, verdict), descriptor) in plans.iter().zip(verdicts).zip(&req.descriptors) {
-            let outcome = match (plan, verdict) {
+        for (plan, verdict) in plans.iter().zip(verdicts) {
+            outcomes.push(match (plan, verdict) {
                 (Plan::Unlimited, _) => Outcome::Unlimited,
-                (Plan::Limited { limits, rule, .. }, Some(verdict)) => {
+                (
+                    Plan::Limited {
+                        limits, rule, hits, ..
+                    },
+                    Some(verdict),
+                ) => {
                     let verdict = verdict?;
-                    let Some(limit) = limits.get(verdict.limit_index) else {
-                        outcomes.push(Outcome::NoLimit);
-                        continue;
-                    };
-                    let limited = Limited {
-                        limit: limit.clone(),
-                        admitted: verdict.decision.admitted,
-                        shadow: rule.is_some_and(|r| r.shadow_mode),
-                        remaining: verdict.decision.remaining,
-                        reset: std::time::Duration::from_nanos(verdict.decision.reset_ns),
-                        hits: match descriptor.hits {
-                            Hits::Consume(n) => n,
-                            Hits::Check | Hits::Refund(_) => 0,
-                        },
-                    };
-                    let prepared =
-                        rule.and_then(|r| Some((r, installed.prepared.get(r.id())?.as_ref()?)));
-                    if let Some((rule, state)) = prepared {
-                        self.recorder.record(rule, state, descriptor, &limited);
+                    match limits.get(verdict.limit_index) {
+                        Some(limit) => Outcome::Limited(Limited {
+                            limit: limit.clone(),
+                            admitted: verdict.decision.admitted,
+                            shadow: rule.is_some_and(|r| r.shadow_mode),
+                            remaining: verdict.decision.remaining,
+                            reset: Duration::from_nanos(verdict.decision.reset_ns),
+                            hits: hits.counted(),
+                            metadata: rule.and_then(|r| r.metadata.clone()),
+                        }),
+                        None => Outcome::NoLimit,
                     }
-                    Outcome::Limited(limited)
                 }
-                (Plan::NoLimit | Plan::Limited { .. }, _) => Outcome::NoLimit,
-            };
-            outcomes.push(outcome);
+                (Plan::NoLimit, _) | (Plan::Limited { .. }, None) => Outcome::NoLimit,
+            });
         }
-        let over_limit = outcomes.iter().any(Outcome::is_over) && !self.options.global_shadow_mode;
+        if self.options.all_or_nothing && outcomes.iter().any(Outcome::is_over) {
+            self.give_back(&plans, &mut outcomes).await;
+        }
+        for ((plan, outcome), descriptor) in plans.iter().zip(&outcomes).zip(&req.descriptors) {
+            if let (
+                Plan::Limited {
+                    rule: Some(rule), ..
+                },
+                Outcome::Limited(limited),
+            ) = (plan, outcome)
+                && let Some(Some(state)) = installed.prepared.get(rule.id())
+            {
+                self.recorder.record(rule, state, descriptor, limited);
+            }
+        }
+        let quota: Vec<bool> = plans.iter().map(|p| self.is_quota(p)).collect();
+        let over_limit = !self.options.global_shadow_mode && over(&outcomes, &quota);
         Ok(Decision {
             over_limit,
             descriptors: outcomes,
         })
+    }
+
+    /// Gives back what the admitted descriptors of a request counted, because another of
+    /// its descriptors is over (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    async fn give_back(&self, plans: &[Plan<'_>], outcomes: &mut [Outcome]) {
+        let refunds = join_all(plans.iter().zip(outcomes.iter()).map(|(plan, outcome)| {
+            let undo = match (plan, outcome) {
+                (Plan::Limited { limits, key, .. }, Outcome::Limited(l))
+                    if l.admitted && l.hits > 0 =>
+                {
+                    Some((limits, key, l.hits))
+                }
+                _ => None,
+            };
+            async move {
+                let (limits, key, n) = undo?;
+                self.store.apply(key, limits, Hits::Refund(n)).await.ok()
+            }
+        }))
+        .await;
+        for (outcome, refund) in outcomes.iter_mut().zip(refunds) {
+            if let (Outcome::Limited(l), Some(verdict)) = (outcome, refund) {
+                l.remaining = verdict.decision.remaining;
+                l.hits = 0;
+            }
+        }
+    }
+
+    /// Whether a descriptor counts as a budget for the request's overall answer.
+    fn is_quota(&self, plan: &Plan<'_>) -> bool {
+        self.options.quota_mode
+            || matches!(plan, Plan::Limited { rule: Some(rule), .. } if rule.quota_mode)
     }
 
     /// Counts `hits` against each of `descriptors` of `domain` and answers whether they fit:
@@ -266,7 +316,17 @@ impl<R: Recorder> Limiter<R> {
         }
         let mut key = String::new();
         write_counter_key(&mut key, domain, descriptor.pairs(), &shape);
-        Ok(Plan::Limited { limits, rule, key })
+        let budget = self.options.quota_mode || rule.is_some_and(|r| r.budget);
+        let hits = match descriptor.hits {
+            Hits::Consume(n) if budget => Hits::Charge(n),
+            other => other,
+        };
+        Ok(Plan::Limited {
+            limits,
+            rule,
+            key,
+            hits,
+        })
     }
 }
 
@@ -281,6 +341,23 @@ fn install<R: Recorder>(recorder: &R, rules: Rules) -> Installed<R::Rule> {
         rules,
         prepared: prepared.into(),
     }
+}
+
+/// The overall answer: over if a descriptor that is not a budget is over, or if the request
+/// has budgets and every one of them is over (the reference's quota mode).
+fn over(outcomes: &[Outcome], quota: &[bool]) -> bool {
+    let (mut budgets, mut budgets_over) = (0, 0);
+    for (outcome, &is_quota) in outcomes.iter().zip(quota) {
+        match (is_quota, outcome.is_over()) {
+            (false, true) => return true,
+            (true, over) => {
+                budgets += 1;
+                budgets_over += usize::from(over);
+            }
+            (false, false) => {}
+        }
+    }
+    budgets > 0 && budgets_over == budgets
 }
 
 /// Drops matched rules whose limit another matched rule `replaces`, as the reference does.

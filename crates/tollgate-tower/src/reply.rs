@@ -113,6 +113,7 @@ mod tests {
             remaining: 0,
             reset: Duration::from_millis(reset_ms),
             hits: 1,
+            metadata: None,
         })
     }
 

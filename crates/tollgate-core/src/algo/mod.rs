@@ -17,10 +17,24 @@ use crate::limit::{Algorithm, Limit};
 pub enum Hits {
     /// Count this many units if every limit admits them.
     Consume(u64),
+    /// Count this many units whether or not they fit (a budget's usage, reported after
+    /// the fact): the answer says whether they fitted, and a debt past the limit denies
+    /// later requests until it has aged out.
+    Charge(u64),
     /// Answer whether one more unit would be admitted; count nothing.
     Check,
     /// Give back this many units (Envoy's `is_negative_hits`).
     Refund(u64),
+}
+
+impl Hits {
+    /// Units this asks to count (0 for a check or a refund).
+    pub fn counted(self) -> u64 {
+        match self {
+            Self::Consume(n) | Self::Charge(n) => n,
+            Self::Check | Self::Refund(_) => 0,
+        }
+    }
 }
 
 /// The answer of one limit at one instant.
@@ -100,9 +114,10 @@ pub struct Verdict {
     pub decision: Decision,
 }
 
-/// Applies `hits` to the states of all `limits` of one counter, all or nothing: units are
-/// counted only if every limit admits them. Reports the tightest limit: of the denying ones
-/// the one with the longest wait, else the one with the fewest units left.
+/// Applies `hits` to the states of all `limits` of one counter, all or nothing: consumed
+/// units are counted only if every limit admits them (charged ones always are). Reports the
+/// tightest limit: of the denying ones the one with the longest wait, else the one with the
+/// fewest units left.
 pub(crate) fn apply(
     states: &mut [LimitState],
     limits: &[Limit],
@@ -110,7 +125,7 @@ pub(crate) fn apply(
     hits: Hits,
 ) -> Verdict {
     let asked = match hits {
-        Hits::Consume(n) => n,
+        Hits::Consume(n) | Hits::Charge(n) => n,
         Hits::Check => 1,
         Hits::Refund(n) => {
             for (state, limit) in states.iter_mut().zip(limits) {
@@ -120,11 +135,14 @@ pub(crate) fn apply(
         }
     };
     let outcome = evaluate(states, limits, now_ns, asked);
-    if outcome.decision.admitted
-        && let Hits::Consume(n) = hits
-    {
+    let counted = match hits {
+        Hits::Consume(n) if outcome.decision.admitted => n,
+        Hits::Charge(n) => n,
+        _ => 0,
+    };
+    if counted > 0 {
         for (state, limit) in states.iter_mut().zip(limits) {
-            state.record(limit, now_ns, n);
+            state.record(limit, now_ns, counted);
         }
     }
     outcome
@@ -277,3 +295,6 @@ mod tests {
         assert_eq!(mul_div(7, 3, 0), u64::MAX);
     }
 }
+
+#[cfg(test)]
+mod charge_tests;

@@ -283,3 +283,135 @@ async fn check_counts_the_given_hits_on_every_descriptor() {
         .expect("decides");
     assert!(more.over_limit);
 }
+
+const BUDGETS: &str = r#"
+domain: q
+descriptors:
+  - key: tenant
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: tokens
+    budget: true
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: fixed_window}
+  - key: service
+    value: service_1
+    quota_mode: true
+    metadata: {service_with_quota: {name: service_1}}
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: service_2
+    quota_mode: true
+    metadata: {service_with_quota: {name: service_2}}
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+"#;
+
+fn budgets(options: Options) -> (Limiter, ManualClock) {
+    // On a minute boundary, so that fixed windows start with the test.
+    let clock = ManualClock::new(60 * 1_000 * SECOND);
+    let rules = Rules::from_yaml("budgets.yaml", BUDGETS).expect("rules load");
+    let store = Store::Memory(MemoryStore::new(1_000, std::sync::Arc::new(clock.clone())));
+    (Limiter::with_recorder(rules, store, options, ()), clock)
+}
+
+async fn decide_q(l: &Limiter, descriptors: Vec<Descriptor<'_>>) -> Decision {
+    l.decide(&Request::new("q", descriptors))
+        .await
+        .expect("decides")
+}
+
+#[tokio::test]
+async fn a_budget_records_charges_past_the_limit_until_the_window_frees_room() {
+    for key in ["tenant", "tokens"] {
+        let (l, clock) = budgets(Options::default());
+        let check = || one(key, "acme").with_hits(Hits::Check);
+        let charge = || one(key, "acme").with_hits(Hits::Consume(400));
+        for fits in [true, true, false] {
+            assert!(!decide_q(&l, vec![check()]).await.over_limit, "{key}");
+            let charged = limited_of(&decide_q(&l, vec![charge()]).await);
+            assert_eq!(charged.admitted, fits, "{key}");
+            assert_eq!(charged.hits, 400, "{key}: recorded either way");
+        }
+        // 1,200 of 1,000 used: every request-time check is over now...
+        let denied = decide_q(&l, vec![check()]).await;
+        assert!(denied.over_limit, "{key}");
+        // ...until the charges have left the window.
+        clock.advance(limited_of(&denied).reset.as_nanos() as u64);
+        assert!(!decide_q(&l, vec![check()]).await.over_limit, "{key}");
+    }
+}
+
+fn limited_of(d: &Decision) -> Limited {
+    d.descriptors[0]
+        .limited()
+        .cloned()
+        .expect("a counted descriptor")
+}
+
+#[tokio::test]
+async fn quota_mode_denies_only_when_every_budget_is_over() {
+    let (l, _) = budgets(Options::default());
+    let both = || vec![one("service", "service_1"), one("service", "service_2")];
+    // service_1 allows 1 a minute, service_2 allows 2: the request passes while either
+    // still has budget, as in the reference's quota scenario.
+    let answers = [
+        decide_q(&l, both()).await,
+        decide_q(&l, both()).await,
+        decide_q(&l, both()).await,
+    ];
+    let over: Vec<bool> = answers.iter().map(|d| d.over_limit).collect();
+    assert_eq!(over, [false, false, true]);
+    // Per-descriptor answers still tell the truth.
+    assert!(answers[1].descriptors[0].is_over());
+    assert!(!answers[1].descriptors[1].is_over());
+    // The metadata of the rules travels with their outcomes.
+    let meta = limited_of(&answers[0])
+        .metadata
+        .expect("service_1 has metadata");
+    assert!(meta.contains_key("service_with_quota"));
+    // A descriptor that is not a budget denies on its own, as always.
+    let (l, _) = budgets(Options::default());
+    decide_q(&l, vec![one("plain", "p")]).await;
+    let mixed = decide_q(&l, vec![one("plain", "p"), one("service", "service_2")]).await;
+    assert!(mixed.over_limit);
+}
+
+#[tokio::test]
+async fn global_quota_mode_makes_every_descriptor_a_budget() {
+    let (l, _) = budgets(Options {
+        quota_mode: true,
+        ..Options::default()
+    });
+    decide_q(&l, vec![one("plain", "p")]).await;
+    // plain is over, but an unmatched descriptor is a budget that is not over.
+    let d = decide_q(&l, vec![one("plain", "p"), one("unmatched", "x")]).await;
+    assert!(!d.over_limit);
+    let alone = decide_q(&l, vec![one("plain", "p")]).await;
+    assert!(alone.over_limit);
+    assert_eq!(limited_of(&alone).hits, 1, "charged though over");
+}
+
+#[tokio::test]
+async fn all_or_nothing_gives_back_what_the_other_descriptors_counted() {
+    for (all_or_nothing, user_left) in [(false, 1u64), (true, 2)] {
+        let (l, _) = budgets(Options {
+            all_or_nothing,
+            ..Options::default()
+        });
+        let both = || vec![one("user", "ann"), one("plain", "p")];
+        assert!(!decide_q(&l, both()).await.over_limit);
+        let second = decide_q(&l, both()).await;
+        assert!(second.over_limit);
+        let user = second.descriptors[0].limited().expect("user is counted");
+        assert_eq!(user.remaining, user_left, "reported");
+        let next = decide_q(&l, vec![one("user", "ann").with_hits(Hits::Check)]).await;
+        assert_eq!(
+            limited_of(&next).remaining,
+            user_left - 1,
+            "all_or_nothing={all_or_nothing}: what one more would leave"
+        );
+    }
+}

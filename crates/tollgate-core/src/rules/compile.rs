@@ -17,11 +17,12 @@ pub(super) struct Compiled {
 }
 
 /// Compiles `spec` from `origin`, numbering its rules from `first_id`; problems are appended
-/// to `errors`.
+/// to `errors`. In a `budget_domain`, every rule is a budget.
 pub(super) fn compile(
     origin: &str,
     spec: DomainSpec,
     defaults: Defaults,
+    budget_domain: bool,
     first_id: usize,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Compiled> {
@@ -29,6 +30,7 @@ pub(super) fn compile(
         origin,
         domain: spec.domain.as_str().into(),
         defaults,
+        budget_domain,
         next_id: first_id,
         errors,
         failed: false,
@@ -50,6 +52,8 @@ struct Context<'a> {
     origin: &'a str,
     domain: Arc<str>,
     defaults: Defaults,
+    /// Every rule of the domain is a budget.
+    budget_domain: bool,
     next_id: usize,
     errors: &'a mut Vec<ConfigError>,
     failed: bool,
@@ -166,6 +170,7 @@ impl Context<'_> {
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
                     replaces: replaces.into(),
                     quota_mode: spec.quota_mode,
+                    budget: spec.quota_mode || spec.budget || self.budget_domain,
                     metadata: spec.metadata.map(Arc::new),
                 }
             })

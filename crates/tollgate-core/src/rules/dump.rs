@@ -106,6 +106,11 @@ fn write_flags(out: &mut String, rule: &Rule) {
     if rule.detailed_metric {
         out.push_str(", detailed_metric=true");
     }
+    if rule.quota_mode {
+        out.push_str(", quota_mode=true");
+    } else if rule.budget {
+        out.push_str(", budget=true");
+    }
     if !rule.replaces.is_empty() {
         let _ = write!(out, ", replaces=[{}]", rule.replaces.join(","));
     }

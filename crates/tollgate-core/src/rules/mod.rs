@@ -131,6 +131,7 @@ impl Rules {
 pub struct RulesBuilder {
     defaults: Defaults,
     merge_domains: bool,
+    budget_domains: Vec<String>,
     rules: Rules,
     errors: Vec<ConfigError>,
     /// The origin each domain came from first, to name both of a duplicate.
@@ -143,6 +144,7 @@ impl RulesBuilder {
         Self {
             defaults,
             merge_domains: false,
+            budget_domains: Vec::new(),
             rules: Rules::default(),
             errors: Vec::new(),
             seen: HashMap::new(),
@@ -154,6 +156,13 @@ impl RulesBuilder {
     /// still an error. Off, a second origin for a domain is an error.
     pub fn merge_domains(mut self, merge: bool) -> Self {
         self.merge_domains = merge;
+        self
+    }
+
+    /// Domains whose every rule is a budget (`*`: all), for rules that cannot say so
+    /// themselves (xDS has no field for it).
+    pub fn budget_domains(mut self, domains: Vec<String>) -> Self {
+        self.budget_domains = domains;
         self
     }
 
@@ -195,12 +204,17 @@ impl RulesBuilder {
         if first.is_none() {
             self.seen.insert(name.clone(), origin.to_owned());
         }
-        let defaults = self.defaults;
+        let budget = self.budget_domains.iter().any(|d| d == "*" || *d == name);
         let next_id = self.rules.rule_count;
-        let Some(compiled) = compile::compile(origin, spec, defaults, next_id, &mut self.errors)
-        else {
-            return;
-        };
+        let compiled = compile::compile(
+            origin,
+            spec,
+            self.defaults,
+            budget,
+            next_id,
+            &mut self.errors,
+        );
+        let Some(compiled) = compiled else { return };
         self.rules.rule_count += compiled.rules;
         match self.rules.domains.get_mut(&name) {
             Some(existing) => existing.merge(compiled.domain, origin, &mut self.errors),

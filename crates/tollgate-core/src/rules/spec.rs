@@ -51,6 +51,11 @@ pub struct DescriptorSpec {
     /// past the limit.
     #[serde(default)]
     pub quota_mode: bool,
+    /// Ours: a budget without quota mode's overall answer: consumption is recorded even
+    /// past the limit (usage reported after the fact, e.g. LLM tokens), and the debt
+    /// denies until it has aged out of the window.
+    #[serde(default)]
+    pub budget: bool,
     /// Values returned to Envoy (as dynamic metadata) while this descriptor is not over.
     pub metadata: Option<Metadata>,
 }

@@ -177,6 +177,9 @@ pub struct Rule {
     /// Names of limits this rule supersedes when both match one request.
     pub(crate) replaces: Box<[String]>,
     pub(crate) quota_mode: bool,
+    /// Consumption is charged, past the limit if need be (quota mode, `budget`, or a
+    /// budget domain).
+    pub(crate) budget: bool,
     pub(crate) metadata: Option<Arc<Metadata>>,
 }
 
@@ -214,6 +217,11 @@ impl Rule {
     /// The rule is a budget (the reference's `quota_mode`).
     pub fn quota_mode(&self) -> bool {
         self.quota_mode
+    }
+
+    /// Consumption under this rule is recorded even past the limit.
+    pub fn budget(&self) -> bool {
+        self.budget
     }
 
     /// Values returned to Envoy while this rule's descriptor is not over.

@@ -118,7 +118,8 @@ impl LocalView {
         let asked = match hits {
             Hits::Consume(n) => n,
             Hits::Check => 1,
-            Hits::Refund(_) => return None,
+            // A charge must reach the store even when over: it records usage that happened.
+            Hits::Charge(_) | Hits::Refund(_) => return None,
         };
         let mut shard = self.views.lock(key);
         let view = shard.get_mut(key).filter(|v| v.shared)?;
@@ -153,6 +154,7 @@ impl LocalView {
         let compared = !matches!(hits, Hits::Refund(_));
         let disagreed = compared && verdict.decision.admitted != snapshot.admitted;
         if disagreed {
+            // A charge was counted either way; a consumption only where it was admitted.
             if let Hits::Consume(n) = hits {
                 for (state, limit) in counter.states.iter_mut().zip(limits) {
                     if snapshot.admitted {

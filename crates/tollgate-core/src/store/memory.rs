@@ -54,8 +54,13 @@ impl MemoryStore {
         }
         let mut counter = Counter::new(limits);
         let outcome = apply(&mut counter.states, limits, now, hits);
-        // Only consumed units need remembering; a check or refund of nothing leaves no trace.
-        if matches!(hits, Hits::Consume(n) if n > 0) && outcome.decision.admitted {
+        // Only counted units need remembering; a check or refund of nothing leaves no trace.
+        let counted = match hits {
+            Hits::Consume(n) => outcome.decision.admitted && n > 0,
+            Hits::Charge(n) => n > 0,
+            Hits::Check | Hits::Refund(_) => false,
+        };
+        if counted {
             counter.touch(limits, now);
             self.counters.insert(&mut shard, key, counter);
         }

@@ -8,7 +8,8 @@
 -- field name appears anywhere else.
 --
 -- KEYS[1]  the counter
--- ARGV     mode ('c' consume, 'k' check, 'r' refund), hits, deadline_us (0: none), now_us
+-- ARGV     mode ('c' consume; 'p' charge: counted even past the limit; 'k' check;
+--          'r' refund), hits, deadline_us (0: none), now_us
 --          (0: Redis TIME; tests replay histories at chosen instants), number of limits,
 --          then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
 --          precision or burst, requests_per_unit
@@ -95,8 +96,8 @@ for i = 0, n - 1 do
   end
 end
 
--- Write: count admitted hits, or give hits back.
-if (admitted and mode == 'c') or mode == 'r' then
+-- Write: count admitted (or charged) hits, or give hits back.
+if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
   local ttl = 0
   for _, l in ipairs(limits) do
     local expires
@@ -108,7 +109,7 @@ if (admitted and mode == 'c') or mode == 'r' then
         redis.call('HSET', key, l.p .. 'n', l.slot)
         l.newest = l.slot
       end
-      if mode == 'c' then
+      if mode ~= 'r' then
         redis.call('HINCRBY', key, l.p .. (l.slot % l.ring), hits)
       else
         local left = hits
@@ -123,13 +124,13 @@ if (admitted and mode == 'c') or mode == 'r' then
       expires = (l.newest + l.param + 1) * l.sub
     elseif l.kind == 'f' then
       local c = l.count
-      if mode == 'c' then c = c + hits else c = math.max(c - hits, 0) end
+      if mode ~= 'r' then c = c + hits else c = math.max(c - hits, 0) end
       redis.call('HSET', key, l.p .. 'w', l.w, l.p .. 'c', c)
       expires = (l.w + 1) * l.window
     elseif l.rpu > 0 then
       local span = muldiv(hits, l.window, l.rpu)
       local tat
-      if mode == 'c' then tat = math.max(l.tat, now) + span else tat = math.max(l.tat - span, now) end
+      if mode ~= 'r' then tat = math.max(l.tat, now) + span else tat = math.max(l.tat - span, now) end
       redis.call('HSET', key, l.p .. 't', string.format('%.0f', tat))
       expires = tat
     else

@@ -21,6 +21,7 @@ pub(super) fn add_args(
 ) {
     let (mode, n) = match hits {
         Hits::Consume(n) => ("c", n),
+        Hits::Charge(n) => ("p", n),
         Hits::Check => ("k", 0),
         Hits::Refund(n) => ("r", n),
     };
