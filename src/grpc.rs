@@ -1,39 +1,122 @@
 //! The gRPC adapter: `envoy.service.ratelimit.v3.RateLimitService` over [`Rls`].
+//!
+//! Served by hand rather than through the generated server so that a request that is not
+//! a valid `RateLimitRequest` (bad protobuf, invalid UTF-8 in a string) is answered
+//! INVALID_ARGUMENT with the reason, as for any other malformed request; the generated
+//! codec answers INTERNAL.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use prost::Message;
 use tollgate_core::DecideError;
+use tonic::body::Body;
+use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
+use tonic_prost::{ProstCodec, ProstEncoder};
 
 use crate::rls::Rls;
 
-/// Serves [`Rls`] to Envoy.
+/// The one method served.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// Serves [`Rls`] to Envoy; messages larger than `max_message_bytes` are refused.
 #[derive(Clone)]
-pub(crate) struct GrpcService(Arc<Rls>);
+pub(crate) struct GrpcService {
+    rls: Arc<Rls>,
+    max_message_bytes: usize,
+}
 
 impl GrpcService {
-    pub(crate) fn server(rls: Arc<Rls>) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(Self(rls))
+    pub(crate) fn new(rls: Arc<Rls>, max_message_bytes: usize) -> Self {
+        Self {
+            rls,
+            max_message_bytes,
+        }
     }
 }
 
-#[tonic::async_trait]
-impl RateLimitService for GrpcService {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        self.0
-            .should_rate_limit(request.get_ref())
-            .await
-            .map(Response::new)
-            .map_err(|e| match e {
-                DecideError::InvalidArgument(why) => Status::invalid_argument(why.to_string()),
-                DecideError::Store(e) => Status::unavailable(e.to_string()),
-            })
+impl NamedService for GrpcService {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl tower_service::Service<http::Request<Body>> for GrpcService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        if req.uri().path() != SHOULD_RATE_LIMIT {
+            return Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) });
+        }
+        let method = ShouldRateLimit(self.rls.clone());
+        let max = self.max_message_bytes;
+        Box::pin(async move {
+            let mut grpc = Grpc::new(RequestCodec).apply_max_message_size_config(Some(max), None);
+            Ok(grpc.unary(method, req).await)
+        })
+    }
+}
+
+/// The method, as tonic's unary machinery calls it.
+struct ShouldRateLimit(Arc<Rls>);
+
+impl UnaryService<RateLimitRequest> for ShouldRateLimit {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
+
+    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+        let rls = self.0.clone();
+        Box::pin(async move {
+            rls.should_rate_limit(request.get_ref())
+                .await
+                .map(Response::new)
+                .map_err(|e| match e {
+                    DecideError::InvalidArgument(why) => Status::invalid_argument(why.to_string()),
+                    DecideError::Store(e) => Status::unavailable(e.to_string()),
+                })
+        })
+    }
+}
+
+/// Protobuf both ways, with undecodable requests reported as the caller's fault.
+struct RequestCodec;
+
+impl Codec for RequestCodec {
+    type Encode = RateLimitResponse;
+    type Decode = RateLimitRequest;
+    type Encoder = ProstEncoder<RateLimitResponse>;
+    type Decoder = RequestDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<RateLimitResponse, RateLimitRequest>::default().encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RequestDecoder
+    }
+}
+
+struct RequestDecoder;
+
+impl Decoder for RequestDecoder {
+    type Item = RateLimitRequest;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<RateLimitRequest>, Status> {
+        RateLimitRequest::decode(buf)
+            .map(Some)
+            .map_err(|e| Status::invalid_argument(format!("not a RateLimitRequest: {e}")))
     }
 }

@@ -6,6 +6,7 @@ mod admin;
 mod client;
 mod grpc;
 mod json;
+mod listen;
 mod metrics;
 mod proto;
 mod reload;

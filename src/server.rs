@@ -6,25 +6,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::store::redis::{RedisConfig, RedisStore, RedisTarget};
 use tollgate_core::{Clock, Limiter, MemoryStore, Options, Store, SystemClock};
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::admin::{self, Admin};
 use crate::grpc::GrpcService;
+use crate::listen::{self, Acceptor};
 use crate::metrics::Metrics;
 use crate::reload::{self, Reload};
 use crate::rls::Rls;
-use crate::settings::{Backend, HeaderFormat, ServeArgs};
+use crate::settings::{Backend, ConnArgs, HeaderFormat, ServeArgs};
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+/// Request headers a gRPC client may send; Envoy's are a few hundred bytes.
+const HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Flow-control windows: what a client may have in flight before Tollgate reads it.
+const STREAM_WINDOW_BYTES: u32 = 64 << 10;
+const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// The gRPC health names Envoy and Kubernetes probes use.
@@ -98,28 +102,33 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         rls: rls.clone(),
         draining,
     };
-    let grpc_server = tonic::transport::Server::builder()
+    let limits = args.conn.limits();
+    let grpc_server = grpc_builder(&args.conn)
         .add_service(health_service)
-        .add_service(GrpcService::server(rls.clone()))
+        .add_service(GrpcService::new(
+            rls.clone(),
+            args.conn.grpc_max_message_bytes,
+        ))
         .serve_with_incoming_shutdown(
-            TcpIncoming::from(grpc).with_nodelay(Some(true)),
+            Acceptor::new(grpc, limits).incoming(),
             stopped(stop_rx.clone()),
         );
-    let http_server =
-        axum::serve(http, admin::router(admin)).with_graceful_shutdown(stopped(stop_rx.clone()));
+    let http_stop = stopped(stop_rx.clone());
+    let http_server = async {
+        listen::serve_http(Acceptor::new(http, limits), admin::router(admin), http_stop).await;
+        Ok::<(), anyhow::Error>(())
+    };
     let prometheus_server = async {
-        let Some(listener) = prometheus else {
-            return Ok(());
-        };
-        let router = axum::Router::new()
-            .route(
-                &args.ops.prometheus_path,
-                axum::routing::get(admin::metrics),
-            )
-            .with_state(rls);
-        axum::serve(listener, router)
-            .with_graceful_shutdown(stopped(stop_rx))
-            .await
+        if let Some(listener) = prometheus {
+            let router = axum::Router::new()
+                .route(
+                    &args.ops.prometheus_path,
+                    axum::routing::get(admin::metrics),
+                )
+                .with_state(rls);
+            listen::serve_http(Acceptor::new(listener, limits), router, stopped(stop_rx)).await;
+        }
+        Ok::<(), anyhow::Error>(())
     };
     let servers = async { tokio::join!(grpc_server, http_server, prometheus_server) };
     // Envoy keeps its HTTP/2 connections open for good: once the listeners are closed, give
@@ -139,6 +148,15 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The gRPC server with its per-connection limits: streams, header size, buffered bytes.
+fn grpc_builder(conn: &ConnArgs) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(conn.grpc_max_concurrent_streams)
+        .http2_max_header_list_size(HEADER_LIST_BYTES)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
 }
 
 fn header_style(args: &ServeArgs) -> HeaderStyle {
@@ -200,10 +218,7 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {
     health
-        .set_service_status(
-            <RateLimitServiceServer<GrpcService> as tonic::server::NamedService>::NAME,
-            status,
-        )
+        .set_service_status(<GrpcService as tonic::server::NamedService>::NAME, status)
         .await;
     for name in HEALTH_NAMES {
         health.set_service_status(name, status).await;

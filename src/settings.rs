@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate_core::rules::RulesBuilder;
+
+use crate::listen::ConnLimits;
 use tollgate_core::store::redis::RedisKind;
 use tollgate_core::{AlgorithmKind, Defaults, OnStoreError};
 
@@ -88,6 +90,8 @@ pub(crate) struct ServeArgs {
     pub(crate) answers: AnswerArgs,
     #[command(flatten)]
     pub(crate) ops: OpsArgs,
+    #[command(flatten)]
+    pub(crate) conn: ConnArgs,
     #[command(flatten)]
     pub(crate) log: LogArgs,
 }
@@ -170,6 +174,37 @@ pub(crate) struct OpsArgs {
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub(crate) shutdown_delay: Duration,
+}
+
+/// What a connection may hold and how long it may idle, on every port.
+#[derive(Debug, Args)]
+pub(crate) struct ConnArgs {
+    /// Close a connection with no traffic either way for this long (Envoy reconnects).
+    #[arg(long, env = "CONNECTION_IDLE_TIMEOUT", default_value = "3600s", value_parser = parse_timeout)]
+    pub(crate) connection_idle_timeout: Duration,
+    /// An HTTP/1 request's headers must arrive within this.
+    #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
+    pub(crate) http_header_read_timeout: Duration,
+    /// Connections open at once per port; more wait until one closes.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_connections: u64,
+    /// Concurrent gRPC calls per connection.
+    #[arg(long, env = "GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 128)]
+    pub(crate) grpc_max_concurrent_streams: u32,
+    /// Largest gRPC request accepted, in bytes; with the stream limit it bounds what one
+    /// connection can make Tollgate buffer.
+    #[arg(long, env = "GRPC_MAX_MESSAGE_BYTES", default_value_t = 65_536)]
+    pub(crate) grpc_max_message_bytes: usize,
+}
+
+impl ConnArgs {
+    pub(crate) fn limits(&self) -> ConnLimits {
+        ConnLimits {
+            idle: self.connection_idle_timeout,
+            header_read: self.http_header_read_timeout,
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// Where counters live and what happens when that place fails.
