@@ -380,10 +380,16 @@ impl prometheus_client::collector::Collector for StoreCollector {
             "Counters held in memory (the local view for redis)",
             entries,
         )?;
+        gauge(
+            &mut encoder,
+            "tollgate_counter_bytes",
+            "Bytes the counters take in memory (bounded by --max-counter-memory)",
+            i64::try_from(stats.bytes).unwrap_or(i64::MAX),
+        )?;
         counter(
             &mut encoder,
             "tollgate_counter_evictions",
-            "Counters evicted to stay under --max-counters",
+            "Counters evicted to stay under --max-counters and --max-counter-memory",
             stats.evictions,
         )?;
         counter(

@@ -174,11 +174,11 @@ fn header_style(args: &ServeArgs) -> HeaderStyle {
 /// The counter store the settings ask for.
 fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let max_counters = usize::try_from(args.max_counters).unwrap_or(usize::MAX);
+    let capacity = args.capacity();
     let settings = &args.store;
     match settings.backend() {
         Backend::Memory => {
-            let memory = MemoryStore::new(max_counters, clock);
+            let memory = MemoryStore::new(capacity, clock);
             memory.spawn_sweeper(SWEEP_PERIOD);
             Ok(Store::Memory(memory))
         }
@@ -198,7 +198,7 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
                 key_prefix: settings.cache_key_prefix.clone(),
                 timeout: settings.store_timeout,
                 on_error: settings.on_store_error,
-                max_local: max_counters,
+                local_capacity: capacity,
             };
             Ok(Store::Redis(RedisStore::start(config, clock, SWEEP_PERIOD)))
         }

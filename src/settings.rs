@@ -11,7 +11,7 @@ use tollgate_core::rules::RulesBuilder;
 
 use crate::listen::ConnLimits;
 use tollgate_core::store::redis::RedisKind;
-use tollgate_core::{AlgorithmKind, Defaults, OnStoreError};
+use tollgate_core::{AlgorithmKind, Capacity, Defaults, OnStoreError};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
 #[derive(Debug, Parser)]
@@ -82,6 +82,11 @@ pub(crate) struct ServeArgs {
     /// Most counters the memory store keeps; past it, the soonest-expiring are evicted.
     #[arg(long, env = "MAX_COUNTERS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_counters: u64,
+    /// Most memory counters take (the memory store, or the Redis local view), e.g. 256MiB,
+    /// 1GiB; past it the least-used are evicted. Bounds memory whatever the keys' length
+    /// and the limits' precision.
+    #[arg(long, env = "MAX_COUNTER_MEMORY", default_value = "256MiB", value_parser = parse_bytes)]
+    pub(crate) max_counter_memory: u64,
     #[command(flatten)]
     pub(crate) rules: RuleArgs,
     #[command(flatten)]
@@ -97,6 +102,13 @@ pub(crate) struct ServeArgs {
 }
 
 impl ServeArgs {
+    pub(crate) fn capacity(&self) -> Capacity {
+        Capacity {
+            counters: usize::try_from(self.max_counters).unwrap_or(usize::MAX),
+            bytes: usize::try_from(self.max_counter_memory).unwrap_or(usize::MAX),
+        }
+    }
+
     pub(crate) fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
             .unwrap_or(SocketAddr::new(self.grpc_host, self.grpc_port))
@@ -287,6 +299,37 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A size like `256MiB`, `1GiB`, `512KiB`, `100MB` or a bare number of bytes; at least 1 MiB.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size like 256MiB or 1GiB"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "'{text}' has an unknown unit (use KiB, MiB, GiB, KB, MB or GB)"
+            ));
+        }
+    };
+    match n.checked_mul(scale) {
+        Some(bytes) if bytes >= 1 << 20 => Ok(bytes),
+        Some(_) => Err(format!("'{text}' is less than 1MiB")),
+        None => Err(format!("'{text}' is too large")),
+    }
+}
+
 /// A duration that must be longer than zero.
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
@@ -463,6 +506,10 @@ mod tests {
             Ok("0.0.0.0:9090".into())
         );
         assert!(parse_duration("ten").is_err());
+        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+        assert!(parse_bytes("10KiB").is_err(), "below the floor");
+        assert!(parse_bytes("5 parsecs").is_err());
         assert!(parse_duration("5h").is_err());
     }
 

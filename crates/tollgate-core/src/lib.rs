@@ -48,5 +48,5 @@ pub use limiter::{DecideError, Limiter, Options, Recorder};
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};
-pub use store::{MemoryStore, OnStoreError, Store, StoreError, StoreStats};
+pub use store::{Capacity, MemoryStore, OnStoreError, Store, StoreError, StoreStats};
 pub use unit::Unit;

@@ -95,6 +95,14 @@ impl LimitState {
         }
     }
 
+    /// Heap bytes the state holds beyond its own size.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Sliding(s) => s.heap_bytes(),
+            Self::Fixed(_) | Self::Gcra(_) => 0,
+        }
+    }
+
     /// When this state no longer affects any decision and can be dropped.
     pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
         match self {

@@ -13,7 +13,60 @@ use crate::limit::Limit;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlidingWindow {
     newest: u64,
-    counts: Box<[u64]>,
+    counts: Ring,
+}
+
+/// Slots of the default precision and below, held inline: a million counters must not
+/// mean a million allocations.
+const INLINE_SLOTS: usize = 11;
+
+/// The ring of sub-window counts. A slot holds up to u32::MAX units, far above any limit
+/// (`requests_per_unit` is a u32): a saturated slot still denies as the true count would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ring {
+    Inline {
+        len: u8,
+        counts: [u32; INLINE_SLOTS],
+    },
+    Heap(Box<[u32]>),
+}
+
+impl Ring {
+    fn zeroed(len: usize) -> Self {
+        match u8::try_from(len) {
+            Ok(short) if len <= INLINE_SLOTS => Self::Inline {
+                len: short,
+                counts: [0; INLINE_SLOTS],
+            },
+            _ => Self::Heap(vec![0; len].into_boxed_slice()),
+        }
+    }
+
+    fn slots(&self) -> &[u32] {
+        match self {
+            Self::Inline { len, counts } => &counts[..usize::from(*len)],
+            Self::Heap(counts) => counts,
+        }
+    }
+
+    fn slots_mut(&mut self) -> &mut [u32] {
+        match self {
+            Self::Inline { len, counts } => &mut counts[..usize::from(*len)],
+            Self::Heap(counts) => counts,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots().len()
+    }
+
+    fn get(&self, i: usize) -> u64 {
+        u64::from(self.slots()[i])
+    }
+
+    fn set(&mut self, i: usize, value: u64) {
+        self.slots_mut()[i] = u32::try_from(value).unwrap_or(u32::MAX);
+    }
 }
 
 /// A point in time as the window sees it: sub-window index, time into it, sub-window length.
@@ -29,17 +82,20 @@ impl SlidingWindow {
         let slots = usize::try_from(precision.max(1)).unwrap_or(1) + 1;
         Self {
             newest: 0,
-            counts: vec![0; slots].into_boxed_slice(),
+            counts: Ring::zeroed(slots),
         }
     }
 
     /// A window as stored elsewhere: the newest sub-window and the ring of counts, indexed
     /// by sub-window number modulo its length (precision + 1).
     pub(crate) fn from_ring(newest: u64, counts: Vec<u64>) -> Self {
-        let counts = if counts.len() < 2 { vec![0; 2] } else { counts };
+        let mut ring = Ring::zeroed(counts.len().max(2));
+        for (i, count) in counts.into_iter().enumerate() {
+            ring.set(i, count);
+        }
         Self {
             newest,
-            counts: counts.into_boxed_slice(),
+            counts: ring,
         }
     }
 
@@ -74,7 +130,7 @@ impl SlidingWindow {
     fn count(&self, slot: u64) -> u64 {
         let live = slot <= self.newest && self.newest - slot <= self.precision();
         if live {
-            self.counts[self.index(slot)]
+            self.counts.get(self.index(slot))
         } else {
             0
         }
@@ -158,7 +214,7 @@ impl SlidingWindow {
         let reused = (slot - self.newest).min(self.counts.len() as u64);
         for s in slot + 1 - reused..=slot {
             let i = self.index(s);
-            self.counts[i] = 0;
+            self.counts.set(i, 0);
         }
         self.newest = slot;
     }
@@ -167,7 +223,7 @@ impl SlidingWindow {
         let at = self.at(limit, now_ns);
         self.advance(at.slot);
         let i = self.index(at.slot);
-        self.counts[i] = self.counts[i].saturating_add(hits);
+        self.counts.set(i, self.counts.get(i).saturating_add(hits));
     }
 
     /// Takes `hits` back from the newest sub-windows first.
@@ -177,9 +233,16 @@ impl SlidingWindow {
         let mut left = hits;
         for slot in (at.slot.saturating_sub(self.precision())..=at.slot).rev() {
             let i = self.index(slot);
-            let taken = left.min(self.counts[i]);
-            self.counts[i] -= taken;
+            let taken = left.min(self.counts.get(i));
+            self.counts.set(i, self.counts.get(i) - taken);
             left -= taken;
+        }
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match &self.counts {
+            Ring::Inline { .. } => 0,
+            Ring::Heap(counts) => std::mem::size_of_val::<[u32]>(counts),
         }
     }
 

@@ -37,7 +37,10 @@ fn limiter() -> (Limiter, ManualClock) {
 fn limiter_with(options: Options) -> (Limiter, ManualClock) {
     let clock = ManualClock::new(1_000 * SECOND);
     let rules = Rules::from_yaml("rules.yaml", RULES).expect("rules load");
-    let store = Store::Memory(MemoryStore::new(1_000, std::sync::Arc::new(clock.clone())));
+    let store = Store::Memory(MemoryStore::new(
+        crate::Capacity::default(),
+        std::sync::Arc::new(clock.clone()),
+    ));
     (Limiter::with_recorder(rules, store, options, ()), clock)
 }
 
@@ -313,7 +316,10 @@ fn budgets(options: Options) -> (Limiter, ManualClock) {
     // On a minute boundary, so that fixed windows start with the test.
     let clock = ManualClock::new(60 * 1_000 * SECOND);
     let rules = Rules::from_yaml("budgets.yaml", BUDGETS).expect("rules load");
-    let store = Store::Memory(MemoryStore::new(1_000, std::sync::Arc::new(clock.clone())));
+    let store = Store::Memory(MemoryStore::new(
+        crate::Capacity::default(),
+        std::sync::Arc::new(clock.clone()),
+    ));
     (Limiter::with_recorder(rules, store, options, ()), clock)
 }
 

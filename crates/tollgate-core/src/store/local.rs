@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use super::shards::{Counter, Expiring, ShardStats, Shards};
+use super::memory::Capacity;
+use super::shards::{Counter, Entry, ShardStats, Shards};
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -46,9 +47,9 @@ struct View {
     refreshing: bool,
 }
 
-impl Expiring for View {
-    fn expires_at_ns(&self) -> u64 {
-        self.counter.expires_at_ns
+impl Entry for View {
+    fn counter(&self) -> &Counter {
+        &self.counter
     }
 }
 
@@ -63,10 +64,10 @@ pub(crate) struct LocalView {
 }
 
 impl LocalView {
-    /// A view of at most about `max_counters` counters.
-    pub(crate) fn new(max_counters: usize, clock: Arc<dyn Clock>) -> Self {
+    /// A view of at most about `capacity`.
+    pub(crate) fn new(capacity: Capacity, clock: Arc<dyn Clock>) -> Self {
         Self {
-            views: Arc::new(Shards::new(max_counters)),
+            views: Arc::new(Shards::new(capacity.counters, capacity.bytes)),
             clock,
             offset_ns: AtomicI64::new(0),
             synced: AtomicBool::new(false),
@@ -121,9 +122,9 @@ impl LocalView {
             // A charge must reach the store even when over: it records usage that happened.
             Hits::Charge(_) | Hits::Refund(_) => return None,
         };
-        let mut shard = self.views.lock(key);
-        let view = shard.get_mut(key).filter(|v| v.shared)?;
-        let verdict = evaluate(&view.counter.states, limits, now_ns, asked);
+        let mut slot = self.views.lock(key);
+        let view = slot.get_mut().filter(|v| v.shared)?;
+        let verdict = evaluate(view.counter.states.as_slice(), limits, now_ns, asked);
         if verdict.decision.admitted {
             return None;
         }
@@ -146,17 +147,14 @@ impl LocalView {
         let now = snapshot.now_ns;
         self.learn_time(now);
 
-        let mut counter = Counter {
-            states: snapshot.states,
-            expires_at_ns: 0,
-        };
-        let mut verdict = apply(&mut counter.states, limits, now, hits);
+        let mut counter = Counter::from_states(snapshot.states);
+        let mut verdict = apply(counter.states.as_mut_slice(), limits, now, hits);
         let compared = !matches!(hits, Hits::Refund(_));
         let disagreed = compared && verdict.decision.admitted != snapshot.admitted;
         if disagreed {
             // A charge was counted either way; a consumption only where it was admitted.
             if let Hits::Consume(n) = hits {
-                for (state, limit) in counter.states.iter_mut().zip(limits) {
+                for (state, limit) in counter.states.as_mut_slice().iter_mut().zip(limits) {
                     if snapshot.admitted {
                         state.record(limit, now, n);
                     } else {
@@ -167,18 +165,18 @@ impl LocalView {
             verdict.decision.admitted = snapshot.admitted;
             verdict.decision.remaining = 0;
         }
-        counter.touch(limits, now);
-        let mut shard = self.views.lock(key);
-        if counter.expires_at_ns > now {
+        let expires_ns = counter.touch(limits, &verdict);
+        let mut slot = self.views.lock(key);
+        if expires_ns > now {
             let view = View {
                 counter,
                 shared: true,
                 refreshing: false,
             };
-            self.views.insert(&mut shard, key, view);
+            slot.insert(view, now);
         } else {
             // Nothing counted any more (a full refund, say): an old view must not outlive it.
-            shard.remove(key);
+            slot.remove();
         }
         (verdict, disagreed)
     }
@@ -192,7 +190,7 @@ impl LocalView {
         hits: Hits,
         how: Fallback,
     ) -> Verdict {
-        let mut shard = self.views.lock(key);
+        let mut slot = self.views.lock(key);
         let forced = match how {
             Fallback::Local => None,
             Fallback::Allow => Some(true),
@@ -200,11 +198,11 @@ impl LocalView {
         };
         if let Some(admitted) = forced {
             let fresh;
-            let states = match shard.get(key) {
-                Some(view) => &view.counter.states,
+            let states = match slot.get() {
+                Some(view) => view.counter.states.as_slice(),
                 None => {
                     fresh = Counter::new(limits);
-                    &fresh.states
+                    fresh.states.as_slice()
                 }
             };
             let mut verdict = evaluate(states, limits, now_ns, 1);
@@ -215,15 +213,15 @@ impl LocalView {
             return verdict;
         }
         // Decide as the memory store would; the view then holds hits the store never saw.
-        let mut view = shard.remove(key).unwrap_or_else(|| View {
+        let mut view = slot.remove().unwrap_or_else(|| View {
             counter: Counter::new(limits),
             shared: false,
             refreshing: false,
         });
-        let verdict = apply(&mut view.counter.states, limits, now_ns, hits);
-        view.counter.touch(limits, now_ns);
+        let verdict = apply(view.counter.states.as_mut_slice(), limits, now_ns, hits);
+        view.counter.touch(limits, &verdict);
         view.shared = false;
-        self.views.insert(&mut shard, key, view);
+        slot.insert(view, now_ns);
         verdict
     }
 
@@ -242,7 +240,11 @@ mod tests {
 
     fn view() -> (LocalView, ManualClock) {
         let clock = ManualClock::new(T0);
-        (LocalView::new(100, Arc::new(clock.clone())), clock)
+        let capacity = Capacity {
+            counters: 100,
+            bytes: usize::MAX,
+        };
+        (LocalView::new(capacity, Arc::new(clock.clone())), clock)
     }
 
     /// The shared store's answer for a counter that already holds `used` units.

@@ -9,8 +9,25 @@ use crate::algo::{Hits, Verdict, apply};
 use crate::clock::{Clock, SystemClock};
 use crate::limit::Limit;
 
-/// Counters the memory store keeps unless told otherwise.
-pub const DEFAULT_MAX_COUNTERS: usize = 1_000_000;
+/// How much a store may hold in memory: counters, and bytes they take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Counters held at most.
+    pub counters: usize,
+    /// Bytes the counters take at most (tables and states); the byte cap is what holds
+    /// when keys are long or limits have many sub-windows.
+    pub bytes: usize,
+}
+
+impl Default for Capacity {
+    /// A million counters, in at most 256 MiB.
+    fn default() -> Self {
+        Self {
+            counters: 1_000_000,
+            bytes: 256 << 20,
+        }
+    }
+}
 
 /// The memory store; cheap to clone (shared inside).
 #[derive(Clone)]
@@ -28,17 +45,17 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl Default for MemoryStore {
-    /// [`DEFAULT_MAX_COUNTERS`] on the system clock.
+    /// The default [`Capacity`] on the system clock.
     fn default() -> Self {
-        Self::new(DEFAULT_MAX_COUNTERS, Arc::new(SystemClock))
+        Self::new(Capacity::default(), Arc::new(SystemClock))
     }
 }
 
 impl MemoryStore {
-    /// A store holding at most about `max_counters` counters, on `clock`.
-    pub fn new(max_counters: usize, clock: Arc<dyn Clock>) -> Self {
+    /// A store holding at most about `capacity`, on `clock`.
+    pub fn new(capacity: Capacity, clock: Arc<dyn Clock>) -> Self {
         Self {
-            counters: Arc::new(Shards::new(max_counters)),
+            counters: Arc::new(Shards::new(capacity.counters, capacity.bytes)),
             clock,
         }
     }
@@ -46,14 +63,14 @@ impl MemoryStore {
     /// Applies `hits` to counter `key`, creating it if needed.
     pub(crate) fn apply(&self, key: &str, limits: &[Limit], hits: Hits) -> Verdict {
         let now = self.clock.now_ns();
-        let mut shard = self.counters.lock(key);
-        if let Some(counter) = shard.get_mut(key) {
-            let outcome = apply(&mut counter.states, limits, now, hits);
-            counter.touch(limits, now);
+        let mut slot = self.counters.lock(key);
+        if let Some(counter) = slot.get_mut() {
+            let outcome = apply(counter.states.as_mut_slice(), limits, now, hits);
+            counter.touch(limits, &outcome);
             return outcome;
         }
         let mut counter = Counter::new(limits);
-        let outcome = apply(&mut counter.states, limits, now, hits);
+        let outcome = apply(counter.states.as_mut_slice(), limits, now, hits);
         // Only counted units need remembering; a check or refund of nothing leaves no trace.
         let counted = match hits {
             Hits::Consume(n) => outcome.decision.admitted && n > 0,
@@ -61,8 +78,8 @@ impl MemoryStore {
             Hits::Check | Hits::Refund(_) => false,
         };
         if counted {
-            counter.touch(limits, now);
-            self.counters.insert(&mut shard, key, counter);
+            counter.touch(limits, &outcome);
+            slot.insert(counter, now);
         }
         outcome
     }
@@ -78,6 +95,7 @@ impl MemoryStore {
         StoreStats {
             up: true,
             counters: shards.entries,
+            bytes: shards.bytes,
             evictions: shards.evictions,
             expired: shards.expired,
             shared: None,
@@ -91,9 +109,13 @@ mod tests {
     use crate::algo::testing::{FIXED, SECOND, SLIDING, limit};
     use crate::clock::ManualClock;
 
-    fn store(cap: usize) -> (MemoryStore, ManualClock) {
+    fn store(counters: usize) -> (MemoryStore, ManualClock) {
         let clock = ManualClock::new(1_000 * SECOND);
-        (MemoryStore::new(cap, Arc::new(clock.clone())), clock)
+        let capacity = Capacity {
+            counters,
+            bytes: usize::MAX,
+        };
+        (MemoryStore::new(capacity, Arc::new(clock.clone())), clock)
     }
 
     #[test]
@@ -143,6 +165,54 @@ mod tests {
         let stats = s.stats();
         assert!(stats.counters <= 64, "{stats:?}");
         assert_eq!(stats.evictions as usize + stats.counters, 10_000);
+    }
+
+    #[test]
+    fn memory_is_bounded_in_bytes_whatever_the_keys_and_limits() {
+        let clock = ManualClock::new(1_000 * SECOND);
+        let capacity = Capacity {
+            counters: usize::MAX,
+            bytes: 2 << 20,
+        };
+        let s = MemoryStore::new(capacity, Arc::new(clock));
+        // A thousand sub-windows: 4 KB of state per counter; keys of 12 KiB.
+        let mut fine = limit(SLIDING, 1_000, 10 * SECOND);
+        fine.algorithm = crate::limit::Algorithm::SlidingWindow { precision: 1_000 };
+        let limits = [fine];
+        let long = "|".repeat(12 << 10);
+        for i in 0..20_000 {
+            s.apply(&format!("{long}{i}"), &limits, Hits::Consume(1));
+        }
+        let stats = s.stats();
+        assert!(stats.bytes <= 2 << 20, "{stats:?}");
+        assert!(
+            stats.counters > 100,
+            "the cap still holds counters: {stats:?}"
+        );
+        assert_eq!(stats.evictions as usize + stats.counters, 20_000);
+    }
+
+    #[test]
+    fn a_flood_of_new_keys_evicts_light_counters_not_full_ones() {
+        let (s, _) = store(1_024);
+        let limits = [limit(FIXED, 100, 3_600 * SECOND)];
+        for _ in 0..100 {
+            assert!(
+                s.apply("victim", &limits, Hits::Consume(1))
+                    .decision
+                    .admitted
+            );
+        }
+        for i in 0..100_000 {
+            s.apply(&format!("flood-{i}"), &limits, Hits::Consume(1));
+        }
+        assert!(s.stats().evictions >= 98_000);
+        assert!(
+            !s.apply("victim", &limits, Hits::Consume(1))
+                .decision
+                .admitted,
+            "the full counter survived the flood"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,8 +7,9 @@ mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod shards;
+mod table;
 
-pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
+pub use memory::{Capacity, MemoryStore};
 
 use std::sync::Arc;
 
@@ -87,6 +88,8 @@ pub struct StoreStats {
     pub up: bool,
     /// Counters held in memory (for Redis: in the local view).
     pub counters: usize,
+    /// Bytes they take.
+    pub bytes: usize,
     /// Counters evicted to stay under the cap.
     pub evictions: u64,
     /// Counters dropped after their windows passed.

@@ -1,65 +1,146 @@
-//! A sharded map of counter key → state, shared by the memory store and the Redis store's
-//! local view: one lock per shard, held only for a synchronous update, never across an
-//! await; expired entries swept in the background; a cap on entries.
+//! Counters by key, shared by the memory store and the Redis store's local view: shards each
+//! behind a lock held only for a synchronous update, never across an await; expired entries
+//! swept in the background; a bound on entries and on bytes, kept by evicting.
+//!
+//! A counter is found by a keyed 128-bit hash of its key (two independently keyed SipHashes,
+//! with keys drawn per process), so that a counter costs no allocation for its name and a
+//! 12 KiB key takes no more memory than a short one. Two keys share a counter only if
+//! their hashes collide: about 1 in 10^27 for a million counters, and out of a client's
+//! reach, since it cannot know the hash keys.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use crate::algo::LimitState;
+use super::table::{Key, Table};
+use crate::algo::{LimitState, Verdict};
 use crate::clock::Clock;
 use crate::limit::Limit;
 
-/// Entries evicted when a full shard needs room: the soonest-expiring of a few samples.
+/// Entries compared when one must be evicted.
 const EVICTION_SAMPLES: usize = 8;
+/// Shards per core: enough that concurrent requests rarely wait for one another.
+const SHARDS_PER_CORE: usize = 16;
 
-/// The limit states of one counter and when all of them stop mattering.
+/// The limit states of one counter, when they stop mattering, and how much of its limits
+/// they hold (what dropping the counter would forgive).
 #[derive(Debug, Clone)]
 pub(crate) struct Counter {
-    pub(crate) states: Vec<LimitState>,
-    pub(crate) expires_at_ns: u64,
+    pub(crate) states: States,
+    /// Seconds since the epoch, rounded up.
+    expires_at_s: u32,
+    /// Of the reported limit, the share in use, in 1/65,535ths.
+    pressure: u16,
 }
 
-impl Counter {
-    pub(crate) fn new(limits: &[Limit]) -> Self {
-        Self {
-            states: limits.iter().map(LimitState::new).collect(),
-            expires_at_ns: 0,
+/// One limit's state inline (the common case), or several on the heap.
+#[derive(Debug, Clone)]
+pub(crate) enum States {
+    One(LimitState),
+    Many(Box<[LimitState]>),
+}
+
+impl States {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [LimitState] {
+        match self {
+            Self::One(state) => std::slice::from_mut(state),
+            Self::Many(states) => states,
         }
     }
 
-    /// Recomputes the expiry after the states changed.
-    pub(crate) fn touch(&mut self, limits: &[Limit], now_ns: u64) {
-        self.expires_at_ns = self
+    pub(crate) fn as_slice(&self) -> &[LimitState] {
+        match self {
+            Self::One(state) => std::slice::from_ref(state),
+            Self::Many(states) => states,
+        }
+    }
+}
+
+impl Counter {
+    /// Fresh states for `limits`.
+    pub(crate) fn new(limits: &[Limit]) -> Self {
+        Self::from_states(limits.iter().map(LimitState::new).collect())
+    }
+
+    /// A counter of states read elsewhere.
+    pub(crate) fn from_states(mut states: Vec<LimitState>) -> Self {
+        let states = match (states.len(), states.pop()) {
+            (1, Some(one)) => States::One(one),
+            (_, last) => {
+                states.extend(last);
+                States::Many(states.into_boxed_slice())
+            }
+        };
+        Self {
+            states,
+            expires_at_s: 0,
+            pressure: 0,
+        }
+    }
+
+    /// Recomputes expiry and pressure after the states changed and answered `verdict`;
+    /// returns the exact expiry, in nanoseconds since the epoch.
+    pub(crate) fn touch(&mut self, limits: &[Limit], verdict: &Verdict) -> u64 {
+        let expires_ns = self
             .states
+            .as_slice()
             .iter()
             .zip(limits)
             .map(|(s, l)| s.expires_at_ns(l))
             .max()
-            .unwrap_or(now_ns);
+            .unwrap_or(0);
+        self.expires_at_s = u32::try_from(expires_ns.div_ceil(1_000_000_000)).unwrap_or(u32::MAX);
+        let limit = limits
+            .get(verdict.limit_index)
+            .map_or(1, |l| u64::from(l.requests_per_unit.max(1)));
+        let used = limit.saturating_sub(verdict.decision.remaining.min(limit));
+        self.pressure = u16::try_from(used * u64::from(u16::MAX) / limit).unwrap_or(u16::MAX);
+        expires_ns
+    }
+
+    /// Whether the counter no longer affects any decision at `now_ns`.
+    pub(crate) fn expired(&self, now_ns: u64) -> bool {
+        u64::from(self.expires_at_s) * 1_000_000_000 <= now_ns
+    }
+
+    /// Heap bytes beyond the counter itself.
+    fn heap_bytes(&self) -> usize {
+        match &self.states {
+            States::One(state) => state.heap_bytes(),
+            States::Many(states) => {
+                std::mem::size_of_val::<[LimitState]>(states)
+                    + states.iter().map(LimitState::heap_bytes).sum::<usize>()
+            }
+        }
     }
 }
 
 /// What the map needs of its values.
-pub(crate) trait Expiring {
-    fn expires_at_ns(&self) -> u64;
+pub(crate) trait Entry {
+    /// The counter the value holds.
+    fn counter(&self) -> &Counter;
 }
 
-impl Expiring for Counter {
-    fn expires_at_ns(&self) -> u64 {
-        self.expires_at_ns
+impl Entry for Counter {
+    fn counter(&self) -> &Counter {
+        self
     }
 }
 
-pub(crate) type Shard<V> = HashMap<Box<str>, V>;
+/// Entries of one shard, with the bytes their heap parts take and the shard's sampler.
+struct Shard<V> {
+    table: Table<V>,
+    heap_bytes: usize,
+    rng: u64,
+}
 
 /// The sharded map.
 pub(crate) struct Shards<V> {
     shards: Box<[Mutex<Shard<V>>]>,
-    hasher: RandomState,
-    per_shard_cap: usize,
+    hashers: [RandomState; 2],
+    per_shard_entries: usize,
+    per_shard_bytes: usize,
     evictions: AtomicU64,
     expired: AtomicU64,
 }
@@ -68,71 +149,159 @@ pub(crate) struct Shards<V> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ShardStats {
     pub(crate) entries: usize,
+    pub(crate) bytes: usize,
     pub(crate) evictions: u64,
     pub(crate) expired: u64,
 }
 
-impl<V: Expiring> Shards<V> {
-    /// A map holding at most about `max_entries` entries.
-    pub(crate) fn new(max_entries: usize) -> Self {
-        let shards = std::thread::available_parallelism()
-            .map_or(4, |n| n.get())
-            .saturating_mul(16)
-            .next_power_of_two()
+/// The shard of one key, locked: every operation on that key's entry.
+pub(crate) struct Locked<'a, V> {
+    shard: MutexGuard<'a, Shard<V>>,
+    key: Key,
+    owner: &'a Shards<V>,
+}
+
+impl<V: Entry> Shards<V> {
+    /// A map holding at most about `max_entries` entries and `max_bytes` bytes.
+    pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let shards = cores
+            .saturating_mul(SHARDS_PER_CORE)
             .clamp(16, 1024)
             .min(max_entries.max(1));
+        let seed = RandomState::new();
         Self {
-            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
-            per_shard_cap: max_entries.div_ceil(shards).max(1),
+            shards: (0..shards)
+                .map(|i| {
+                    Mutex::new(Shard {
+                        table: Table::default(),
+                        heap_bytes: 0,
+                        // Any odd, distinct start serves the xorshift sampler.
+                        rng: seed.hash_one(i) | 1,
+                    })
+                })
+                .collect(),
+            hashers: [RandomState::new(), RandomState::new()],
+            per_shard_entries: max_entries.div_ceil(shards).max(1),
+            per_shard_bytes: max_bytes / shards,
             evictions: AtomicU64::new(0),
             expired: AtomicU64::new(0),
         }
     }
 
     /// Locks the shard holding `key`.
-    pub(crate) fn lock(&self, key: &str) -> MutexGuard<'_, Shard<V>> {
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        lock(&self.shards[index])
-    }
-
-    /// Inserts into a locked shard, evicting first if the shard is full.
-    pub(crate) fn insert(&self, shard: &mut Shard<V>, key: &str, value: V) {
-        if shard.len() >= self.per_shard_cap && !shard.contains_key(key) {
-            let victim = shard
-                .iter()
-                .take(EVICTION_SAMPLES)
-                .min_by_key(|(_, v)| v.expires_at_ns())
-                .map(|(k, _)| k.clone());
-            if let Some(victim) = victim {
-                shard.remove(&victim);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-            }
+    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V> {
+        let hash = [
+            self.hashers[0].hash_one(key),
+            // Never all zeros.
+            self.hashers[1].hash_one(key) | 1,
+        ];
+        let index = ((u128::from(hash[1]) * self.shards.len() as u128) >> 64) as usize;
+        Locked {
+            shard: lock(&self.shards[index]),
+            key: hash,
+            owner: self,
         }
-        shard.insert(key.into(), value);
     }
 
     /// Drops every entry expired at `now_ns`.
     pub(crate) fn sweep(&self, now_ns: u64) {
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
-            let before = shard.len();
-            shard.retain(|_, v| v.expires_at_ns() > now_ns);
-            let removed = (before - shard.len()) as u64;
-            self.expired.fetch_add(removed, Ordering::Relaxed);
+            let mut freed = 0;
+            let removed = shard.table.retain(|v| {
+                let expired = v.counter().expired(now_ns);
+                if expired {
+                    freed += v.counter().heap_bytes();
+                }
+                !expired
+            });
+            shard.heap_bytes -= freed;
+            self.expired.fetch_add(removed as u64, Ordering::Relaxed);
         }
     }
 
     pub(crate) fn stats(&self) -> ShardStats {
+        let (mut entries, mut bytes) = (0, 0);
+        for shard in self.shards.iter() {
+            let shard = lock(shard);
+            entries += shard.table.len();
+            bytes += shard.table.bytes() + shard.heap_bytes;
+        }
         ShardStats {
-            entries: self.shards.iter().map(|s| lock(s).len()).sum(),
+            entries,
+            bytes,
             evictions: self.evictions.load(Ordering::Relaxed),
             expired: self.expired.load(Ordering::Relaxed),
         }
     }
 }
 
-impl<V: Expiring + Send + 'static> Shards<V> {
+impl<V: Entry> Locked<'_, V> {
+    pub(crate) fn get(&self) -> Option<&V> {
+        self.shard.table.get(&self.key)
+    }
+
+    pub(crate) fn get_mut(&mut self) -> Option<&mut V> {
+        self.shard.table.get_mut(&self.key)
+    }
+
+    pub(crate) fn remove(&mut self) -> Option<V> {
+        let removed = self.shard.table.remove(&self.key)?;
+        self.shard.heap_bytes -= removed.counter().heap_bytes();
+        Some(removed)
+    }
+
+    /// Inserts or replaces the key's entry, evicting others first while the shard would
+    /// exceed its entries or bytes: expired ones first, else the least-used of a random
+    /// sample (dropping it forgives the fewest units), soonest-expiring on a tie.
+    pub(crate) fn insert(&mut self, value: V, now_ns: u64) {
+        self.remove();
+        let heap = value.counter().heap_bytes();
+        while self.shard.table.len() > 0 && !self.room_for(heap) {
+            self.evict_one(now_ns);
+        }
+        self.shard.heap_bytes += heap;
+        self.shard.table.insert(self.key, value);
+    }
+
+    fn room_for(&self, heap: usize) -> bool {
+        let table = &self.shard.table;
+        let limits = self.owner;
+        let slots_after = match table.growth_needed() {
+            Some(slots) => Table::<V>::bytes_for(slots),
+            None => table.bytes(),
+        };
+        table.len() < limits.per_shard_entries
+            && slots_after + self.shard.heap_bytes + heap <= limits.per_shard_bytes
+    }
+
+    fn evict_one(&mut self, now_ns: u64) {
+        let shard = &mut *self.shard;
+        let mut victim: Option<(Key, (bool, u16, u32))> = None;
+        for _ in 0..EVICTION_SAMPLES {
+            shard.rng ^= shard.rng << 13;
+            shard.rng ^= shard.rng >> 7;
+            shard.rng ^= shard.rng << 17;
+            let Some((key, value)) = shard.table.sample(shard.rng) else {
+                return;
+            };
+            let c = value.counter();
+            let rank = (!c.expired(now_ns), c.pressure, c.expires_at_s);
+            if victim.is_none_or(|(_, best)| rank < best) {
+                victim = Some((key, rank));
+            }
+        }
+        if let Some((key, _)) = victim
+            && let Some(gone) = shard.table.remove(&key)
+        {
+            shard.heap_bytes -= gone.counter().heap_bytes();
+            self.owner.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<V: Entry + Send + 'static> Shards<V> {
     /// Sweeps every `period` until the map is dropped.
     pub(crate) fn spawn_sweeper(self: &Arc<Self>, clock: Arc<dyn Clock>, period: Duration) {
         let weak: Weak<Self> = Arc::downgrade(self);

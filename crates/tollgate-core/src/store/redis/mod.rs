@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use self::connect::Link;
 use self::script::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
+use super::memory::Capacity;
 use super::{OnStoreError, SharedStats, StoreError, StoreStats};
 use crate::algo::{Hits, Verdict};
 use crate::clock::Clock;
@@ -34,8 +35,8 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// What a request gets when Redis cannot answer in time.
     pub on_error: OnStoreError,
-    /// Most counters kept in the local view.
-    pub max_local: usize,
+    /// What the local view may hold.
+    pub local_capacity: Capacity,
 }
 
 /// Counts behind [`SharedStats`].
@@ -104,7 +105,7 @@ impl RedisStore {
     /// Starts connecting in the background (on the current tokio runtime); requests are
     /// decided per `on_error` until Redis answers.
     pub fn start(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
-        let local = LocalView::new(config.max_local, clock);
+        let local = LocalView::new(config.local_capacity, clock);
         local.spawn_sweeper(sweep_period);
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(REFRESH_QUEUE);
         let store = Arc::new(Self {
@@ -147,6 +148,7 @@ impl RedisStore {
         StoreStats {
             up: self.is_up(),
             counters: local.entries,
+            bytes: local.bytes,
             evictions: local.evictions,
             expired: local.expired,
             shared: Some(SharedStats {
