@@ -43,6 +43,18 @@ local function muldiv(a, b, c)
   return q
 end
 
+-- floor(part * 65536 / whole) for 0 <= part < whole, by long division: exact for any
+-- whole below 2^52.
+local function fraction(part, whole)
+  local q, r = 0, part
+  for _ = 1, 16 do
+    r = r * 2
+    q = q * 2
+    if r >= whole then r = r - whole; q = q + 1 end
+  end
+  return q
+end
+
 local asked = hits
 if mode == 'k' then asked = 1 elseif mode == 'r' then asked = 0 end
 
@@ -55,6 +67,8 @@ for i = 0, n - 1 do
               rpu = tonumber(ARGV[a + 3]), p = i .. ':' }
   limits[#limits + 1] = l
   if l.kind == 's' then
+    -- Each sub-window field holds count * 256 + start (where its count reached two, in
+    -- 1/256ths of the sub-window); see crates/tollgate-core/src/algo/sliding.rs.
     l.ring = l.param + 1
     l.sub = l.window / l.param
     l.newest = get(l.p .. 'n')
@@ -63,15 +77,19 @@ for i = 0, n - 1 do
     l.slot = math.floor(now / l.sub)
     local into = now - l.slot * l.sub
     if l.slot < l.newest then l.slot = l.newest; into = 0 end
-    local function count(s)
+    l.fine = fraction(into, l.sub)
+    local function packed(s)
       if s <= l.newest and l.newest - s <= l.param then return get(l.p .. (s % l.ring)) end
       return 0
     end
     local full = 0
-    for s = l.slot - l.param + 1, l.slot do full = full + count(s) end
-    -- full + asked + oldest * (sub - into) / sub <= rpu, with the fraction floored exactly.
+    for s = l.slot - l.param + 1, l.slot do full = full + math.floor(packed(s) / 256) end
+    local oldest = packed(l.slot - l.param)
+    local denominator = 65536 - (oldest % 256) * 256
+    local left = math.min(65536 - l.fine, denominator)
+    -- full + asked + count * left / denominator <= rpu
     local room = l.rpu - full - asked
-    if room < 0 or muldiv(count(l.slot - l.param), l.sub - into, l.sub) > room then
+    if room < 0 or math.floor(oldest / 256) * left > room * denominator then
       admitted = false
     end
   elseif l.kind == 'f' then
@@ -110,14 +128,18 @@ if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
         l.newest = l.slot
       end
       if mode ~= 'r' then
-        redis.call('HINCRBY', key, l.p .. (l.slot % l.ring), hits)
+        local field = l.p .. (l.slot % l.ring)
+        local v = tonumber(redis.call('HGET', key, field)) or 0
+        local count, start = math.floor(v / 256), v % 256
+        if count < 2 and l.param > 1 then start = math.floor(l.fine / 256) end
+        redis.call('HSET', key, field, string.format('%.0f', (count + hits) * 256 + start))
       else
         local left = hits
         for s = l.slot, l.slot - l.param, -1 do
           local field = l.p .. (s % l.ring)
-          local c = tonumber(redis.call('HGET', key, field)) or 0
-          local take = math.min(left, c)
-          if take > 0 then redis.call('HINCRBY', key, field, -take) end
+          local v = tonumber(redis.call('HGET', key, field)) or 0
+          local take = math.min(left, math.floor(v / 256))
+          if take > 0 then redis.call('HINCRBY', key, field, -take * 256) end
           left = left - take
         end
       end
