@@ -1,9 +1,39 @@
 //! Rule files that must be rejected, by `check-config` and by `serve`, with
 //! `FILE: PATH: PROBLEM` lines on stderr and exit code 1.
 
-mod common;
+use tollgate_testkit::process::Finished;
+use tollgate_testkit::tollgate::{ConfigDir, Serve, check_config};
 
-use common::*;
+/// Asserts the process exited with code 1 and that one stderr line reports `problem` for
+/// `file_name` at `path` (in the form `FILE: PATH: PROBLEM`).
+fn assert_config_problem(finished: &Finished, file_name: &str, path: &str, problem: &str) {
+    assert_eq!(
+        finished.status.code(),
+        Some(1),
+        "expected exit code 1; stderr:\n{}",
+        finished.stderr
+    );
+    assert!(
+        problem_line(finished, file_name, path, problem).is_some(),
+        "no stderr line reports `{file_name}: {path}: {problem}`; stderr:\n{}",
+        finished.stderr
+    );
+}
+
+/// The stderr line that reports `problem` (the start of the message) for `file_name` at
+/// `path`.
+fn problem_line<'a>(
+    finished: &'a Finished,
+    file_name: &str,
+    path: &str,
+    problem: &str,
+) -> Option<&'a str> {
+    let wanted = format!("/{file_name}: {path}: {problem}");
+    finished
+        .stderr_lines()
+        .into_iter()
+        .find(|line| line.contains(&wanted))
+}
 
 /// Writes `yaml` as `file_name`, runs `check-config` on it and asserts the
 /// problem is reported; returns the run for further checks.
@@ -11,10 +41,7 @@ fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> Finished 
     let dir = ConfigDir::with_file(file_name, yaml);
     let finished = check_config(&dir.file(file_name));
     assert_config_problem(&finished, file_name, path, problem);
-    assert!(
-        !finished.stdout.lines().any(|l| l.trim() == "ok"),
-        "rejected config printed ok: {finished:?}"
-    );
+    assert_eq!(finished.stdout, "", "a rejected config prints nothing on stdout");
     finished
 }
 
@@ -55,13 +82,10 @@ descriptors:
         "descriptors[1]",
         "duplicate descriptor",
     );
+    let line = problem_line(&finished, "dup.yaml", "descriptors[1]", "duplicate descriptor");
     assert!(
-        finished.stderr_lines().iter().any(|l| line_reports(
-            l,
-            &["descriptors[1]", "duplicate descriptor"]
-        ) && l.contains("color")
-            && l.contains("blue")),
-        "duplicate message should name key and value: {}",
+        line.is_some_and(|l| l.contains("color") && l.contains("blue")),
+        "the duplicate message names key and value: {}",
         finished.stderr
     );
 }
@@ -86,7 +110,7 @@ descriptors:
     );
     let finished = check_config(&dir.file("levels.yaml"));
     assert!(finished.status.success(), "{finished:?}");
-    assert_eq!(finished.stdout.trim(), "ok");
+    assert_eq!(finished.stdout, "ok\n");
 }
 
 #[test]
@@ -104,17 +128,18 @@ fn unknown_field() {
     let finished = rejected(
         "unknown.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requestsperunit: 1\n",
-        "descriptors[0].rate_limit",
+        "descriptors[0].rate_limit.requestsperunit",
+        "unknown field `requestsperunit`",
+    );
+    let line = problem_line(
+        &finished,
+        "unknown.yaml",
+        "descriptors[0].rate_limit.requestsperunit",
         "unknown field",
     );
     assert!(
-        finished.stderr_lines().iter().any(|l| {
-            line_reports(
-                l,
-                &["unknown.yaml", "descriptors[0].rate_limit", "unknown field"],
-            ) && l.contains("requestsperunit")
-        }),
-        "unknown field message should name it: {}",
+        line.is_some_and(|l| l.contains("requests_per_unit") && l.ends_with("(line 6 column 7)")),
+        "the message lists the known fields and the position: {}",
         finished.stderr
     );
 }
@@ -124,7 +149,7 @@ fn unlimited_with_unit() {
     rejected(
         "unl.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
-        "descriptors[0]",
+        "descriptors[0].rate_limit",
         "should not specify rate limit unit when unlimited",
     );
 }
@@ -143,7 +168,7 @@ descriptors:
       name: mine
       replaces: [{name: mine}]
 "#,
-        "descriptors[0]",
+        "descriptors[0].rate_limit.replaces",
         "replaces should not contain name of same descriptor",
     );
 }
@@ -162,18 +187,24 @@ descriptors:
       name: mine
       replaces: [{name: ''}]
 "#,
-        "descriptors[0]",
+        "descriptors[0].rate_limit.replaces",
         "should not have an empty replaces entry",
     );
 }
 
 #[test]
-fn yaml_syntax_error_names_file_and_line() {
-    rejected(
+fn yaml_syntax_error_names_file_path_and_line() {
+    let finished = rejected(
         "broken.yaml",
         "domain: d\ndescriptors:\n  - key: [unclosed\n",
-        "",
-        "line",
+        "descriptors[0].key",
+        "expected string",
+    );
+    let line = problem_line(&finished, "broken.yaml", "descriptors[0].key", "expected string");
+    assert!(
+        line.is_some_and(|l| l.ends_with("(line 3 column 10)")),
+        "the message ends with the line and column of the sequence: {}",
+        finished.stderr
     );
 }
 
@@ -247,7 +278,7 @@ descriptors:
     assert_config_problem(
         &finished,
         "b.yaml",
-        "descriptors[1]",
+        "descriptors[1].rate_limit",
         "should not specify rate limit unit when unlimited",
     );
 }
@@ -258,7 +289,7 @@ fn serve_refuses_an_invalid_config_with_exit_code_1() {
         "bad.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
     );
-    let finished = match Server::spawn(serve_command(&dir.file("bad.yaml"))) {
+    let finished = match Serve::path(&dir.file("bad.yaml")).try_start() {
         Ok(server) => panic!("served an invalid config on {:?}", server.addrs),
         Err(finished) => finished,
     };
@@ -274,11 +305,11 @@ fn serve_refuses_an_invalid_config_with_exit_code_1() {
 fn serve_refuses_a_missing_config_path() {
     let dir = ConfigDir::new();
     let missing = dir.file("missing.yaml");
-    let finished = match Server::spawn(serve_command(&missing)) {
+    let finished = match Serve::path(&missing).try_start() {
         Ok(server) => panic!("served a missing config on {:?}", server.addrs),
         Err(finished) => finished,
     };
-    assert!(!finished.status.success(), "{finished:?}");
+    assert_eq!(finished.status.code(), Some(1), "{finished:?}");
     assert!(
         finished.stderr.contains("missing.yaml"),
         "{}",
