@@ -277,3 +277,20 @@ pub fn assert_latency(answers: &[Answer], p: f64, bound: Duration, what: &str) {
         took.last().copied().unwrap_or_default()
     );
 }
+
+/// Asserts that every answer is `want`; otherwise names the tally and a few others.
+pub fn assert_all<'a>(
+    answers: impl IntoIterator<Item = &'a Answer>,
+    want: Result<Code, tonic::Code>,
+    what: &str,
+) {
+    let answers: Vec<&Answer> = answers.into_iter().collect();
+    let wrong: Vec<&&Answer> = answers.iter().filter(|a| a.result != want).collect();
+    assert!(
+        wrong.is_empty(),
+        "{what}: want {want:?} for all {} answers; got {:?}, e.g. {:?}",
+        answers.len(),
+        tally(answers.iter().copied()),
+        &wrong[..wrong.len().min(5)]
+    );
+}
