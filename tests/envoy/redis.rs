@@ -19,9 +19,8 @@ use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait::{self, room_in_window};
 
 use crate::support::{
-    KEY_LIMIT, MINUTE, admitted_per_envoy, assert_admitted, assert_key_headers, assert_key_sequence,
-    assert_limited,
-    envoy, minute_now, timed_get, tollgate, within_one_minute,
+    KEY_LIMIT, MINUTE, admitted_per_envoy, assert_admitted, assert_key_headers,
+    assert_key_sequence, assert_limited, envoy, minute_now, timed_get, tollgate, within_one_minute,
 };
 
 /// How long limiting through Envoy may take to be exact again once Redis answers PING
@@ -72,7 +71,9 @@ async fn await_exact_limiting(envoys: &[&Envoy], upstream: &Upstream, prefix: &s
         if statuses == exact() && reached == KEY_LIMIT && minute_now() == minute {
             Ok(key)
         } else {
-            Err(format!("x-api-key {key}: {statuses:?}, {reached} reached the upstream"))
+            Err(format!(
+                "x-api-key {key}: {statuses:?}, {reached} reached the upstream"
+            ))
         }
     })
     .await;
@@ -132,7 +133,11 @@ async fn two_tollgates_sharing_redis_enforce_one_limit() {
     );
     // The one counter both used is in Redis.
     let stored = blocking(|| redis.keys(&format!("*|api_key={key}#*")));
-    assert_eq!(stored.len(), 1, "one Redis key for the shared counter: {stored:?}");
+    assert_eq!(
+        stored.len(),
+        1,
+        "one Redis key for the shared counter: {stored:?}"
+    );
 }
 
 /// `allow`: with Redis down a fresh key is let through every time, past its limit, since

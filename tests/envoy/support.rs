@@ -129,7 +129,10 @@ pub fn assert_ratelimit_headers(
         "x-ratelimit-remaining: {t:#?}"
     );
     let got = t.resp.header_u64("x-ratelimit-reset");
-    assert!(reset.contains(&got), "x-ratelimit-reset {got} not in {reset:?}: {t:#?}");
+    assert!(
+        reset.contains(&got),
+        "x-ratelimit-reset {got} not in {reset:?}: {t:#?}"
+    );
 }
 
 /// The `api_key` rule's headers: its limit first, its policy listed, `remaining` left, a

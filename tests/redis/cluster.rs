@@ -68,7 +68,11 @@ async fn limits_and_shares_counters_spread_over_all_masters() {
     for i in 0..VALUES {
         let value = format!("u{i}");
         let got = round_robin(&mut clients, DOMAIN, &[("user", &value)], USER_LIMIT + 1).await;
-        assert_eq!(got, exactly(USER_LIMIT, 1), "user={value} over two instances");
+        assert_eq!(
+            got,
+            exactly(USER_LIMIT, 1),
+            "user={value} over two instances"
+        );
     }
 
     let sizes: Vec<u64> = cluster.nodes.iter().map(|n| n.dbsize()).collect();
@@ -77,7 +81,10 @@ async fn limits_and_shares_counters_spread_over_all_masters() {
         VALUES as u64,
         "one key per counter: {sizes:?}"
     );
-    assert!(sizes.iter().all(|&n| n > 0), "every master holds counters: {sizes:?}");
+    assert!(
+        sizes.iter().all(|&n| n > 0),
+        "every master holds counters: {sizes:?}"
+    );
     for i in 0..VALUES {
         let key = key("", "user", &format!("u{i}"));
         assert!(cluster.exists(&key), "{key} on the master serving its slot");
@@ -96,7 +103,10 @@ async fn three_instances_stay_accurate_under_steady_overload() {
     }
     assert_accurate_under_overload(&servers, "cluster").await;
     let key = key("", "acc", "cluster");
-    assert!(cluster.exists(&key), "the counter lives on its master: {key}");
+    assert!(
+        cluster.exists(&key),
+        "the counter lives on its master: {key}"
+    );
 }
 
 /// One master is killed and started again (empty, same port, same nodes.conf) while two
@@ -129,9 +139,7 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
         .collect();
     assert_eq!(busy_nodes.len(), 3, "the load reaches every master");
 
-    let load = Load::start(&clients, DOMAIN, "busy", busy, Duration::from_millis(2));
-    load.await_answers_since(SystemTime::UNIX_EPOCH, 50, Duration::from_secs(30))
-        .await;
+    let load = Load::start(&clients, DOMAIN, "busy", busy, Duration::from_millis(2)).await;
     let restart_at = SystemTime::now();
     let whole_after = blocking(|| cluster.restart_node(victim));
     eprintln!("node {victim} restarted; cluster ok again after {whole_after:?}");
@@ -161,5 +169,9 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
         Ok(Code::Ok),
         "--on-store-error local, counters far from their limit",
     );
-    eprintln!("{} answers, {} after the restart began", answers.len(), during.len());
+    eprintln!(
+        "{} answers, {} after the restart began",
+        answers.len(),
+        during.len()
+    );
 }

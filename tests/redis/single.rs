@@ -106,7 +106,11 @@ async fn two_instances_share_one_counter() {
     let mut clients = [a.client().await, b.client().await];
 
     let got = round_robin(&mut clients, DOMAIN, &[("user", "shared")], USER_LIMIT + 4).await;
-    assert_eq!(got, exactly(USER_LIMIT, 4), "alternating over two instances");
+    assert_eq!(
+        got,
+        exactly(USER_LIMIT, 4),
+        "alternating over two instances"
+    );
 
     // Both instances deny from now on.
     for rls in &mut clients {
@@ -128,7 +132,11 @@ async fn cold_instance_denies_a_full_counter_at_once() {
     let before = redis.commandstats();
     let first = timed_check(&mut cold_rls, DOMAIN, &[("yearly", "cold")]).await;
     let after_first = redis.commandstats();
-    assert_eq!(first.result, Ok(Code::OverLimit), "no over-admission: {first:?}");
+    assert_eq!(
+        first.result,
+        Ok(Code::OverLimit),
+        "no over-admission: {first:?}"
+    );
     assert_eq!(
         after_first.scripts() - before.scripts(),
         1,
@@ -223,7 +231,10 @@ async fn keys_carry_the_prefix_one_hash_per_counter_and_a_window_ttl() {
     let read_at = SystemTime::now();
     let (sliding_ttl, fixed_ttl) = (redis.pttl(&sliding_key), redis.pttl(&fixed_key));
     let read_done = SystemTime::now();
-    assert!(sliding_ttl > 0 && fixed_ttl > 0, "{sliding_ttl} {fixed_ttl}");
+    assert!(
+        sliding_ttl > 0 && fixed_ttl > 0,
+        "{sliding_ttl} {fixed_ttl}"
+    );
 
     // Sliding window of 60 s, sub-windows of 6 s: the hit is forgotten between one window
     // and one window plus one sub-window after it was counted.
@@ -276,7 +287,10 @@ async fn url_forms_and_auth() {
     let redis = RedisServer::start_with("redis", &["--requirepass", "secret"]);
     let () = redis.query(&["ACL", "SETUSER", "tg", "on", ">pw", "~*", "+@all"]);
     let refused = ::redis::cmd("PING").query::<String>(&mut redis.connection_as(None));
-    assert!(refused.is_err(), "the server must require a password: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "the server must require a password: {refused:?}"
+    );
 
     // host:port with --redis-auth, and a URL with user and password: one shared counter.
     let by_flag = serve("single", &redis.host_port())
@@ -404,7 +418,10 @@ async fn three_instances_stay_accurate_under_steady_overload() {
         servers.push(single(&redis, &["--on-store-error", "error"]).await);
     }
     assert_accurate_under_overload(&servers, "steady").await;
-    assert!(redis.exists(&key("", "acc", "steady")), "the counter is in Redis");
+    assert!(
+        redis.exists(&key("", "acc", "steady")),
+        "the counter is in Redis"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -431,22 +448,30 @@ async fn locally_denied_counters_are_read_again_in_the_background() {
     assert_eq!(code(&ra.check("rl", &[("fast", "x")]).await), Code::Ok);
     assert_eq!(code(&rb.check("rl", &[("fast", "x")]).await), Code::Ok);
     // A believes one unit is left; Redis says no and A's view learns B's hit.
-    assert_eq!(code(&ra.check("rl", &[("fast", "x")]).await), Code::OverLimit);
+    assert_eq!(
+        code(&ra.check("rl", &[("fast", "x")]).await),
+        Code::OverLimit
+    );
     let trips = counter(&a, "tollgate_store_round_trips_total").await;
     // Now A knows: this denial is local, and queues a background read.
-    assert_eq!(code(&ra.check("rl", &[("fast", "x")]).await), Code::OverLimit);
+    assert_eq!(
+        code(&ra.check("rl", &[("fast", "x")]).await),
+        Code::OverLimit
+    );
     assert!(
         started.elapsed() < Duration::from_millis(1_800),
         "the sequence took {:?}; the first hits may have aged out",
         started.elapsed()
     );
     assert_eq!(counter(&a, "tollgate_local_denials_total").await, 1.0);
-    wait::until_async("a background read", Duration::from_secs(10), async || {
-        match counter(&a, "tollgate_store_refreshes_total").await {
+    wait::until_async(
+        "a background read",
+        Duration::from_secs(10),
+        async || match counter(&a, "tollgate_store_refreshes_total").await {
             0.0 => Err("no refresh yet".to_owned()),
             n => Ok(n),
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(
         counter(&a, "tollgate_store_round_trips_total").await,

@@ -33,8 +33,14 @@ async fn limits_over_tls_with_either_url_form() {
     let mut b = by_scheme.client().await;
     assert_eq!(code(&a.check("tls", &[("user", "ann")]).await), Code::Ok);
     assert_eq!(code(&b.check("tls", &[("user", "ann")]).await), Code::Ok);
-    assert_eq!(code(&a.check("tls", &[("user", "ann")]).await), Code::OverLimit);
-    assert_eq!(code(&b.check("tls", &[("user", "ann")]).await), Code::OverLimit);
+    assert_eq!(
+        code(&a.check("tls", &[("user", "ann")]).await),
+        Code::OverLimit
+    );
+    assert_eq!(
+        code(&b.check("tls", &[("user", "ann")]).await),
+        Code::OverLimit
+    );
 }
 
 #[tokio::test]

@@ -296,9 +296,15 @@ async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &s
     }
     let end = room_in_window(HOUR, ROOM).await;
     let answers = burst(&clients, BURST, &request("shapes", &[&[(key, "same")]])).await;
-    assert!(SystemTime::now() < end, "the burst took longer than {ROOM:?}");
+    assert!(
+        SystemTime::now() < end,
+        "the burst took longer than {ROOM:?}"
+    );
     let admitted = answers.iter().filter(|a| a.result == Ok(Code::Ok)).count();
-    let denied = answers.iter().filter(|a| a.result == Ok(Code::OverLimit)).count();
+    let denied = answers
+        .iter()
+        .filter(|a| a.result == Ok(Code::OverLimit))
+        .count();
     assert_eq!(
         (admitted, denied),
         (BURST_LIMIT, BURST - BURST_LIMIT),
@@ -309,9 +315,9 @@ async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &s
 
 macro_rules! burst_on_both_stores {
     ($name:ident, $key:literal) => {
-        on_both_stores!($name, |instance| simultaneous_burst_admits_exactly_the_limit(
-            instance, $key
-        ));
+        on_both_stores!($name, |instance| {
+            simultaneous_burst_admits_exactly_the_limit(instance, $key)
+        });
     };
 }
 burst_on_both_stores!(burst_sliding_window, "burst_sliding");

@@ -95,18 +95,26 @@ async fn directory_loads_yaml_and_yml_and_ignores_other_files() {
 #[tokio::test]
 async fn readiness_line_is_the_only_stdout_output() {
     let server = Serve::rules(RULE).start();
-    assert_eq!(server.other_stdout(), Vec::<String>::new(), "stdout before readiness");
+    assert_eq!(
+        server.other_stdout(),
+        Vec::<String>::new(),
+        "stdout before readiness"
+    );
     assert_eq!(server.get("/healthcheck").await.status, 200);
     assert_rule_loaded(&server).await;
     let finished = server.stop();
     let lines: Vec<&str> = finished.stdout.lines().collect();
     assert_eq!(lines.len(), 1, "only the readiness line: {lines:?}");
-    assert!(lines[0].starts_with("tollgate listening grpc="), "{lines:?}");
+    assert!(
+        lines[0].starts_with("tollgate listening grpc="),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
 async fn listen_addresses_from_grpc_addr_and_http_addr() {
-    let server = serve_with_listener_env(&[("GRPC_ADDR", "127.0.0.1:0"), ("HTTP_ADDR", "127.0.0.1:0")]);
+    let server =
+        serve_with_listener_env(&[("GRPC_ADDR", "127.0.0.1:0"), ("HTTP_ADDR", "127.0.0.1:0")]);
     assert!(server.addrs.on_ipv4_loopback(), "{:?}", server.addrs);
     assert_eq!(server.get("/healthcheck").await.status, 200);
     assert_rule_loaded(&server).await;
@@ -160,7 +168,10 @@ async fn precision_and_max_counters_flags_keep_exact_burst_limits() {
         let status = rls.check("cli", &[("k", &format!("other-{i}"))]).await;
         assert_limited(&status, Code::Ok, &rule, 1);
     }
-    let counters = server.metric("tollgate_counters").await.expect("tollgate_counters");
+    let counters = server
+        .metric("tollgate_counters")
+        .await
+        .expect("tollgate_counters");
     assert!(counters <= 10.0, "{counters} counters held, the cap is 10");
     let evicted = server
         .metric("tollgate_counter_evictions_total")

@@ -41,7 +41,10 @@ fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> Finished 
     let dir = ConfigDir::with_file(file_name, yaml);
     let finished = check_config(&dir.file(file_name));
     assert_config_problem(&finished, file_name, path, problem);
-    assert_eq!(finished.stdout, "", "a rejected config prints nothing on stdout");
+    assert_eq!(
+        finished.stdout, "",
+        "a rejected config prints nothing on stdout"
+    );
     finished
 }
 
@@ -82,7 +85,12 @@ descriptors:
         "descriptors[1]",
         "duplicate descriptor",
     );
-    let line = problem_line(&finished, "dup.yaml", "descriptors[1]", "duplicate descriptor");
+    let line = problem_line(
+        &finished,
+        "dup.yaml",
+        "descriptors[1]",
+        "duplicate descriptor",
+    );
     assert!(
         line.is_some_and(|l| l.contains("color") && l.contains("blue")),
         "the duplicate message names key and value: {}",
@@ -200,7 +208,12 @@ fn yaml_syntax_error_names_file_path_and_line() {
         "descriptors[0].key",
         "expected string",
     );
-    let line = problem_line(&finished, "broken.yaml", "descriptors[0].key", "expected string");
+    let line = problem_line(
+        &finished,
+        "broken.yaml",
+        "descriptors[0].key",
+        "expected string",
+    );
     assert!(
         line.is_some_and(|l| l.ends_with("(line 3 column 10)")),
         "the message ends with the line and column of the sequence: {}",

@@ -55,7 +55,11 @@ fn readiness_line_announces_loopback_ports() {
 async fn grpc_health_check_is_serving() {
     let server = Serve::rules(RULES).start();
     let mut health = HealthClient::new(server.channel().await);
-    for service in ["", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"] {
+    for service in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
         let resp = health
             .check(HealthCheckRequest {
                 service: service.to_owned(),
@@ -63,7 +67,11 @@ async fn grpc_health_check_is_serving() {
             .await
             .expect("grpc.health.v1.Health/Check")
             .into_inner();
-        assert_eq!(resp.status, ServingStatus::Serving as i32, "service {service:?}");
+        assert_eq!(
+            resp.status,
+            ServingStatus::Serving as i32,
+            "service {service:?}"
+        );
     }
 }
 
@@ -334,7 +342,8 @@ async fn a_month_is_30_days_and_a_year_365() {
         let left = |t: SystemTime| end.duration_since(t).expect("before the window's end");
         let reset = until_reset(&status);
         assert!(
-            left(after).as_secs() <= reset.as_secs() && reset <= left(before) + Duration::from_secs(1),
+            left(after).as_secs() <= reset.as_secs()
+                && reset <= left(before) + Duration::from_secs(1),
             "{key}: reset {reset:?}, but a {days}-day window ends in {:?}",
             left(after)
         );
@@ -361,7 +370,12 @@ async fn counters_beyond_max_counters_are_evicted_not_refused() {
 /// runs), and the memory held stays bounded: the cap is kept per shard, each shard's share
 /// rounded up, so below twice `cap`.
 async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
-    let metric = async |name: &str| server.metric(name).await.unwrap_or_else(|| panic!("no {name}"));
+    let metric = async |name: &str| {
+        server
+            .metric(name)
+            .await
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
     let held = metric("tollgate_counters").await;
     let evicted = metric("tollgate_counter_evictions_total").await;
     assert_eq!(metric("tollgate_counters_expired_total").await, 0.0);
@@ -370,7 +384,10 @@ async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
         created as f64,
         "{created} counters: {held} held, {evicted} evicted"
     );
-    assert!(held < (2 * cap) as f64, "{held} counters held under --max-counters {cap}");
+    assert!(
+        held < (2 * cap) as f64,
+        "{held} counters held under --max-counters {cap}"
+    );
     eprintln!("--max-counters {cap}: {held} held, {evicted} evicted of {created}");
 }
 
@@ -389,7 +406,10 @@ async fn a_unique_key_flood_stays_within_max_counters() {
     for _ in 0..5 {
         assert_eq!(code(&rls.check("api", &[("user", "full")]).await), Code::Ok);
     }
-    assert_eq!(code(&rls.check("api", &[("user", "full")]).await), Code::OverLimit);
+    assert_eq!(
+        code(&rls.check("api", &[("user", "full")]).await),
+        Code::OverLimit
+    );
 
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..4 {
@@ -397,7 +417,11 @@ async fn a_unique_key_flood_stays_within_max_counters() {
         tasks.spawn(async move {
             for i in (task..FLOOD).step_by(4) {
                 let status = rls.check("api", &[("user", &format!("flood-{i}"))]).await;
-                assert_eq!(code(&status), Code::Ok, "a fresh counter admits: {status:?}");
+                assert_eq!(
+                    code(&status),
+                    Code::Ok,
+                    "a fresh counter admits: {status:?}"
+                );
             }
         });
     }

@@ -75,7 +75,12 @@ fn decode(body: &str) -> RateLimitResponse {
 fn decode_status(doc: &Value) -> DescriptorStatus {
     let fields = object(
         doc,
-        &["code", "currentLimit", "limitRemaining", "durationUntilReset"],
+        &[
+            "code",
+            "currentLimit",
+            "limitRemaining",
+            "durationUntilReset",
+        ],
     );
     DescriptorStatus {
         code: enum_value(fields.get("code"), Code::from_str_name),
@@ -112,7 +117,10 @@ fn object<'a>(doc: &'a Value, allowed: &[&str]) -> &'a Map<String, Value> {
         .as_object()
         .unwrap_or_else(|| panic!("a JSON object: {doc}"));
     for name in fields.keys() {
-        assert!(allowed.contains(&name.as_str()), "unexpected field {name:?} in {doc}");
+        assert!(
+            allowed.contains(&name.as_str()),
+            "unexpected field {name:?} in {doc}"
+        );
     }
     fields
 }
@@ -143,7 +151,11 @@ async fn post_json(server: &Server, body: &str) -> http::Response {
 async fn decide(server: &Server, body: &str, status: u16) -> RateLimitResponse {
     let reply = post_json(server, body).await;
     assert_eq!(reply.status, status, "{body} -> {}", reply.body);
-    assert_eq!(reply.header("content-type"), Some("application/json"), "{body}");
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/json"),
+        "{body}"
+    );
     decode(&reply.body)
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tollgate_testkit::grpc::{Code, Rls, code, request};
+use tollgate_testkit::grpc::{Code, RateLimitResponse, Rls, code, request};
 use tollgate_testkit::process::Signal;
 use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
 use tollgate_testkit::wait;
@@ -45,11 +45,13 @@ fn start(config: ConfigDir, extra: &[&str]) -> Server {
 
 /// Polls until the rule for key `new` applies; returns how long it took.
 async fn await_new_rule(rls: &mut Rls) -> Duration {
-    let ((), took) = wait::until_async("the new rule applies", RELOAD_DEADLINE, async || {
-        match rls.check("ops", &[("new", "probe")]).await.current_limit {
-            Some(_) => Ok(()),
-            None => Err("no limit for `new` yet".to_owned()),
-        }
+    let ((), took) = wait::until_async("the new rule applies", RELOAD_DEADLINE, async || match rls
+        .check("ops", &[("new", "probe")])
+        .await
+        .current_limit
+    {
+        Some(_) => Ok(()),
+        None => Err("no limit for `new` yet".to_owned()),
     })
     .await;
     took
@@ -71,11 +73,22 @@ async fn await_metric(server: &Server, series: &str, want: f64) {
 async fn metrics_count_known_traffic_exactly() {
     let server = start(ConfigDir::with_file("rules.yaml", RULES), &[]);
     let mut rls = server.client().await;
-    for expected in [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit, Code::OverLimit] {
+    for expected in [
+        Code::Ok,
+        Code::Ok,
+        Code::Ok,
+        Code::OverLimit,
+        Code::OverLimit,
+    ] {
         assert_eq!(code(&rls.check("ops", &[("user", "ann")]).await), expected);
     }
-    assert_eq!(rls.check("ops", &[("nobody", "x")]).await.current_limit, None);
-    let series = |name: &str| format!(r#"ratelimit_service_rate_limit_{name}{{domain="ops",key1="user",key2=""}}"#);
+    assert_eq!(
+        rls.check("ops", &[("nobody", "x")]).await.current_limit,
+        None
+    );
+    let series = |name: &str| {
+        format!(r#"ratelimit_service_rate_limit_{name}{{domain="ops",key1="user",key2=""}}"#)
+    };
     assert_eq!(server.metric(&series("total_hits")).await, Some(5.0));
     assert_eq!(server.metric(&series("within_limit")).await, Some(3.0));
     assert_eq!(server.metric(&series("over_limit")).await, Some(2.0));
@@ -109,9 +122,21 @@ async fn detailed_metric_labels_series_with_request_values() {
     let series = |name: &str, key1: &str| {
         format!(r#"ratelimit_service_rate_limit_{name}{{domain="ops",key1="{key1}",key2=""}}"#)
     };
-    for (name, a, b) in [("total_hits", 3.0, 1.0), ("within_limit", 2.0, 1.0), ("over_limit", 1.0, 0.0)] {
-        assert_eq!(server.metric(&series(name, "detail_a")).await, Some(a), "{name} of a");
-        assert_eq!(server.metric(&series(name, "detail_b")).await, Some(b), "{name} of b");
+    for (name, a, b) in [
+        ("total_hits", 3.0, 1.0),
+        ("within_limit", 2.0, 1.0),
+        ("over_limit", 1.0, 0.0),
+    ] {
+        assert_eq!(
+            server.metric(&series(name, "detail_a")).await,
+            Some(a),
+            "{name} of a"
+        );
+        assert_eq!(
+            server.metric(&series(name, "detail_b")).await,
+            Some(b),
+            "{name} of b"
+        );
     }
     let rule_level = server.metric(&series("total_hits", "detail")).await;
     assert!(
@@ -203,7 +228,10 @@ async fn a_reload_under_many_concurrent_callers_answers_from_old_or_new_rules() 
     }
     let mut rls = server.client().await;
     assert_eq!(
-        rls.check("swap", &[("k", "probe")]).await.current_limit.map(|l| l.name),
+        rls.check("swap", &[("k", "probe")])
+            .await
+            .current_limit
+            .map(|l| l.name),
         Some("old".to_owned())
     );
     std::fs::write(&file, new).expect("rewrite the rules");
@@ -250,6 +278,15 @@ async fn an_invalid_change_keeps_the_old_rules_and_is_counted() {
     );
 }
 
+/// The headers a response asks Envoy to add, as (name, value).
+fn headers_to_add(response: &RateLimitResponse) -> Vec<(&str, &str)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect()
+}
+
 #[tokio::test]
 async fn reference_and_draft_response_headers() {
     let server = start(
@@ -260,13 +297,8 @@ async fn reference_and_draft_response_headers() {
     let response = rls
         .ok(request("ops", &[&[("user", "h")], &[("load", "h")]]))
         .await;
-    let headers: Vec<_> = response
-        .response_headers_to_add
-        .iter()
-        .map(|h| (h.key.as_str(), h.value.as_str()))
-        .collect();
     assert_eq!(
-        headers,
+        headers_to_add(&response),
         [
             ("RateLimit-Limit", "3"),
             ("RateLimit-Remaining", "2"),
@@ -284,13 +316,8 @@ async fn reference_and_draft_response_headers() {
     );
     let mut rls = draft.client().await;
     let response = rls.ok(request("ops", &[&[("user", "h")]])).await;
-    let headers: Vec<_> = response
-        .response_headers_to_add
-        .iter()
-        .map(|h| (h.key.as_str(), h.value.as_str()))
-        .collect();
     assert_eq!(
-        headers,
+        headers_to_add(&response),
         [
             ("RateLimit-Policy", "\"descriptor-0\";q=3;w=60"),
             ("RateLimit", "\"descriptor-0\";r=2;t=60")
@@ -311,12 +338,14 @@ async fn sigterm_fails_health_first_and_keeps_answering_until_it_stops() {
     let mut health = HealthClient::new(server.channel().await);
     assert_eq!(server.get("/healthcheck").await.status, 200);
     server.signal(Signal::Term);
-    wait::until_async("/healthcheck failing", Duration::from_secs(10), async || {
-        match server.get("/healthcheck").await {
+    wait::until_async(
+        "/healthcheck failing",
+        Duration::from_secs(10),
+        async || match server.get("/healthcheck").await {
             resp if resp.status == 500 => Ok(resp),
             resp => Err(format!("{resp:?}")),
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(server.get("/healthcheck").await.body, "draining");
     for service in ["", "ratelimit"] {

@@ -54,8 +54,10 @@ pub async fn steady_overload(
     let rate = u32::try_from(limit * factor).expect("a rate that fits in u32");
     let total = u64::from(rate) * u64::from(windows);
 
-    let mut ticker =
-        tokio::time::interval_at(tokio::time::Instant::now() + nanos(start_ns - now), window / rate);
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::now() + nanos(start_ns - now),
+        window / rate,
+    );
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let req = request(domain, &[entries]);
     let mut tasks = JoinSet::new();

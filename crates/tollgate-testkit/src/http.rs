@@ -50,17 +50,27 @@ pub async fn get(addr: SocketAddr, path: &str) -> Response {
 
 /// `GET path` with extra headers; panics on any failure.
 pub async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
-    send(addr, Method::GET, path, headers, "")
-        .await
-        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+    expect(addr, Method::GET, path, headers, "").await
 }
 
 /// `POST path` with a JSON body; panics on any failure.
 pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Response {
     let headers = [("content-type", "application/json")];
-    send(addr, Method::POST, path, &headers, body)
+    expect(addr, Method::POST, path, &headers, body).await
+}
+
+/// [`send`], panicking on any failure.
+async fn expect(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response {
+    let what = format!("{method} http://{addr}{path}");
+    send(addr, method, path, headers, body)
         .await
-        .unwrap_or_else(|e| panic!("POST http://{addr}{path} {body}: {e}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// One request on a fresh connection; the failure as a message.

@@ -11,10 +11,17 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     /// A sliding window of `precision` sub-windows.
-    Sliding { window: Duration, precision: u32 },
-    Fixed { window: Duration },
+    Sliding {
+        window: Duration,
+        precision: u32,
+    },
+    Fixed {
+        window: Duration,
+    },
     /// A token or leaky bucket: both keep one GCRA state.
-    Bucket { window: Duration },
+    Bucket {
+        window: Duration,
+    },
 }
 
 impl Shape {
@@ -41,7 +48,12 @@ impl fmt::Display for Shape {
 
 /// The Redis key of the counter for `entries` in `domain` under limits of `shapes`.
 /// Only components that need no escaping are supported (asserted).
-pub fn counter_key(prefix: &str, domain: &str, entries: &[(&str, &str)], shapes: &[Shape]) -> String {
+pub fn counter_key(
+    prefix: &str,
+    domain: &str,
+    entries: &[(&str, &str)],
+    shapes: &[Shape],
+) -> String {
     let special = |s: &str| s.contains(['%', '|', '=', '#', '{', '}']);
     assert!(
         !special(domain) && entries.iter().all(|(k, v)| !special(k) && !special(v)),
@@ -67,7 +79,10 @@ mod tests {
             counter_key("p:", "rl", &[("user", "ann")], &[Shape::sliding(minute)]),
             "p:{rl|user=ann#s60000000000.10}"
         );
-        let shapes = [Shape::Fixed { window: minute }, Shape::Bucket { window: minute }];
+        let shapes = [
+            Shape::Fixed { window: minute },
+            Shape::Bucket { window: minute },
+        ];
         assert_eq!(
             counter_key("", "d", &[("a", "1"), ("b", "2")], &shapes),
             "{d|a=1|b=2#f60000000000,g60000000000}"

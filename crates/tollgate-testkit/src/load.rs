@@ -59,7 +59,11 @@ pub async fn round_robin(
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let n = clients.len();
-        out.push(timed_check(&mut clients[i % n], domain, entries).await.result);
+        out.push(
+            timed_check(&mut clients[i % n], domain, entries)
+                .await
+                .result,
+        );
     }
     out
 }
@@ -83,7 +87,10 @@ pub async fn await_exact_limiting(
     timeout: Duration,
     mut value: impl FnMut(usize) -> String,
 ) -> (Duration, usize) {
-    let what = format!("exact limiting of `{key}` across {} instances", clients.len());
+    let what = format!(
+        "exact limiting of `{key}` across {} instances",
+        clients.len()
+    );
     let mut round = 0;
     let want = exactly(limit, 2);
     let (rounds, took) = wait::until_async(&what, timeout, async || {
@@ -125,8 +132,14 @@ pub struct Load {
     driver: JoinHandle<()>,
 }
 
+/// Answers [`Load::start`] waits for before it returns: the load is running.
+const FIRST_ANSWERS: usize = 50;
+/// How long the first answers may take.
+const FIRST_ANSWERS_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Load {
-    pub fn start(
+    /// Starts the load and returns once its first answers are in.
+    pub async fn start(
         clients: &[Rls],
         domain: &str,
         key: &str,
@@ -159,19 +172,29 @@ impl Load {
                 while tasks.join_next().await.is_some() {}
             })
         };
-        Self {
+        let load = Self {
             stop,
             answers,
             driver,
-        }
+        };
+        load.await_answers_since(SystemTime::UNIX_EPOCH, FIRST_ANSWERS, FIRST_ANSWERS_TIMEOUT)
+            .await;
+        load
     }
 
     /// Waits until at least `n` requests sent at or after `since` have been answered.
     pub async fn await_answers_since(&self, since: SystemTime, n: usize, timeout: Duration) {
         let what = format!("{n} answers of the background load");
         wait::until_async(&what, timeout, async || {
-            let got = lock(&self.answers).iter().filter(|a| a.sent >= since).count();
-            if got >= n { Ok(()) } else { Err(format!("{got} answers")) }
+            let got = lock(&self.answers)
+                .iter()
+                .filter(|a| a.sent >= since)
+                .count();
+            if got >= n {
+                Ok(())
+            } else {
+                Err(format!("{got} answers"))
+            }
         })
         .await;
     }
@@ -189,7 +212,9 @@ impl Load {
 
 fn lock(answers: &Mutex<Vec<Answer>>) -> std::sync::MutexGuard<'_, Vec<Answer>> {
     // A task that panicked while pushing left a complete vector behind.
-    answers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    answers
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Closed-loop load, as the benchmark drives it: each of `callers` (a client and a
@@ -210,8 +235,7 @@ where
             let mut answers = Vec::new();
             while tokio::time::Instant::now() < end {
                 let started = tokio::time::Instant::now();
-                let Ok(answer) = tokio::time::timeout_at(end, timed(&mut rls, next())).await
-                else {
+                let Ok(answer) = tokio::time::timeout_at(end, timed(&mut rls, next())).await else {
                     break;
                 };
                 if started >= measure_from {

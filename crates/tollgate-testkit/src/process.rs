@@ -404,3 +404,71 @@ impl Drop for Process {
 pub fn run(name: &str, command: Command, timeout: Duration) -> Result<Finished, Error> {
     Process::start(name, command)?.wait_exit(timeout)
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Set in the environment of the helper run of [`children_die_with_the_test_process`].
+    const HELPER: &str = "TESTKIT_ORPHAN_HELPER";
+
+    fn sleeper() -> Command {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("300");
+        cmd
+    }
+
+    fn alive(pid: u32) -> bool {
+        let pid = libc::pid_t::try_from(pid).expect("a pid fits in pid_t");
+        // SAFETY: signal 0 only checks that the process exists.
+        unsafe { libc::kill(pid, 0) == 0 }
+    }
+
+    /// The thread that asks for a child may end at once (each test runs on a thread of
+    /// its own): the child must not die with it.
+    #[test]
+    fn a_child_outlives_the_thread_that_asked_for_it() {
+        let mut child = std::thread::spawn(|| Process::start("sleep", sleeper()))
+            .join()
+            .expect("the asking thread")
+            .expect("start sleep");
+        assert_eq!(child.wait_timeout(Duration::from_millis(300)), None);
+    }
+
+    /// A test binary that dies without running a destructor (here: abort) takes its
+    /// children with it. The test re-runs itself as the helper that spawns and aborts.
+    #[test]
+    fn children_die_with_the_test_process() {
+        if std::env::var_os(HELPER).is_some() {
+            let child = Process::start("sleep", sleeper()).expect("start sleep");
+            println!("child pid {}", child.pid());
+            std::process::abort();
+        }
+        let mut helper = Command::new(std::env::current_exe().expect("the test binary"));
+        helper
+            .args([
+                "--exact",
+                "process::tests::children_die_with_the_test_process",
+            ])
+            .args(["--nocapture", "--test-threads", "1"])
+            .env(HELPER, "1");
+        let finished = run("helper", helper, Duration::from_secs(30)).expect("run the helper");
+        assert!(
+            !finished.status.success(),
+            "the helper aborts: {finished:?}"
+        );
+        let pid: u32 = finished
+            .stdout
+            .lines()
+            .find_map(|l| l.split("child pid ").nth(1))
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("no child pid from the helper: {finished:?}"));
+        crate::wait::until("the orphan to die", Duration::from_secs(10), || {
+            if alive(pid) {
+                Err(format!("pid {pid} alive"))
+            } else {
+                Ok(())
+            }
+        });
+    }
+}

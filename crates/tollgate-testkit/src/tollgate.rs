@@ -10,11 +10,11 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{Error, loopback};
 use crate::grpc::Rls;
 use crate::http;
 use crate::process::{self, Finished, NoLine, Process, Signal};
 use crate::wait;
+use crate::{Error, loopback};
 
 /// How long a server may take to print its readiness line.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -202,7 +202,7 @@ impl Serve {
 
     /// Starts the server and waits until it is ready; panics with its output if it is not.
     pub fn start(self) -> Server {
-        self.try_start().unwrap_or_else(|exit| fail_start(exit))
+        self.try_start().unwrap_or_else(|exit| fail_start(&exit))
     }
 
     /// Starts the server and waits until it is ready, or returns how it exited.
@@ -221,9 +221,7 @@ impl Serve {
     /// Starts the server and waits until `/healthcheck/store` says its store is connected.
     pub async fn start_connected(self) -> Server {
         let server = self.start();
-        server
-            .await_store_health(200, STORE_CONNECT_TIMEOUT)
-            .await;
+        server.await_store_health(200, STORE_CONNECT_TIMEOUT).await;
         server
     }
 }
@@ -237,7 +235,7 @@ pub fn start_all_without_store(serves: impl IntoIterator<Item = Serve>) -> Vec<S
         .collect();
     starting
         .into_iter()
-        .map(|s| s.ready().unwrap_or_else(|exit| fail_start(exit)))
+        .map(|s| s.ready().unwrap_or_else(|exit| fail_start(&exit)))
         .collect()
 }
 
@@ -301,7 +299,7 @@ pub fn parse_ready_line(line: &str) -> Option<Listening> {
 }
 
 /// Panics with the output of a server that exited before it was ready.
-fn fail_start(exit: Box<Finished>) -> ! {
+fn fail_start(exit: &Finished) -> ! {
     panic!(
         "tollgate exited before it was ready ({}); stdout:\n{}stderr:\n{}",
         exit.status, exit.stdout, exit.stderr
@@ -380,13 +378,12 @@ impl Server {
     /// Polls `/healthcheck/store` until it answers `want`; returns how long it took.
     pub async fn await_store_health(&self, want: u16, timeout: Duration) -> Duration {
         let what = format!("/healthcheck/store answering {want}");
-        let ((), took) = wait::until_async(&what, timeout, async || {
-            match self.store_health().await {
+        let ((), took) =
+            wait::until_async(&what, timeout, async || match self.store_health().await {
                 status if status == want => Ok(()),
                 status => Err(format!("it answers {status}")),
-            }
-        })
-        .await;
+            })
+            .await;
         took
     }
 

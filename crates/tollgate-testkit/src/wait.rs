@@ -46,7 +46,10 @@ pub async fn until_async<T>(
 /// window wherever the wall clock is; returns that window's end. (Tollgate aligns fixed
 /// windows to the epoch.)
 pub async fn room_in_window(window: Duration, needed: Duration) -> SystemTime {
-    assert!(needed < window, "{needed:?} never fits in a window of {window:?}");
+    assert!(
+        needed < window,
+        "{needed:?} never fits in a window of {window:?}"
+    );
     let now = SystemTime::now();
     let into = now
         .duration_since(UNIX_EPOCH)

