@@ -4,48 +4,44 @@
 use tollgate_testkit::process::Finished;
 use tollgate_testkit::tollgate::{ConfigDir, Serve, check_config};
 
-/// Asserts the process exited with code 1 and that one stderr line reports `problem` for
-/// `file_name` at `path` (in the form `FILE: PATH: PROBLEM`).
-fn assert_config_problem(finished: &Finished, file_name: &str, path: &str, problem: &str) {
+/// Asserts the process exited with code 1 and that a stderr line reports `problem` (the
+/// start of the message) for `file_name` at `path`, as `…/FILE: PATH: PROBLEM…`; returns
+/// that line.
+fn assert_config_problem<'a>(
+    finished: &'a Finished,
+    file_name: &str,
+    path: &str,
+    problem: &str,
+) -> &'a str {
     assert_eq!(
         finished.status.code(),
         Some(1),
         "expected exit code 1; stderr:\n{}",
         finished.stderr
     );
-    assert!(
-        problem_line(finished, file_name, path, problem).is_some(),
-        "no stderr line reports `{file_name}: {path}: {problem}`; stderr:\n{}",
-        finished.stderr
-    );
-}
-
-/// The stderr line that reports `problem` (the start of the message) for `file_name` at
-/// `path`.
-fn problem_line<'a>(
-    finished: &'a Finished,
-    file_name: &str,
-    path: &str,
-    problem: &str,
-) -> Option<&'a str> {
     let wanted = format!("/{file_name}: {path}: {problem}");
     finished
-        .stderr_lines()
-        .into_iter()
+        .stderr
+        .lines()
         .find(|line| line.contains(&wanted))
+        .unwrap_or_else(|| {
+            panic!(
+                "no stderr line reports `{wanted}`; stderr:\n{}",
+                finished.stderr
+            )
+        })
 }
 
-/// Writes `yaml` as `file_name`, runs `check-config` on it and asserts the
-/// problem is reported; returns the run for further checks.
-fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> Finished {
+/// Writes `yaml` as `file_name`, runs `check-config` on it and asserts the problem is
+/// reported; returns the line that reports it.
+fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> String {
     let dir = ConfigDir::with_file(file_name, yaml);
     let finished = check_config(&dir.file(file_name));
-    assert_config_problem(&finished, file_name, path, problem);
     assert_eq!(
         finished.stdout, "",
         "a rejected config prints nothing on stdout"
     );
-    finished
+    assert_config_problem(&finished, file_name, path, problem).to_owned()
 }
 
 #[test]
@@ -70,7 +66,7 @@ fn empty_key() {
 
 #[test]
 fn duplicate_key_and_value_at_one_level() {
-    let finished = rejected(
+    let line = rejected(
         "dup.yaml",
         r#"
 domain: d
@@ -85,16 +81,9 @@ descriptors:
         "descriptors[1]",
         "duplicate descriptor",
     );
-    let line = problem_line(
-        &finished,
-        "dup.yaml",
-        "descriptors[1]",
-        "duplicate descriptor",
-    );
     assert!(
-        line.is_some_and(|l| l.contains("color") && l.contains("blue")),
-        "the duplicate message names key and value: {}",
-        finished.stderr
+        line.contains("color") && line.contains("blue"),
+        "the duplicate message names key and value: {line}"
     );
 }
 
@@ -133,22 +122,15 @@ fn invalid_unit() {
 
 #[test]
 fn unknown_field() {
-    let finished = rejected(
+    let line = rejected(
         "unknown.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requestsperunit: 1\n",
         "descriptors[0].rate_limit.requestsperunit",
         "unknown field `requestsperunit`",
     );
-    let line = problem_line(
-        &finished,
-        "unknown.yaml",
-        "descriptors[0].rate_limit.requestsperunit",
-        "unknown field",
-    );
     assert!(
-        line.is_some_and(|l| l.contains("requests_per_unit") && l.ends_with("(line 6 column 7)")),
-        "the message lists the known fields and the position: {}",
-        finished.stderr
+        line.contains("requests_per_unit") && line.ends_with("(line 6 column 7)"),
+        "the message lists the known fields and the position: {line}"
     );
 }
 
@@ -202,22 +184,15 @@ descriptors:
 
 #[test]
 fn yaml_syntax_error_names_file_path_and_line() {
-    let finished = rejected(
+    let line = rejected(
         "broken.yaml",
         "domain: d\ndescriptors:\n  - key: [unclosed\n",
         "descriptors[0].key",
         "expected string",
     );
-    let line = problem_line(
-        &finished,
-        "broken.yaml",
-        "descriptors[0].key",
-        "expected string",
-    );
     assert!(
-        line.is_some_and(|l| l.ends_with("(line 3 column 10)")),
-        "the message ends with the line and column of the sequence: {}",
-        finished.stderr
+        line.ends_with("(line 3 column 10)"),
+        "the message ends with the line and column of the sequence: {line}"
     );
 }
 
