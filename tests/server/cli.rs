@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use tollgate_testkit::grpc::{Code, Unit, assert_limited, limit};
+
+use crate::grpc_api::assert_counters_accounted;
 use tollgate_testkit::tollgate::{ConfigDir, Serve, Server, check_config, command};
 
 const RULE: &str = "domain: cli\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2, name: cli_rule}\n";
@@ -168,17 +170,5 @@ async fn precision_and_max_counters_flags_keep_exact_burst_limits() {
         let status = rls.check("cli", &[("k", &format!("other-{i}"))]).await;
         assert_limited(&status, Code::Ok, &rule, 1);
     }
-    let counters = server
-        .metric("tollgate_counters")
-        .await
-        .expect("tollgate_counters");
-    assert!(counters <= 10.0, "{counters} counters held, the cap is 10");
-    let evicted = server
-        .metric("tollgate_counter_evictions_total")
-        .await
-        .expect("tollgate_counter_evictions_total");
-    assert!(
-        evicted >= 21.0,
-        "31 counters under a cap of 10: at least 21 evictions, got {evicted}"
-    );
+    assert_counters_accounted(&server, 10, 31).await;
 }

@@ -369,7 +369,7 @@ async fn counters_beyond_max_counters_are_evicted_not_refused() {
 /// Every counter `created` is either held or was evicted (none expires while a test
 /// runs), and the memory held stays bounded: the cap is kept per shard, each shard's share
 /// rounded up, so below twice `cap`.
-async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
+pub async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
     let metric = async |name: &str| {
         server
             .metric(name)
