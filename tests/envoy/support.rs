@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tollgate_testkit::envoy::{Envoy, Params, Upstream, render, upstream};
 use tollgate_testkit::http;
+use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::tollgate::Serve;
 
 /// The example Envoy configuration.
@@ -23,6 +24,16 @@ pub const KEY_LIMIT: usize = 3;
 pub const KEY_POLICY: &str = "3;w=60;name=\"per-api-key\"";
 /// The length of the example rules' fixed window.
 pub const MINUTE: Duration = Duration::from_secs(60);
+
+/// The Redis key of the example's `api_key` counter for `key` (fixed one-minute window).
+pub fn api_key_counter(key: &str) -> String {
+    counter_key(
+        "",
+        "edge",
+        &[("api_key", key)],
+        &[Shape::Fixed { window: MINUTE }],
+    )
+}
 
 /// Tollgate serving the example rules.
 pub fn tollgate() -> Serve {
