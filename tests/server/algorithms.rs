@@ -11,6 +11,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use tollgate_testkit::grpc::{
     Code, DescriptorStatus, RateLimitRequest, Rls, Unit, code, descriptor, request, until_reset,
 };
+use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::load::{burst, tally};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::{Serve, Server};
@@ -45,20 +46,21 @@ descriptors:
 "#;
 
 const HOUR: Duration = Duration::from_secs(3_600);
+const DAY: Duration = Duration::from_secs(86_400);
 /// Far longer than any sequence of a few calls takes, even on a loaded machine.
 const ROOM: Duration = Duration::from_secs(30);
 
 /// A Tollgate on one store; the Redis server (if any) lives as long as it.
 struct Instance {
     server: Server,
-    _redis: Option<RedisServer>,
+    redis: Option<RedisServer>,
 }
 
 impl Instance {
     fn memory() -> Self {
         Self {
             server: Serve::rules(RULES).start(),
-            _redis: None,
+            redis: None,
         }
     }
 
@@ -72,7 +74,7 @@ impl Instance {
             .start();
         Self {
             server,
-            _redis: Some(redis),
+            redis: Some(redis),
         }
     }
 
@@ -288,8 +290,9 @@ const BURST: usize = 25;
 const BURST_LIMIT: usize = 5;
 
 /// A burst of simultaneous requests for one counter admits exactly the limit: the
-/// store's check-and-count is atomic however the requests interleave.
-async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &str) {
+/// store's check-and-count is atomic however the requests interleave. On Redis, the
+/// counter is the one key of its limit's shape.
+async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &str, shape: Shape) {
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(instance.client().await);
@@ -311,16 +314,32 @@ async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &s
         "{key}: {:?}",
         tally(&answers)
     );
+    if let Some(redis) = &instance.redis {
+        let counter = counter_key("", "shapes", &[(key, "same")], &[shape]);
+        assert_eq!(redis.keys("*"), [counter]);
+    }
 }
 
 macro_rules! burst_on_both_stores {
-    ($name:ident, $key:literal) => {
+    ($name:ident, $key:literal, $shape:expr) => {
         on_both_stores!($name, |instance| {
-            simultaneous_burst_admits_exactly_the_limit(instance, $key)
+            simultaneous_burst_admits_exactly_the_limit(instance, $key, $shape)
         });
     };
 }
-burst_on_both_stores!(burst_sliding_window, "burst_sliding");
-burst_on_both_stores!(burst_fixed_window, "burst_fixed");
-burst_on_both_stores!(burst_token_bucket, "burst_token");
-burst_on_both_stores!(burst_leaky_bucket, "burst_leaky");
+burst_on_both_stores!(burst_sliding_window, "burst_sliding", Shape::sliding(HOUR));
+burst_on_both_stores!(
+    burst_fixed_window,
+    "burst_fixed",
+    Shape::Fixed { window: HOUR }
+);
+burst_on_both_stores!(
+    burst_token_bucket,
+    "burst_token",
+    Shape::Bucket { window: DAY }
+);
+burst_on_both_stores!(
+    burst_leaky_bucket,
+    "burst_leaky",
+    Shape::Bucket { window: DAY }
+);

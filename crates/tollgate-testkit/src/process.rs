@@ -285,10 +285,6 @@ impl Process {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
