@@ -8,9 +8,12 @@ use tollgate_testkit::tollgate::Serve;
 const RULES: &str =
     "domain: tls\ndescriptors:\n  - {key: user, rate_limit: {unit: hour, requests_per_unit: 2}}\n";
 
-/// Tollgate on the TLS Redis at `url`, failing requests when the store fails.
+/// Tollgate on the TLS Redis at `url`, failing requests when the store fails, with a
+/// store timeout long enough for a loaded machine.
 fn serve(url: &str) -> Serve {
-    Serve::rules(RULES).args(["--redis-url", url, "--on-store-error", "error"])
+    Serve::rules(RULES)
+        .args(["--redis-url", url, "--on-store-error", "error"])
+        .args(["--store-timeout", "1s"])
 }
 
 #[tokio::test]

@@ -138,9 +138,18 @@ impl OverloadRun {
         self.admissions().count() as u64
     }
 
-    /// Admissions per window, averaged over the whole run.
+    /// Admissions certainly decided inside the run's windows: sent and answered in them.
+    /// (A client that falls behind its pace sends some requests after the run.)
+    pub fn admitted_within_run(&self) -> u64 {
+        let windows = i128::from(self.windows);
+        self.admissions()
+            .filter(|a| self.window_of(a.sent) >= 0 && self.window_of(a.received) < windows)
+            .count() as u64
+    }
+
+    /// Admissions per window, averaged over the run's windows.
     pub fn long_run_average(&self) -> f64 {
-        self.admitted() as f64 / f64::from(self.windows)
+        self.admitted_within_run() as f64 / f64::from(self.windows)
     }
 
     /// The share of what the limit allows over the run that was admitted.
