@@ -81,6 +81,7 @@ struct Args {
     bench: bool,
 }
 
+/// Which servers to benchmark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Only {
     Tollgate,
@@ -171,24 +172,21 @@ enum ServerProcess {
         process: Process,
         grpc_addr: SocketAddr,
     },
-    Tollgate {
-        server: tollgate::Server,
-        _rules: tempfile::TempDir,
-    },
+    Tollgate(tollgate::Server),
 }
 
 impl ServerProcess {
     fn pid(&self) -> u32 {
         match self {
             ServerProcess::Noop { process, .. } => process.pid(),
-            ServerProcess::Tollgate { server, .. } => server.pid(),
+            ServerProcess::Tollgate(server) => server.pid(),
         }
     }
 
     fn grpc_addr(&self) -> SocketAddr {
         match self {
             ServerProcess::Noop { grpc_addr, .. } => *grpc_addr,
-            ServerProcess::Tollgate { server, .. } => server.grpc_addr(),
+            ServerProcess::Tollgate(server) => server.grpc_addr(),
         }
     }
 }
@@ -222,10 +220,9 @@ fn start_tollgate(args: &Args) -> Result<ServerProcess> {
         )
         .into());
     }
-    let rules_dir = tempfile::tempdir()?;
-    let rules = rules_dir.path().join("rules.yaml");
-    std::fs::write(&rules, rules_yaml(args.limit))?;
-    let server = tollgate::Serve::with_binary(&binary, &rules)
+    let rules = tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit));
+    let server = tollgate::Serve::with_binary(&binary, &rules.file("rules.yaml"))
+        .keep(rules)
         .args(&args.tollgate_args)
         .spawn()?
         .ready()
@@ -235,10 +232,7 @@ fn start_tollgate(args: &Args) -> Result<ServerProcess> {
                 exit.status, exit.stderr
             )
         })?;
-    Ok(ServerProcess::Tollgate {
-        server,
-        _rules: rules_dir,
-    })
+    Ok(ServerProcess::Tollgate(server))
 }
 
 /// `user` gets the configured limit; `hot` allows 1/s so hot traffic is
@@ -341,6 +335,7 @@ struct Workload {
     concurrency: u64,
 }
 
+/// What one server did during the measured interval.
 struct Measurement {
     stats: Stats,
     cpu_us: f64,
@@ -454,6 +449,7 @@ fn unit_interval(x: u64) -> f64 {
 // Driver and report
 // ---------------------------------------------------------------------------
 
+/// One line of the report.
 struct Row {
     name: &'static str,
     rps: f64,

@@ -102,6 +102,7 @@ pub struct Lines {
     shared: Arc<(Mutex<Captured>, Condvar)>,
 }
 
+/// What the reader thread has collected so far.
 #[derive(Default)]
 struct Captured {
     lines: Vec<String>,
