@@ -9,23 +9,24 @@
 //! Run: `cargo bench --bench load -- [OPTIONS]` (`--help` lists them).
 
 use std::error::Error;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tollgate_testkit::grpc::Rls;
+use tollgate_testkit::load::{Answer, closed_loop, percentile};
+use tollgate_testkit::process::Process;
+use tollgate_testkit::tollgate;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 
@@ -34,15 +35,17 @@ type Result<T, E = BoxError> = std::result::Result<T, E>;
 
 /// How long a server may take to print its "listening" line.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The start of the no-op server's readiness line.
+const NOOP_READY: &str = "noop listening ";
 /// Number of distinct over-limit values (`hot-0..hot-9`).
 const HOT_VALUES: u64 = 10;
 
 #[derive(Parser, Debug)]
 #[command(about = "Load benchmark: Tollgate vs a no-op rate-limit service")]
 struct Args {
-    /// Path to the tollgate binary.
-    #[arg(long, default_value = "target/release/tollgate")]
-    tollgate: PathBuf,
+    /// Path to the tollgate binary [default: the one built with this benchmark].
+    #[arg(long)]
+    tollgate: Option<PathBuf>,
     /// Extra argument for `tollgate serve` (repeatable).
     #[arg(long = "tollgate-arg", allow_hyphen_values = true)]
     tollgate_args: Vec<String>,
@@ -78,6 +81,7 @@ struct Args {
     bench: bool,
 }
 
+/// Which servers to benchmark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Only {
     Tollgate,
@@ -138,7 +142,6 @@ impl RateLimitService for NoopService {
 }
 
 fn run_noop_server() -> Result<()> {
-    exit_when_stdin_closes();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -147,7 +150,7 @@ fn run_noop_server() -> Result<()> {
             TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?.with_nodelay(Some(true));
         let addr = incoming.local_addr()?;
         let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "noop listening grpc={addr}")?;
+        writeln!(stdout, "{NOOP_READY}grpc={addr}")?;
         stdout.flush()?;
         drop(stdout);
         Server::builder()
@@ -158,63 +161,78 @@ fn run_noop_server() -> Result<()> {
     })
 }
 
-/// The parent holds our stdin open; EOF means it is gone (even if it was
-/// SIGKILLed and its guard never ran), so we must not linger.
-fn exit_when_stdin_closes() {
-    std::thread::spawn(|| {
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        std::process::exit(0);
-    });
-}
-
 // ---------------------------------------------------------------------------
 // Server processes (parent side)
 // ---------------------------------------------------------------------------
 
-/// A running server process; killed when dropped, so errors and panics
-/// never leave it behind.
-struct ServerProcess {
-    child: Child,
-    pid: u32,
-    grpc_addr: SocketAddr,
-    /// Kept open so the no-op server notices when we go away.
-    _stdin: Option<ChildStdin>,
-    /// Holds the rules and stderr files; removed after the kill.
-    _dir: tempfile::TempDir,
+/// A server under load: the no-op one or Tollgate, both killed when dropped (and when
+/// this process dies: the testkit spawns them so).
+enum ServerProcess {
+    Noop {
+        process: Process,
+        grpc_addr: SocketAddr,
+    },
+    Tollgate(tollgate::Server),
 }
 
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl ServerProcess {
+    fn pid(&self) -> u32 {
+        match self {
+            ServerProcess::Noop { process, .. } => process.pid(),
+            ServerProcess::Tollgate(server) => server.pid(),
+        }
+    }
+
+    fn grpc_addr(&self) -> SocketAddr {
+        match self {
+            ServerProcess::Noop { grpc_addr, .. } => *grpc_addr,
+            ServerProcess::Tollgate(server) => server.grpc_addr(),
+        }
     }
 }
 
 fn start_noop() -> Result<ServerProcess> {
-    let dir = tempfile::tempdir()?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("--noop-server");
-    spawn_server(cmd, dir, "noop listening ")
+    let process = Process::start("noop server", cmd)?;
+    let line = process
+        .stdout()
+        .wait_for(|l| l.starts_with(NOOP_READY), STARTUP_TIMEOUT)
+        .map_err(|why| {
+            format!(
+                "noop server not ready ({why:?}); stderr:\n{}",
+                process.stderr().text()
+            )
+        })?;
+    let grpc_addr = parse_grpc_addr(&line)?;
+    Ok(ServerProcess::Noop { process, grpc_addr })
 }
 
 fn start_tollgate(args: &Args) -> Result<ServerProcess> {
-    if !args.tollgate.is_file() {
+    let binary = match &args.tollgate {
+        Some(path) => path.clone(),
+        None => tollgate::binary()?,
+    };
+    if !binary.is_file() {
         return Err(format!(
             "tollgate binary not found at {} (run `cargo build --release` or pass --tollgate)",
-            args.tollgate.display()
+            binary.display()
         )
         .into());
     }
-    let dir = tempfile::tempdir()?;
-    let rules = dir.path().join("rules.yaml");
-    std::fs::write(&rules, rules_yaml(args.limit))?;
-    let mut cmd = Command::new(&args.tollgate);
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(&rules)
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .args(&args.tollgate_args);
-    spawn_server(cmd, dir, "tollgate listening ")
+    let rules = tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit));
+    let server = tollgate::Serve::with_binary(&binary, &rules.file("rules.yaml"))
+        .keep(rules)
+        .args(&args.tollgate_args)
+        .spawn()?
+        .ready()
+        .map_err(|exit| {
+            format!(
+                "tollgate exited ({}) before listening; stderr:\n{}",
+                exit.status, exit.stderr
+            )
+        })?;
+    Ok(ServerProcess::Tollgate(server))
 }
 
 /// `user` gets the configured limit; `hot` allows 1/s so hot traffic is
@@ -232,85 +250,12 @@ fn rules_yaml(limit: u32) -> String {
     .join("\n")
 }
 
-/// Spawns `cmd` and waits for its `<prefix>grpc=ADDR ...` line. Stderr goes
-/// to a file (a pipe nobody drains could block a chatty server) and is
-/// quoted if the process dies before it is ready.
-fn spawn_server(mut cmd: Command, dir: tempfile::TempDir, prefix: &str) -> Result<ServerProcess> {
-    let stderr_path = dir.path().join("stderr.log");
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(File::create(&stderr_path)?);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
-    let stdin = child.stdin.take();
-    let lines = child.stdout.take().map(forward_first_line);
-    let mut server = ServerProcess {
-        pid: child.id(),
-        child,
-        grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        _stdin: stdin,
-        _dir: dir,
-    };
-    let line = wait_for_line(&mut server.child, lines, &stderr_path)?;
-    server.grpc_addr = parse_grpc_addr(&line, prefix)?;
-    Ok(server)
-}
-
-/// Reads stdout on a thread: sends the first line, then keeps draining so
-/// later prints never fail with a broken pipe.
-fn forward_first_line(stdout: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        if matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
-            let _ = tx.send(line.trim_end().to_owned());
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        }
-    });
-    rx
-}
-
-fn wait_for_line(
-    child: &mut Child,
-    lines: Option<mpsc::Receiver<String>>,
-    stderr_path: &Path,
-) -> Result<String> {
-    let lines = lines.ok_or("child stdout was not captured")?;
-    let deadline = Instant::now() + STARTUP_TIMEOUT;
-    while Instant::now() < deadline {
-        match lines.recv_timeout(Duration::from_millis(50)) {
-            Ok(line) => return Ok(line),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            // Stdout closed without a line: the process is exiting.
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = child.wait()?;
-                return Err(died_early(status, stderr_path));
-            }
-        }
-        if let Some(status) = child.try_wait()? {
-            return Err(died_early(status, stderr_path));
-        }
-    }
-    Err(format!("server not ready after {STARTUP_TIMEOUT:?}").into())
-}
-
-fn died_early(status: std::process::ExitStatus, stderr_path: &Path) -> BoxError {
-    let stderr = std::fs::read_to_string(stderr_path).unwrap_or_default();
-    format!("server exited ({status}) before listening; stderr:\n{stderr}").into()
-}
-
-/// Extracts the gRPC address from e.g.
-/// `tollgate listening grpc=127.0.0.1:1234 http=127.0.0.1:5678`.
-fn parse_grpc_addr(line: &str, prefix: &str) -> Result<SocketAddr> {
-    let rest = line
-        .strip_prefix(prefix)
-        .ok_or_else(|| format!("unexpected first stdout line: {line:?}"))?;
-    let addr = rest
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("grpc="))
-        .ok_or_else(|| format!("no grpc= address in {line:?}"))?;
+/// Extracts the gRPC address from `noop listening grpc=127.0.0.1:1234`.
+fn parse_grpc_addr(line: &str) -> Result<SocketAddr> {
+    let addr = line
+        .strip_prefix(NOOP_READY)
+        .and_then(|rest| rest.strip_prefix("grpc="))
+        .ok_or_else(|| format!("unexpected readiness line: {line:?}"))?;
     addr.parse()
         .map_err(|e| format!("bad grpc address {addr:?}: {e}").into())
 }
@@ -351,10 +296,10 @@ fn clock_ticks_per_second() -> u64 {
 // Load generation
 // ---------------------------------------------------------------------------
 
-/// What one request loop saw during the measured interval.
+/// What the request loops saw during the measured interval.
 #[derive(Default)]
 struct Stats {
-    /// Latency of each OK / OVER_LIMIT answer, in microseconds.
+    /// Latency of each OK / OVER_LIMIT answer, in microseconds, sorted.
     latencies_us: Vec<u32>,
     ok: u64,
     over_limit: u64,
@@ -363,11 +308,22 @@ struct Stats {
 }
 
 impl Stats {
-    fn merge(&mut self, other: Stats) {
-        self.latencies_us.extend(other.latencies_us);
-        self.ok += other.ok;
-        self.over_limit += other.over_limit;
-        self.errors += other.errors;
+    fn of(answers: &[Answer]) -> Self {
+        let mut stats = Stats::default();
+        for answer in answers {
+            match answer.result {
+                Ok(Code::Ok) => stats.ok += 1,
+                Ok(Code::OverLimit) => stats.over_limit += 1,
+                _ => {
+                    stats.errors += 1;
+                    continue;
+                }
+            }
+            let micros = u32::try_from(answer.took.as_micros()).unwrap_or(u32::MAX);
+            stats.latencies_us.push(micros);
+        }
+        stats.latencies_us.sort_unstable();
+        stats
     }
 }
 
@@ -377,10 +333,9 @@ struct Workload {
     keys: u64,
     over_limit_fraction: f64,
     concurrency: u64,
-    measure_start: tokio::time::Instant,
-    end: tokio::time::Instant,
 }
 
+/// What one server did during the measured interval.
 struct Measurement {
     stats: Stats,
     cpu_us: f64,
@@ -388,35 +343,33 @@ struct Measurement {
 }
 
 async fn measure(server: &ServerProcess, args: &Args, ticks_per_s: u64) -> Result<Measurement> {
-    let channels = connect(server.grpc_addr, args.connections).await?;
+    let channels = connect(server.grpc_addr(), args.connections).await?;
     let now = tokio::time::Instant::now();
     let measure_start = now + Duration::from_secs(args.warmup);
+    let end = measure_start + Duration::from_secs(args.duration);
     let work = Workload {
         keys: args.keys,
         over_limit_fraction: args.over_limit_fraction,
         concurrency: args.concurrency,
-        measure_start,
-        end: measure_start + Duration::from_secs(args.duration),
     };
-    let tasks: Vec<_> = (0..args.concurrency)
+    let callers = (0..args.concurrency)
         .map(|i| {
             let channel = channels[(i % args.connections) as usize].clone();
-            tokio::spawn(request_loop(channel, i, work))
+            let mut keys = KeyPicker::new(i, work);
+            (Rls::new(channel), move || keys.next_request())
         })
         .collect();
+    let load = tokio::spawn(closed_loop(callers, measure_start, end));
 
-    tokio::time::sleep_until(work.measure_start).await;
-    let cpu_before = cpu_ticks(server.pid)?;
-    tokio::time::sleep_until(work.end).await;
-    let cpu_after = cpu_ticks(server.pid)?;
+    tokio::time::sleep_until(measure_start).await;
+    let cpu_before = cpu_ticks(server.pid())?;
+    tokio::time::sleep_until(end).await;
+    let cpu_after = cpu_ticks(server.pid())?;
 
-    let mut stats = Stats::default();
-    for task in tasks {
-        stats.merge(task.await?);
-    }
+    let answers = load.await?;
     let cpu_ticks = cpu_after.saturating_sub(cpu_before);
     Ok(Measurement {
-        stats,
+        stats: Stats::of(&answers),
         cpu_us: cpu_ticks as f64 * 1e6 / ticks_per_s as f64,
         seconds: args.duration as f64,
     })
@@ -431,53 +384,6 @@ async fn connect(addr: SocketAddr, connections: u64) -> Result<Vec<Channel>> {
         channels.push(endpoint.connect().await?);
     }
     Ok(channels)
-}
-
-/// Closed loop: send, await the answer, repeat until `work.end`. Only
-/// requests that start in the measured interval and finish before its end
-/// are counted; one still in flight at the end is abandoned.
-async fn request_loop(channel: Channel, index: u64, work: Workload) -> Stats {
-    let mut client = RateLimitServiceClient::new(channel);
-    let mut keys = KeyPicker::new(index, work);
-    let mut stats = Stats::default();
-    loop {
-        let started = tokio::time::Instant::now();
-        if started >= work.end {
-            return stats;
-        }
-        let call = client.should_rate_limit(keys.next_request());
-        let Ok(result) = tokio::time::timeout_at(work.end, call).await else {
-            return stats;
-        };
-        if started < work.measure_start {
-            continue;
-        }
-        record(&mut stats, result, started.elapsed());
-    }
-}
-
-fn record(
-    stats: &mut Stats,
-    result: Result<tonic::Response<RateLimitResponse>, tonic::Status>,
-    latency: Duration,
-) {
-    let code = match result {
-        Ok(response) => Code::try_from(response.get_ref().overall_code),
-        Err(_) => {
-            stats.errors += 1;
-            return;
-        }
-    };
-    match code {
-        Ok(Code::Ok) => stats.ok += 1,
-        Ok(Code::OverLimit) => stats.over_limit += 1,
-        _ => {
-            stats.errors += 1;
-            return;
-        }
-    }
-    let micros = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
-    stats.latencies_us.push(micros);
 }
 
 /// Chooses each request's descriptor. Loops stride by the concurrency so
@@ -543,6 +449,7 @@ fn unit_interval(x: u64) -> f64 {
 // Driver and report
 // ---------------------------------------------------------------------------
 
+/// One line of the report.
 struct Row {
     name: &'static str,
     rps: f64,
@@ -575,8 +482,7 @@ fn run_bench(args: &Args) -> Result<()> {
 }
 
 fn summarize(name: &'static str, m: Measurement) -> Row {
-    let mut stats = m.stats;
-    stats.latencies_us.sort_unstable();
+    let stats = m.stats;
     let answered = stats.ok + stats.over_limit;
     // The server spent CPU on failed requests too, so they count here.
     let completed = answered + stats.errors;
@@ -589,15 +495,6 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed.max(1) as f64,
     }
-}
-
-/// Nearest-rank percentile of sorted samples (0 when there are none).
-fn percentile(sorted: &[u32], p: f64) -> u32 {
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted
-        .get(rank.saturating_sub(1))
-        .copied()
-        .unwrap_or_default()
 }
 
 fn print_report(rows: &[Row]) {

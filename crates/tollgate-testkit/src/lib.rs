@@ -1,2 +1,65 @@
 //! Test support for Tollgate's test suites and benchmarks: real child processes
 //! (Tollgate, redis-server, Envoy) on loopback, and the clients that talk to them.
+//!
+//! Read in this order:
+//! - [`wait`]: every wait is a condition polled under a deadline, never a bare sleep;
+//! - [`process`]: children that die with the test process, their output, signals;
+//! - [`tollgate`]: the binary under test, its rule directories, `serve` and `check-config`;
+//! - [`grpc`] and [`http`]: the clients, and [`keys`]: where counters live in Redis;
+//! - [`redis`] and [`envoy`]: the real components Tollgate talks to or sits behind;
+//! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
+//!   answers say about a limit;
+//! - [`serial`]: the lock that keeps timing-sensitive tests apart.
+
+pub mod accuracy;
+pub mod envoy;
+pub mod grpc;
+pub mod http;
+pub mod keys;
+pub mod load;
+pub mod process;
+pub mod redis;
+pub mod serial;
+pub mod tollgate;
+pub mod wait;
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+
+/// A failure to start or drive a child process, as a message for a person (it quotes the
+/// process's output when there is any).
+#[derive(Debug)]
+pub struct Error(String);
+
+impl Error {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// A loopback port nothing listens on right now: bind 127.0.0.1:0, read the port, close.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind a free port on 127.0.0.1")
+}
+
+/// `127.0.0.1:port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}

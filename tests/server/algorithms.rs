@@ -1,18 +1,21 @@
 //! Every limit shape over gRPC, on both stores: fixed window, token and leaky buckets with
 //! costs, several limits per descriptor, unit multipliers, request overrides, check-only
-//! requests and refunds. Each test runs once against the memory store and once against a
-//! real redis-server.
+//! requests, refunds, and simultaneous bursts on every algorithm. Each test runs once
+//! against the memory store and once against a real redis-server.
 
-mod common;
-mod redis_harness;
+use std::time::{Duration, SystemTime};
 
-use common::{Code, Rls, Server, Unit, code, descriptor, until_reset};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use redis_harness::RedisServer;
+use tollgate_testkit::grpc::{
+    Code, DescriptorStatus, RateLimitRequest, Rls, Unit, code, descriptor, request, until_reset,
+};
+use tollgate_testkit::keys::{Shape, counter_key};
+use tollgate_testkit::load::{burst, tally};
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::wait::room_in_window;
 
 const RULES: &str = r#"
 domain: shapes
@@ -31,29 +34,47 @@ descriptors:
     rate_limit: {unit: second, unit_multiplier: 1800, requests_per_unit: 2}
   - key: sliding
     rate_limit: {unit: hour, requests_per_unit: 5}
+  # Bursts: 5 per hour or day, refilling too slowly to matter during a burst.
+  - key: burst_sliding
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: burst_fixed
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: fixed_window}
+  - key: burst_token
+    rate_limit: {unit: day, requests_per_unit: 5, algorithm: token_bucket}
+  - key: burst_leaky
+    rate_limit: {unit: day, requests_per_unit: 5, algorithm: leaky_bucket}
 "#;
+
+const HOUR: Duration = Duration::from_secs(3_600);
+const DAY: Duration = Duration::from_secs(86_400);
+/// Far longer than any sequence of a few calls takes, even on a loaded machine.
+const ROOM: Duration = Duration::from_secs(30);
 
 /// A Tollgate on one store; the Redis server (if any) lives as long as it.
 struct Instance {
     server: Server,
-    _redis: Option<RedisServer>,
+    redis: Option<RedisServer>,
 }
 
 impl Instance {
     fn memory() -> Self {
         Self {
-            server: Server::start(RULES),
-            _redis: None,
+            server: Serve::rules(RULES).start(),
+            redis: None,
         }
     }
 
+    /// Redis with a store timeout long enough for a loaded machine, and store failures
+    /// as errors: these tests check what the store decides, never a local fallback.
     fn redis() -> Self {
         let redis = RedisServer::start();
-        let url = redis.url();
-        let server = Server::start_with_args(RULES, &["--backend", "redis", "--redis-url", &url]);
+        let server = Serve::rules(RULES)
+            .redis("single", &redis.url())
+            .args(["--store-timeout", "1s", "--on-store-error", "error"])
+            .start();
         Self {
             server,
-            _redis: Some(redis),
+            redis: Some(redis),
         }
     }
 
@@ -64,18 +85,18 @@ impl Instance {
 
 /// Runs `test` against the memory store, then against Redis.
 macro_rules! on_both_stores {
-    ($name:ident, $test:ident) => {
+    ($name:ident, $test:expr) => {
         mod $name {
             use super::*;
 
             #[tokio::test]
             async fn memory() {
-                $test(Instance::memory()).await;
+                ($test)(Instance::memory()).await;
             }
 
             #[tokio::test]
             async fn redis() {
-                $test(Instance::redis()).await;
+                ($test)(Instance::redis()).await;
             }
         }
     };
@@ -108,17 +129,30 @@ fn name(s: &DescriptorStatus) -> &str {
     s.current_limit.as_ref().map_or("", |l| l.name.as_str())
 }
 
+/// Seconds from `t` to `end`.
+fn secs_until(end: SystemTime, t: SystemTime) -> f64 {
+    end.duration_since(t).unwrap_or_default().as_secs_f64()
+}
+
 async fn fixed_window_counts_per_clock_window(instance: Instance) {
     let mut rls = instance.client().await;
+    let end = room_in_window(HOUR, ROOM).await;
     for left in [2, 1, 0] {
         let s = rls.check("shapes", &[("fixed", "f")]).await;
         assert_eq!((code(&s), s.limit_remaining), (Code::Ok, left));
     }
+    let before = SystemTime::now();
     let denied = rls.check("shapes", &[("fixed", "f")]).await;
+    let after = SystemTime::now();
+    assert!(after < end, "the sequence took longer than {ROOM:?}");
     assert_eq!(code(&denied), Code::OverLimit);
-    // The window is the clock hour: the wait is the rest of it.
-    let wait = until_reset(&denied).as_secs();
-    assert!((1..=3_600).contains(&wait), "reset {wait}");
+    // The window is the clock hour: the wait is the rest of it, in whole seconds.
+    let wait = until_reset(&denied).as_secs_f64();
+    assert!(
+        (secs_until(end, after).floor()..=secs_until(end, before).ceil()).contains(&wait),
+        "reset {wait} s, the hour ends {} s after the request",
+        secs_until(end, after)
+    );
 }
 on_both_stores!(fixed_window, fixed_window_counts_per_clock_window);
 
@@ -150,9 +184,9 @@ async fn leaky_bucket_spending_limit(instance: Instance) {
         over.limit_remaining, 970,
         "units left are reported on the denial"
     );
-    // 20 units leak out in 0.6 days.
+    // 20 units leak out in 0.6 days (51,840 s), less what leaked since the first spend.
     let wait = until_reset(&over).as_secs();
-    assert!((43_000..=52_000).contains(&wait), "wait {wait}");
+    assert!((51_000..=51_840).contains(&wait), "wait {wait}");
     let s = status(&mut rls, one("spend", "acct", Some(970), false, None)).await;
     assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
 }
@@ -249,3 +283,63 @@ async fn hits_zero_checks_and_negative_hits_refund(instance: Instance) {
     assert_eq!(code(&s), Code::OverLimit);
 }
 on_both_stores!(check_and_refund, hits_zero_checks_and_negative_hits_refund);
+
+/// Requests in one simultaneous burst, over several connections.
+const BURST: usize = 25;
+/// The limit of every `burst_*` rule.
+const BURST_LIMIT: usize = 5;
+
+/// A burst of simultaneous requests for one counter admits exactly the limit: the
+/// store's check-and-count is atomic however the requests interleave. On Redis, the
+/// counter is the one key of its limit's shape.
+async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &str, shape: Shape) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(instance.client().await);
+    }
+    let end = room_in_window(HOUR, ROOM).await;
+    let answers = burst(&clients, BURST, &request("shapes", &[&[(key, "same")]])).await;
+    assert!(
+        SystemTime::now() < end,
+        "the burst took longer than {ROOM:?}"
+    );
+    let admitted = answers.iter().filter(|a| a.result == Ok(Code::Ok)).count();
+    let denied = answers
+        .iter()
+        .filter(|a| a.result == Ok(Code::OverLimit))
+        .count();
+    assert_eq!(
+        (admitted, denied),
+        (BURST_LIMIT, BURST - BURST_LIMIT),
+        "{key}: {:?}",
+        tally(&answers)
+    );
+    if let Some(redis) = &instance.redis {
+        let counter = counter_key("", "shapes", &[(key, "same")], &[shape]);
+        assert_eq!(redis.keys("*"), [counter]);
+    }
+}
+
+macro_rules! burst_on_both_stores {
+    ($name:ident, $key:literal, $shape:expr) => {
+        on_both_stores!($name, |instance| {
+            simultaneous_burst_admits_exactly_the_limit(instance, $key, $shape)
+        });
+    };
+}
+burst_on_both_stores!(burst_sliding_window, "burst_sliding", Shape::sliding(HOUR));
+burst_on_both_stores!(
+    burst_fixed_window,
+    "burst_fixed",
+    Shape::Fixed { window: HOUR }
+);
+burst_on_both_stores!(
+    burst_token_bucket,
+    "burst_token",
+    Shape::Bucket { window: DAY }
+);
+burst_on_both_stores!(
+    burst_leaky_bucket,
+    "burst_leaky",
+    Shape::Bucket { window: DAY }
+);

@@ -1,11 +1,13 @@
-//! The service surface: health endpoints, request validation, response
-//! fields, counting (bursts, `hits_addend`) and counter bounds.
+//! The service surface: health endpoints, request validation, response fields, counting
+//! (bursts, `hits_addend`), units, and counter bounds.
 
-mod common;
+use std::time::{Duration, SystemTime};
 
-use std::time::Duration;
-
-use common::*;
+use tollgate_testkit::grpc::{
+    Code, Unit, assert_limited, assert_unlimited, code, limit, overall, request, until_reset,
+};
+use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::wait::room_in_window;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -33,40 +35,49 @@ descriptors:
 "#;
 
 const MINUTE: Duration = Duration::from_secs(60);
+const DAY: u64 = 86_400;
 
-#[test]
-fn http_healthcheck_returns_ok() {
-    let server = Server::start(RULES);
-    let resp = http_get(server.http_addr(), "/healthcheck");
+#[tokio::test]
+async fn http_healthcheck_returns_ok() {
+    let server = Serve::rules(RULES).start();
+    let resp = server.get("/healthcheck").await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body.trim_end(), "OK");
 }
 
 #[test]
 fn readiness_line_announces_loopback_ports() {
-    let server = Server::start(RULES);
-    assert!(is_loopback_v4(server.grpc_addr()), "{:?}", server.addrs);
-    assert!(is_loopback_v4(server.http_addr()), "{:?}", server.addrs);
-    assert_ne!(server.grpc_addr(), server.http_addr());
+    let server = Serve::rules(RULES).start();
+    assert!(server.addrs.on_ipv4_loopback(), "{:?}", server.addrs);
 }
 
 #[tokio::test]
 async fn grpc_health_check_is_serving() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut health = HealthClient::new(server.channel().await);
-    let resp = health
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("grpc.health.v1.Health/Check")
-        .into_inner();
-    assert_eq!(resp.status, ServingStatus::Serving as i32);
+    for service in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        let resp = health
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("grpc.health.v1.Health/Check")
+            .into_inner();
+        assert_eq!(
+            resp.status,
+            ServingStatus::Serving as i32,
+            "service {service:?}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn rejects_malformed_requests_with_invalid_argument() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
 
     let msg = rls.invalid(request("", &[&[("user", "a")]])).await;
@@ -87,7 +98,7 @@ async fn rejects_malformed_requests_with_invalid_argument() {
 
 #[tokio::test]
 async fn descriptor_count_is_capped_at_64() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let one: &[(&str, &str)] = &[("unknown", "x")];
 
@@ -100,7 +111,7 @@ async fn descriptor_count_is_capped_at_64() {
 
 #[tokio::test]
 async fn entry_count_is_capped_at_32() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let keys: Vec<String> = (0..33).map(|i| format!("k{i}")).collect();
     let entries: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
@@ -114,7 +125,7 @@ async fn entry_count_is_capped_at_32() {
 
 #[tokio::test]
 async fn keys_and_values_are_capped_at_4096_bytes() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let max = "k".repeat(4096);
     let over = "k".repeat(4097);
@@ -131,7 +142,7 @@ async fn keys_and_values_are_capped_at_4096_bytes() {
 
 #[tokio::test]
 async fn unknown_domain_and_unmatched_descriptor_are_ok_without_limit() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     for _ in 0..10 {
         assert_unlimited(&rls.check("no-such-domain", &[("user", "alice")]).await);
@@ -141,7 +152,7 @@ async fn unknown_domain_and_unmatched_descriptor_are_ok_without_limit() {
 
 #[tokio::test]
 async fn limited_status_reports_limit_remaining_and_reset() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let status = rls.check("api", &[("user", "alice")]).await;
     assert_limited(&status, Code::Ok, &limit(5, Unit::Minute, "per_user"), 4);
@@ -154,7 +165,7 @@ async fn limited_status_reports_limit_remaining_and_reset() {
 
 #[tokio::test]
 async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
 
     let resp = rls
@@ -202,7 +213,7 @@ async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit(
 
 #[tokio::test]
 async fn zero_requests_per_unit_blocks_every_request() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     for _ in 0..3 {
         let status = rls.check("api", &[("blocked", "anything")]).await;
@@ -212,7 +223,7 @@ async fn zero_requests_per_unit_blocks_every_request() {
 
 #[tokio::test]
 async fn burst_admits_exactly_the_limit_then_over_limit() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let per_user = limit(5, Unit::Minute, "per_user");
     for remaining in (0..5).rev() {
@@ -231,7 +242,7 @@ async fn burst_admits_exactly_the_limit_then_over_limit() {
 
 #[tokio::test]
 async fn distinct_values_of_a_key_have_independent_counters() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let per_user = limit(5, Unit::Minute, "per_user");
     for _ in 0..5 {
@@ -245,7 +256,7 @@ async fn distinct_values_of_a_key_have_independent_counters() {
 
 #[tokio::test]
 async fn hits_addend_consumes_that_many_and_only_admitted_hits_count() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let ten = limit(10, Unit::Minute, "");
     let key: &[(&str, &str)] = &[("hits", "h")];
@@ -269,7 +280,7 @@ async fn hits_addend_consumes_that_many_and_only_admitted_hits_count() {
 
 #[tokio::test]
 async fn hits_addend_zero_counts_as_one() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let ten = limit(10, Unit::Minute, "");
     let key: &[(&str, &str)] = &[("hits", "zero")];
@@ -284,10 +295,10 @@ async fn every_unit_is_reported_case_insensitively() {
         ("second", Unit::Second, 1),
         ("Minute", Unit::Minute, 60),
         ("HOUR", Unit::Hour, 3_600),
-        ("day", Unit::Day, 86_400),
-        ("WeeK", Unit::Week, 7 * 86_400),
-        ("month", Unit::Month, 31 * 86_400),
-        ("YEAR", Unit::Year, 366 * 86_400),
+        ("day", Unit::Day, DAY),
+        ("WeeK", Unit::Week, 7 * DAY),
+        ("month", Unit::Month, 30 * DAY),
+        ("YEAR", Unit::Year, 365 * DAY),
     ];
     let mut yaml = String::from("domain: units\ndescriptors:\n");
     for (text, _, _) in &units {
@@ -295,7 +306,7 @@ async fn every_unit_is_reported_case_insensitively() {
             "  - key: {text}\n    rate_limit:\n      unit: {text}\n      requests_per_unit: 3\n"
         ));
     }
-    let server = Server::start(&yaml);
+    let server = Serve::rules(&yaml).start();
     let mut rls = server.client().await;
     let mut resets = Vec::new();
     for (text, unit, max_seconds) in units {
@@ -311,9 +322,37 @@ async fn every_unit_is_reported_case_insensitively() {
     }
 }
 
+/// A month is 30 days and a year 365, as in the reference: fixed windows of those units
+/// end where epoch-aligned windows of exactly that length end, and a fresh counter's
+/// reset is the time left until then.
+#[tokio::test]
+async fn a_month_is_30_days_and_a_year_365() {
+    let yaml = "domain: units\ndescriptors:\n\
+        \x20 - {key: m, rate_limit: {unit: month, requests_per_unit: 3, algorithm: fixed_window}}\n\
+        \x20 - {key: y, rate_limit: {unit: year, requests_per_unit: 3, algorithm: fixed_window}}\n";
+    let server = Serve::rules(yaml).start();
+    let mut rls = server.client().await;
+    for (key, days) in [("m", 30), ("y", 365)] {
+        let window = Duration::from_secs(days * DAY);
+        let end = room_in_window(window, MINUTE).await;
+        let before = SystemTime::now();
+        let status = rls.check("units", &[(key, "x")]).await;
+        let after = SystemTime::now();
+        assert_eq!(code(&status), Code::Ok, "{status:?}");
+        let left = |t: SystemTime| end.duration_since(t).expect("before the window's end");
+        let reset = until_reset(&status);
+        assert!(
+            left(after).as_secs() <= reset.as_secs()
+                && reset <= left(before) + Duration::from_secs(1),
+            "{key}: reset {reset:?}, but a {days}-day window ends in {:?}",
+            left(after)
+        );
+    }
+}
+
 #[tokio::test]
 async fn counters_beyond_max_counters_are_evicted_not_refused() {
-    let server = Server::start_with_args(RULES, &["--max-counters", "100"]);
+    let server = Serve::rules(RULES).args(["--max-counters", "100"]).start();
     let mut rls = server.client().await;
     let per_user = limit(5, Unit::Minute, "per_user");
     for i in 0..1000 {
@@ -324,4 +363,75 @@ async fn counters_beyond_max_counters_are_evicted_not_refused() {
     // The newest counter is not among the evicted old ones.
     let status = rls.check("api", &[("user", "user-999")]).await;
     assert_limited(&status, Code::Ok, &per_user, 3);
+    assert_counters_accounted(&server, 100, 1000).await;
+}
+
+/// Every counter `created` is either held or was evicted (none expires while a test
+/// runs), and the memory held stays bounded: the cap is kept per shard, each shard's share
+/// rounded up, so below twice `cap`.
+pub async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
+    let metric = async |name: &str| {
+        server
+            .metric(name)
+            .await
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let held = metric("tollgate_counters").await;
+    let evicted = metric("tollgate_counter_evictions_total").await;
+    assert_eq!(metric("tollgate_counters_expired_total").await, 0.0);
+    assert_eq!(
+        held + evicted,
+        created as f64,
+        "{created} counters: {held} held, {evicted} evicted"
+    );
+    assert!(
+        held < (2 * cap) as f64,
+        "{held} counters held under --max-counters {cap}"
+    );
+    eprintln!("--max-counters {cap}: {held} held, {evicted} evicted of {created}");
+}
+
+/// A flood of requests with a fresh value each keeps memory bounded by `--max-counters`
+/// and counts its evictions. Whether the flood can evict a counter that is at its limit
+/// (and so let it admit again) is printed, not asserted: eviction picks the
+/// soonest-expiring counter of a few samples, whatever its count.
+#[tokio::test]
+async fn a_unique_key_flood_stays_within_max_counters() {
+    const CAP: u64 = 50;
+    const FLOOD: u64 = 2_000;
+    let server = Serve::rules(RULES)
+        .args(["--max-counters", &CAP.to_string()])
+        .start();
+    let mut rls = server.client().await;
+    for _ in 0..5 {
+        assert_eq!(code(&rls.check("api", &[("user", "full")]).await), Code::Ok);
+    }
+    assert_eq!(
+        code(&rls.check("api", &[("user", "full")]).await),
+        Code::OverLimit
+    );
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..4 {
+        let mut rls = rls.clone();
+        tasks.spawn(async move {
+            for i in (task..FLOOD).step_by(4) {
+                let status = rls.check("api", &[("user", &format!("flood-{i}"))]).await;
+                assert_eq!(
+                    code(&status),
+                    Code::Ok,
+                    "a fresh counter admits: {status:?}"
+                );
+            }
+        });
+    }
+    tasks.join_all().await;
+
+    assert_counters_accounted(&server, CAP, FLOOD + 1).await;
+    let after = rls.check("api", &[("user", "full")]).await;
+    eprintln!(
+        "after a flood of {FLOOD} fresh values under --max-counters {CAP}, the full counter \
+         answers {:?} (OVER_LIMIT: kept; OK: evicted and reset)",
+        code(&after)
+    );
 }

@@ -1,21 +1,47 @@
 //! Rule files that must be rejected, by `check-config` and by `serve`, with
 //! `FILE: PATH: PROBLEM` lines on stderr and exit code 1.
 
-mod common;
+use tollgate_testkit::process::Finished;
+use tollgate_testkit::tollgate::{ConfigDir, Serve, check_config};
 
-use common::*;
+/// Asserts the process exited with code 1 and that a stderr line reports `problem` (the
+/// start of the message) for `file_name` at `path`, as `…/FILE: PATH: PROBLEM…`; returns
+/// that line.
+fn assert_config_problem<'a>(
+    finished: &'a Finished,
+    file_name: &str,
+    path: &str,
+    problem: &str,
+) -> &'a str {
+    assert_eq!(
+        finished.status.code(),
+        Some(1),
+        "expected exit code 1; stderr:\n{}",
+        finished.stderr
+    );
+    let wanted = format!("/{file_name}: {path}: {problem}");
+    finished
+        .stderr
+        .lines()
+        .find(|line| line.contains(&wanted))
+        .unwrap_or_else(|| {
+            panic!(
+                "no stderr line reports `{wanted}`; stderr:\n{}",
+                finished.stderr
+            )
+        })
+}
 
-/// Writes `yaml` as `file_name`, runs `check-config` on it and asserts the
-/// problem is reported; returns the run for further checks.
-fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> Finished {
+/// Writes `yaml` as `file_name`, runs `check-config` on it and asserts the problem is
+/// reported; returns the line that reports it.
+fn rejected(file_name: &str, yaml: &str, path: &str, problem: &str) -> String {
     let dir = ConfigDir::with_file(file_name, yaml);
     let finished = check_config(&dir.file(file_name));
-    assert_config_problem(&finished, file_name, path, problem);
-    assert!(
-        !finished.stdout.lines().any(|l| l.trim() == "ok"),
-        "rejected config printed ok: {finished:?}"
+    assert_eq!(
+        finished.stdout, "",
+        "a rejected config prints nothing on stdout"
     );
-    finished
+    assert_config_problem(&finished, file_name, path, problem).to_owned()
 }
 
 #[test]
@@ -40,7 +66,7 @@ fn empty_key() {
 
 #[test]
 fn duplicate_key_and_value_at_one_level() {
-    let finished = rejected(
+    let line = rejected(
         "dup.yaml",
         r#"
 domain: d
@@ -56,13 +82,8 @@ descriptors:
         "duplicate descriptor",
     );
     assert!(
-        finished.stderr_lines().iter().any(|l| line_reports(
-            l,
-            &["descriptors[1]", "duplicate descriptor"]
-        ) && l.contains("color")
-            && l.contains("blue")),
-        "duplicate message should name key and value: {}",
-        finished.stderr
+        line.contains("color") && line.contains("blue"),
+        "the duplicate message names key and value: {line}"
     );
 }
 
@@ -86,7 +107,7 @@ descriptors:
     );
     let finished = check_config(&dir.file("levels.yaml"));
     assert!(finished.status.success(), "{finished:?}");
-    assert_eq!(finished.stdout.trim(), "ok");
+    assert_eq!(finished.stdout, "ok\n");
 }
 
 #[test]
@@ -101,21 +122,15 @@ fn invalid_unit() {
 
 #[test]
 fn unknown_field() {
-    let finished = rejected(
+    let line = rejected(
         "unknown.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requestsperunit: 1\n",
-        "descriptors[0].rate_limit",
-        "unknown field",
+        "descriptors[0].rate_limit.requestsperunit",
+        "unknown field `requestsperunit`",
     );
     assert!(
-        finished.stderr_lines().iter().any(|l| {
-            line_reports(
-                l,
-                &["unknown.yaml", "descriptors[0].rate_limit", "unknown field"],
-            ) && l.contains("requestsperunit")
-        }),
-        "unknown field message should name it: {}",
-        finished.stderr
+        line.contains("requests_per_unit") && line.ends_with("(line 6 column 7)"),
+        "the message lists the known fields and the position: {line}"
     );
 }
 
@@ -124,7 +139,7 @@ fn unlimited_with_unit() {
     rejected(
         "unl.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
-        "descriptors[0]",
+        "descriptors[0].rate_limit",
         "should not specify rate limit unit when unlimited",
     );
 }
@@ -143,7 +158,7 @@ descriptors:
       name: mine
       replaces: [{name: mine}]
 "#,
-        "descriptors[0]",
+        "descriptors[0].rate_limit.replaces",
         "replaces should not contain name of same descriptor",
     );
 }
@@ -162,18 +177,22 @@ descriptors:
       name: mine
       replaces: [{name: ''}]
 "#,
-        "descriptors[0]",
+        "descriptors[0].rate_limit.replaces",
         "should not have an empty replaces entry",
     );
 }
 
 #[test]
-fn yaml_syntax_error_names_file_and_line() {
-    rejected(
+fn yaml_syntax_error_names_file_path_and_line() {
+    let line = rejected(
         "broken.yaml",
         "domain: d\ndescriptors:\n  - key: [unclosed\n",
-        "",
-        "line",
+        "descriptors[0].key",
+        "expected string",
+    );
+    assert!(
+        line.ends_with("(line 3 column 10)"),
+        "the message ends with the line and column of the sequence: {line}"
     );
 }
 
@@ -247,7 +266,7 @@ descriptors:
     assert_config_problem(
         &finished,
         "b.yaml",
-        "descriptors[1]",
+        "descriptors[1].rate_limit",
         "should not specify rate limit unit when unlimited",
     );
 }
@@ -258,7 +277,7 @@ fn serve_refuses_an_invalid_config_with_exit_code_1() {
         "bad.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
     );
-    let finished = match Server::spawn(serve_command(&dir.file("bad.yaml"))) {
+    let finished = match Serve::path(&dir.file("bad.yaml")).try_start() {
         Ok(server) => panic!("served an invalid config on {:?}", server.addrs),
         Err(finished) => finished,
     };
@@ -274,11 +293,11 @@ fn serve_refuses_an_invalid_config_with_exit_code_1() {
 fn serve_refuses_a_missing_config_path() {
     let dir = ConfigDir::new();
     let missing = dir.file("missing.yaml");
-    let finished = match Server::spawn(serve_command(&missing)) {
+    let finished = match Serve::path(&missing).try_start() {
         Ok(server) => panic!("served a missing config on {:?}", server.addrs),
         Err(finished) => finished,
     };
-    assert!(!finished.status.success(), "{finished:?}");
+    assert_eq!(finished.status.code(), Some(1), "{finished:?}");
     assert!(
         finished.stderr.contains("missing.yaml"),
         "{}",

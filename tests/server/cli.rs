@@ -1,11 +1,13 @@
-//! Command line and environment: `check-config`, listener and config-path
-//! settings through flags and environment variables, directory loading.
-
-mod common;
+//! Command line and environment: `check-config`, listener and config-path settings
+//! through flags and environment variables, directory loading, and the memory store's
+//! counter cap.
 
 use std::path::Path;
 
-use common::*;
+use tollgate_testkit::grpc::{Code, Unit, assert_limited, limit};
+
+use crate::grpc_api::assert_counters_accounted;
+use tollgate_testkit::tollgate::{ConfigDir, Serve, Server, check_config, command};
 
 const RULE: &str = "domain: cli\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2, name: cli_rule}\n";
 
@@ -23,10 +25,10 @@ async fn assert_rule_loaded(server: &Server) {
     );
 }
 
-/// `tollgate serve` with no flags at all: listeners from GRPC_ADDR/HTTP_ADDR,
-/// config path from the RUNTIME_* variables.
+/// `tollgate serve` with no flags at all: listeners from GRPC_ADDR/HTTP_ADDR, the config
+/// path from the RUNTIME_* variables.
 fn serve_from_runtime_env(root: &Path, subdirectory: &str, app_directory: Option<&str>) -> Server {
-    let mut cmd = tollgate();
+    let mut cmd = command();
     cmd.arg("serve")
         .env("GRPC_ADDR", "127.0.0.1:0")
         .env("HTTP_ADDR", "127.0.0.1:0")
@@ -35,7 +37,18 @@ fn serve_from_runtime_env(root: &Path, subdirectory: &str, app_directory: Option
     if let Some(app) = app_directory {
         cmd.env("RUNTIME_APPDIRECTORY", app);
     }
-    Server::spawn(cmd).unwrap_or_else(|finished| finished.fail())
+    Serve::custom(cmd).start()
+}
+
+/// `tollgate serve --config RULES` with its listeners set by environment variables.
+fn serve_with_listener_env(vars: &[(&str, &str)]) -> Server {
+    let dir = ConfigDir::with_file("rules.yaml", RULE);
+    let mut cmd = command();
+    cmd.arg("serve").arg("--config").arg(dir.file("rules.yaml"));
+    for (key, value) in vars {
+        cmd.env(key, value);
+    }
+    Serve::custom(cmd).keep(dir).start()
 }
 
 #[test]
@@ -43,7 +56,7 @@ fn check_config_accepts_a_valid_file() {
     let dir = ConfigDir::with_file("rules.yaml", RULE);
     let finished = check_config(&dir.file("rules.yaml"));
     assert!(finished.status.success(), "{finished:?}");
-    assert_eq!(finished.stdout.trim(), "ok");
+    assert_eq!(finished.stdout, "ok\n");
 }
 
 #[test]
@@ -56,7 +69,7 @@ fn check_config_accepts_a_valid_directory() {
     );
     let finished = check_config(dir.path());
     assert!(finished.status.success(), "{finished:?}");
-    assert_eq!(finished.stdout.trim(), "ok");
+    assert_eq!(finished.stdout, "ok\n");
 }
 
 #[tokio::test]
@@ -74,66 +87,51 @@ async fn directory_loads_yaml_and_yml_and_ignores_other_files() {
     let finished = check_config(dir.path());
     assert!(finished.status.success(), "{finished:?}");
 
-    let server = Server::spawn(serve_command(dir.path()))
-        .unwrap_or_else(|finished| finished.fail())
-        .keep(dir);
+    let server = Serve::path(dir.path()).keep(dir).start();
     assert_rule_loaded(&server).await;
     let mut rls = server.client().await;
     let status = rls.check("more", &[("m", "x")]).await;
     assert_limited(&status, Code::Ok, &limit(9, Unit::Hour, ""), 8);
 }
 
-#[test]
-fn readiness_line_is_the_only_stdout_output() {
-    let dir = ConfigDir::with_file("rules.yaml", RULE);
-    let server = Server::spawn(serve_command(&dir.file("rules.yaml")))
-        .unwrap_or_else(|finished| finished.fail());
-    assert!(
-        server.stdout_before_ready.is_empty(),
-        "stdout before readiness: {:?}",
-        server.stdout_before_ready
+#[tokio::test]
+async fn readiness_line_is_the_only_stdout_output() {
+    let server = Serve::rules(RULE).start();
+    assert_eq!(
+        server.other_stdout(),
+        Vec::<String>::new(),
+        "stdout before readiness"
     );
-    let response = http_get(server.http_addr(), "/healthcheck");
-    assert_eq!(response.status, 200);
+    assert_eq!(server.get("/healthcheck").await.status, 200);
+    assert_rule_loaded(&server).await;
     let finished = server.stop();
-    assert_eq!(finished.stdout, "", "stdout after readiness line");
+    let lines: Vec<&str> = finished.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "only the readiness line: {lines:?}");
+    assert!(
+        lines[0].starts_with("tollgate listening grpc="),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
 async fn listen_addresses_from_grpc_addr_and_http_addr() {
-    let dir = ConfigDir::with_file("rules.yaml", RULE);
-    let mut cmd = tollgate();
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(dir.file("rules.yaml"))
-        .env("GRPC_ADDR", "127.0.0.1:0")
-        .env("HTTP_ADDR", "127.0.0.1:0");
-    let server = Server::spawn(cmd)
-        .unwrap_or_else(|finished| finished.fail())
-        .keep(dir);
-    assert!(is_loopback_v4(server.grpc_addr()), "{:?}", server.addrs);
-    assert!(is_loopback_v4(server.http_addr()), "{:?}", server.addrs);
-    assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 200);
+    let server =
+        serve_with_listener_env(&[("GRPC_ADDR", "127.0.0.1:0"), ("HTTP_ADDR", "127.0.0.1:0")]);
+    assert!(server.addrs.on_ipv4_loopback(), "{:?}", server.addrs);
+    assert_eq!(server.get("/healthcheck").await.status, 200);
     assert_rule_loaded(&server).await;
 }
 
 #[tokio::test]
 async fn listen_addresses_from_reference_host_and_port_variables() {
-    let dir = ConfigDir::with_file("rules.yaml", RULE);
-    let mut cmd = tollgate();
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(dir.file("rules.yaml"))
-        .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", "0")
-        .env("HOST", "127.0.0.1")
-        .env("PORT", "0");
-    let server = Server::spawn(cmd)
-        .unwrap_or_else(|finished| finished.fail())
-        .keep(dir);
-    assert!(is_loopback_v4(server.grpc_addr()), "{:?}", server.addrs);
-    assert!(is_loopback_v4(server.http_addr()), "{:?}", server.addrs);
-    assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 200);
+    let server = serve_with_listener_env(&[
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+    ]);
+    assert!(server.addrs.on_ipv4_loopback(), "{:?}", server.addrs);
+    assert_eq!(server.get("/healthcheck").await.status, 200);
     assert_rule_loaded(&server).await;
 }
 
@@ -141,7 +139,7 @@ async fn listen_addresses_from_reference_host_and_port_variables() {
 async fn config_path_from_runtime_variables_defaults_app_directory_to_config() {
     let dir = ConfigDir::new();
     dir.write("current/config/rules.yaml", RULE);
-    let server = serve_from_runtime_env(dir.path(), "current", None).keep(dir);
+    let server = serve_from_runtime_env(dir.path(), "current", None);
     assert_rule_loaded(&server).await;
 }
 
@@ -154,12 +152,23 @@ async fn config_path_from_runtime_variables_with_app_directory() {
         "srv/config/rules.yaml",
         "domain: cli\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
     );
-    let server = serve_from_runtime_env(dir.path(), "srv", Some("ratelimit")).keep(dir);
+    let server = serve_from_runtime_env(dir.path(), "srv", Some("ratelimit"));
     assert_rule_loaded(&server).await;
 }
 
+/// `--precision 1` and a small `--max-counters` keep burst limits exact; counters past
+/// the cap are evicted (and counted), not refused.
 #[tokio::test]
 async fn precision_and_max_counters_flags_keep_exact_burst_limits() {
-    let server = Server::start_with_args(RULE, &["--precision", "1", "--max-counters", "10"]);
+    let server = Serve::rules(RULE)
+        .args(["--precision", "1", "--max-counters", "10"])
+        .start();
     assert_rule_loaded(&server).await;
+    let mut rls = server.client().await;
+    let rule = limit(2, Unit::Minute, "cli_rule");
+    for i in 0..30 {
+        let status = rls.check("cli", &[("k", &format!("other-{i}"))]).await;
+        assert_limited(&status, Code::Ok, &rule, 1);
+    }
+    assert_counters_accounted(&server, 10, 31).await;
 }

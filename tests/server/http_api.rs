@@ -1,15 +1,17 @@
 //! The HTTP admin port: `POST /json` (protojson decisions, sharing counters with gRPC)
 //! and `GET /rlconfig` (the loaded rules).
 
-mod common;
-
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tollgate::service::json::parse_response;
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use serde_json::{Map, Value};
+use tollgate_testkit::grpc::{
+    Code, DescriptorStatus, RateLimit, RateLimitResponse, Unit, assert_limited, assert_unlimited,
+    limit, overall, request, until_reset,
+};
+use tollgate_testkit::http;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::tollgate::{Serve, Server};
 
 const RULES: &str = r#"
 domain: d
@@ -52,78 +54,109 @@ descriptors:
   - key: override
 "#;
 
-/// A parsed HTTP/1.1 response.
-struct Reply {
-    status: u16,
-    content_type: String,
-    body: String,
-}
-
-/// One HTTP/1.1 request over a fresh connection, read until the server closes it.
-async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
-    tokio::time::timeout(REQUEST_TIMEOUT, async {
-        let mut stream = TcpStream::connect(addr).await.expect("connect HTTP");
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .expect("send HTTP request");
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .await
-            .expect("read HTTP response until the server closes");
-        parse_reply(&String::from_utf8(raw).expect("HTTP response is UTF-8"))
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{method} {path} took longer than {REQUEST_TIMEOUT:?}"))
-}
-
-fn parse_reply(raw: &str) -> Reply {
-    let (head, body) = raw
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("HTTP response without header end: {raw:?}"));
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("bad HTTP status line: {head:?}"));
-    let header = |name: &str| {
-        head.split("\r\n").skip(1).find_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    };
-    let body = if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    Reply {
-        status,
-        content_type: header("content-type").unwrap_or_default(),
-        body,
+/// Decodes a protojson `RateLimitResponse` with serde_json, independently of the
+/// server's own codec, and checks its shape on the way: camelCase field names, enums by
+/// name, zero values left out, durations as strings of seconds.
+fn decode(body: &str) -> RateLimitResponse {
+    let doc: Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    let fields = object(&doc, &["overallCode", "statuses"]);
+    RateLimitResponse {
+        overall_code: enum_value(fields.get("overallCode"), Code::from_str_name),
+        statuses: fields
+            .get("statuses")
+            .and_then(Value::as_array)
+            .map(|statuses| statuses.iter().map(decode_status).collect())
+            .unwrap_or_default(),
+        ..Default::default()
     }
 }
 
-async fn post_json(server: &Server, body: &str) -> Reply {
-    http(server.http_addr(), "POST", "/json", body).await
+fn decode_status(doc: &Value) -> DescriptorStatus {
+    let fields = object(
+        doc,
+        &[
+            "code",
+            "currentLimit",
+            "limitRemaining",
+            "durationUntilReset",
+        ],
+    );
+    DescriptorStatus {
+        code: enum_value(fields.get("code"), Code::from_str_name),
+        current_limit: fields.get("currentLimit").map(|limit| {
+            let limit_fields = object(limit, &["name", "requestsPerUnit", "unit"]);
+            RateLimit {
+                name: limit_fields
+                    .get("name")
+                    .map(|n| n.as_str().expect("name is a string").to_owned())
+                    .unwrap_or_default(),
+                requests_per_unit: number(limit_fields.get("requestsPerUnit")),
+                unit: enum_value(limit_fields.get("unit"), Unit::from_str_name),
+            }
+        }),
+        limit_remaining: number(fields.get("limitRemaining")),
+        duration_until_reset: fields.get("durationUntilReset").map(|d| {
+            let text = d.as_str().expect("a duration is a string");
+            let seconds = text
+                .strip_suffix('s')
+                .unwrap_or_else(|| panic!("duration {text:?} ends with s"));
+            let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
+            ProtoDuration {
+                seconds: whole.parse().expect("whole seconds"),
+                nanos: format!("{fraction:0<9}").parse().expect("nanoseconds"),
+            }
+        }),
+        ..Default::default()
+    }
+}
+
+/// The fields of a JSON object, which may hold only `allowed` ones.
+fn object<'a>(doc: &'a Value, allowed: &[&str]) -> &'a Map<String, Value> {
+    let fields = doc
+        .as_object()
+        .unwrap_or_else(|| panic!("a JSON object: {doc}"));
+    for name in fields.keys() {
+        assert!(
+            allowed.contains(&name.as_str()),
+            "unexpected field {name:?} in {doc}"
+        );
+    }
+    fields
+}
+
+/// An enum written by name; absent means its zero value, which protojson leaves out.
+fn enum_value<E: Into<i32>>(value: Option<&Value>, by_name: fn(&str) -> Option<E>) -> i32 {
+    value.map_or(0, |v| {
+        let name = v.as_str().unwrap_or_else(|| panic!("an enum by name: {v}"));
+        by_name(name)
+            .unwrap_or_else(|| panic!("unknown enum name {name:?}"))
+            .into()
+    })
+}
+
+/// A uint32 written as a JSON number; absent means 0.
+fn number(value: Option<&Value>) -> u32 {
+    value.map_or(0, |v| {
+        let n = v.as_u64().unwrap_or_else(|| panic!("a number: {v}"));
+        u32::try_from(n).expect("a uint32")
+    })
+}
+
+async fn post_json(server: &Server, body: &str) -> http::Response {
+    http::post_json(server.http_addr(), "/json", body).await
 }
 
 /// POSTs `body` and expects `status` with a protojson response, which it decodes.
 async fn decide(server: &Server, body: &str, status: u16) -> RateLimitResponse {
     let reply = post_json(server, body).await;
     assert_eq!(reply.status, status, "{body} -> {}", reply.body);
-    assert_eq!(reply.content_type, "application/json", "{body}");
-    parse_response(reply.body.as_bytes())
-        .unwrap_or_else(|e| panic!("{body} -> undecodable {:?}: {e}", reply.body))
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/json"),
+        "{body}"
+    );
+    decode(&reply.body)
 }
 
 fn one_user(value: &str, hits: u32) -> String {
@@ -134,16 +167,16 @@ fn one_user(value: &str, hits: u32) -> String {
 
 #[tokio::test]
 async fn json_answers_200_with_protojson() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let reply = post_json(&server, &one_user("ann", 1)).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(reply.content_type, "application/json");
+    assert_eq!(reply.header("content-type"), Some("application/json"));
     // Field names, enum names and omitted defaults as protojson writes them.
     let prefix = r#"{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":3,"unit":"MINUTE"},"limitRemaining":2,"durationUntilReset":""#;
     assert!(reply.body.starts_with(prefix), "{}", reply.body);
     assert!(reply.body.ends_with(r#"s"}]}"#), "{}", reply.body);
 
-    let resp = parse_response(reply.body.as_bytes()).expect("protojson response");
+    let resp = decode(&reply.body);
     assert_eq!(overall(&resp), Code::Ok);
     let status = &resp.statuses[0];
     assert_limited(status, Code::Ok, &limit(3, Unit::Minute, ""), 2);
@@ -156,7 +189,7 @@ async fn json_answers_200_with_protojson() {
 
 #[tokio::test]
 async fn json_answers_429_when_over_limit() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let resp = decide(&server, &one_user("bob", 3), 200).await;
     assert_limited(&resp.statuses[0], Code::Ok, &limit(3, Unit::Minute, ""), 0);
 
@@ -171,7 +204,7 @@ async fn json_answers_429_when_over_limit() {
     );
     // limitRemaining is 0, so protojson leaves it out.
     assert!(!reply.body.contains("limitRemaining"), "{}", reply.body);
-    let resp = parse_response(reply.body.as_bytes()).expect("protojson response");
+    let resp = decode(&reply.body);
     assert_eq!(overall(&resp), Code::OverLimit);
     assert_limited(
         &resp.statuses[0],
@@ -183,7 +216,7 @@ async fn json_answers_429_when_over_limit() {
 
 #[tokio::test]
 async fn json_statuses_follow_request_order_with_names_and_no_match() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let body = r#"{"domain":"d","descriptors":[
         {"entries":[{"key":"api_key","value":"gold-key"}]},
         {"entries":[{"key":"nothing","value":"here"}]},
@@ -203,7 +236,7 @@ async fn json_statuses_follow_request_order_with_names_and_no_match() {
 
 #[tokio::test]
 async fn json_accepts_overrides_descriptor_hits_and_snake_case() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     // A request-supplied limit, with the unit as a name.
     let camel = r#"{"domain":"d","descriptors":[{"entries":[{"key":"override","value":"a"}],
         "limit":{"requestsPerUnit":5,"unit":"MINUTE"},"hitsAddend":"4"}]}"#;
@@ -238,7 +271,7 @@ async fn json_accepts_overrides_descriptor_hits_and_snake_case() {
 
 #[tokio::test]
 async fn json_and_grpc_count_on_the_same_counters() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let mut rls = server.client().await;
     let entries: &[(&str, &str)] = &[("shared", "k")];
     let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"shared","value":"k"}]}]}"#;
@@ -266,7 +299,7 @@ async fn json_and_grpc_count_on_the_same_counters() {
 
 #[tokio::test]
 async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
-    let server = Server::start(RULES);
+    let server = Serve::rules(RULES).start();
     let cases: &[(&str, &str)] = &[
         ("not json", "expected"),
         ("", "EOF"),
@@ -314,30 +347,19 @@ async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
 
 #[tokio::test]
 async fn json_takes_only_post() {
-    let server = Server::start(RULES);
-    let reply = http(server.http_addr(), "GET", "/json", "").await;
+    let server = Serve::rules(RULES).start();
+    let reply = server.get("/json").await;
     assert_eq!(reply.status, 405, "{}", reply.body);
 }
 
 #[tokio::test]
 async fn json_answers_503_when_the_store_fails() {
-    // A loopback port nobody listens on: Redis connections are refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let server = Server::start_with_args(
-        RULES,
-        &[
-            "--backend",
-            "redis",
-            "--redis-url",
-            &url,
-            "--on-store-error",
-            "error",
-        ],
-    );
+    // A redis-server that is not running: connections are refused.
+    let redis = RedisServer::unstarted();
+    let server = Serve::rules(RULES)
+        .redis("single", &redis.url())
+        .args(["--on-store-error", "error"])
+        .start_without_store();
     let reply = post_json(&server, &one_user("ann", 1)).await;
     assert_eq!(reply.status, 503, "{}", reply.body);
     assert!(reply.body.contains("store"), "{}", reply.body);
@@ -348,14 +370,11 @@ async fn json_answers_503_when_the_store_fails() {
 
 #[tokio::test]
 async fn rlconfig_dumps_the_loaded_rules() {
-    let server = Server::start(RULES);
-    let reply = http(server.http_addr(), "GET", "/rlconfig", "").await;
+    let server = Serve::rules(RULES).start();
+    let reply = server.get("/rlconfig").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert!(
-        reply.content_type.starts_with("text/plain"),
-        "{}",
-        reply.content_type
-    );
+    let content_type = reply.header("content-type").unwrap_or_default();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
     assert_eq!(
         reply.body,
         "\

@@ -1,0 +1,208 @@
+//! How closely a limit was kept under steady overload, from the exact log of answers the
+//! client saw: admissions per epoch-aligned window, the worst window at any alignment,
+//! the long-run average and the utilisation of the limit.
+//!
+//! The client knows an admission only as "decided between sending and receiving", so an
+//! admission counts for a window when both fall inside it (`certain`), and is reported
+//! apart when it overlaps the window only in part (`straddling`).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::task::JoinSet;
+
+use crate::grpc::{Code, Rls, request};
+use crate::load::{Answer, timed};
+
+/// Nanoseconds since the Unix epoch.
+pub fn epoch_ns(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_nanos()
+}
+
+/// The answers of a steady overload run, which starts at an epoch-aligned window boundary.
+pub struct OverloadRun {
+    pub start: SystemTime,
+    pub window: Duration,
+    pub windows: u32,
+    pub limit: u64,
+    pub answers: Vec<Answer>,
+}
+
+/// Sends `factor × limit` requests per `window` at a steady pace for `windows` windows,
+/// round-robin over `clients`, all for one descriptor, starting at an epoch-aligned window
+/// boundary: Tollgate aligns its windows to the epoch, on the same clock as the client's,
+/// so the client can attribute answers to the store's windows.
+pub async fn steady_overload(
+    clients: &[Rls],
+    domain: &str,
+    entries: &[(&str, &str)],
+    limit: u64,
+    window: Duration,
+    windows: u32,
+    factor: u64,
+) -> OverloadRun {
+    let window_ns = window.as_nanos();
+    let now = epoch_ns(SystemTime::now());
+    // The next boundary at least 300 ms away, so that every task is ready when it comes.
+    let mut start_ns = (now / window_ns + 1) * window_ns;
+    if start_ns - now < 300_000_000 {
+        start_ns += window_ns;
+    }
+    let nanos = |ns: u128| Duration::from_nanos(u64::try_from(ns).expect("fits in 584 years"));
+    let start = UNIX_EPOCH + nanos(start_ns);
+    let rate = u32::try_from(limit * factor).expect("a rate that fits in u32");
+    let total = u64::from(rate) * u64::from(windows);
+
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::now() + nanos(start_ns - now),
+        window / rate,
+    );
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let req = request(domain, &[entries]);
+    let mut tasks = JoinSet::new();
+    for (_, client) in (0..total).zip(clients.iter().cycle()) {
+        ticker.tick().await;
+        let (mut rls, req) = (client.clone(), req.clone());
+        tasks.spawn(async move { timed(&mut rls, req).await });
+    }
+    let mut answers = tasks.join_all().await;
+    answers.sort_by_key(|a| a.sent);
+    OverloadRun {
+        start,
+        window,
+        windows,
+        limit,
+        answers,
+    }
+}
+
+/// Admissions of one window of a run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WindowCount {
+    /// Sent and answered inside the window: the store decided inside it.
+    pub certain: u64,
+    /// Overlapping the window and a neighbour: decided in one of them.
+    pub straddling: u64,
+}
+
+impl OverloadRun {
+    fn admissions(&self) -> impl Iterator<Item = &Answer> {
+        self.answers.iter().filter(|a| a.result == Ok(Code::Ok))
+    }
+
+    /// The index of the run's window holding `t` (negative before the run).
+    fn window_of(&self, t: SystemTime) -> i128 {
+        let offset = epoch_ns(t) as i128 - epoch_ns(self.start) as i128;
+        offset.div_euclid(self.window.as_nanos() as i128)
+    }
+
+    /// Admissions per epoch-aligned window of the run.
+    pub fn per_window(&self) -> Vec<WindowCount> {
+        let mut counts = vec![WindowCount::default(); self.windows as usize];
+        for a in self.admissions() {
+            let (first, last) = (self.window_of(a.sent), self.window_of(a.received));
+            for w in first..=last {
+                if let Some(count) = usize::try_from(w).ok().and_then(|w| counts.get_mut(w)) {
+                    if first == last {
+                        count.certain += 1;
+                    } else {
+                        count.straddling += 1;
+                    }
+                }
+            }
+        }
+        counts
+    }
+
+    /// The most admissions certainly decided inside one window's length, wherever that
+    /// window starts: the maximum over `t` of the admissions sent at or after `t` and
+    /// answered before `t + window`. (The maximum is reached with `t` at a send time.)
+    pub fn worst_window(&self) -> u64 {
+        let admitted: Vec<&Answer> = self.admissions().collect();
+        let window = self.window;
+        let mut worst = 0;
+        for (i, first) in admitted.iter().enumerate() {
+            let end = first.sent + window;
+            let inside = admitted[i..]
+                .iter()
+                .take_while(|a| a.sent < end)
+                .filter(|a| a.received < end)
+                .count();
+            worst = worst.max(inside as u64);
+        }
+        worst
+    }
+
+    pub fn admitted(&self) -> u64 {
+        self.admissions().count() as u64
+    }
+
+    /// Admissions certainly decided inside the run's windows: sent and answered in them.
+    /// (A client that falls behind its pace sends some requests after the run.)
+    pub fn admitted_within_run(&self) -> u64 {
+        let windows = i128::from(self.windows);
+        self.admissions()
+            .filter(|a| self.window_of(a.sent) >= 0 && self.window_of(a.received) < windows)
+            .count() as u64
+    }
+
+    /// Admissions per window, averaged over the run's windows.
+    pub fn long_run_average(&self) -> f64 {
+        self.admitted_within_run() as f64 / f64::from(self.windows)
+    }
+
+    /// The share of what the limit allows over the run that was admitted.
+    pub fn utilisation(&self) -> f64 {
+        self.long_run_average() / self.limit as f64
+    }
+
+    /// Answers that are neither OK nor OVER_LIMIT.
+    pub fn failures(&self) -> Vec<&Answer> {
+        self.answers
+            .iter()
+            .filter(|a| !matches!(a.result, Ok(Code::Ok) | Ok(Code::OverLimit)))
+            .collect()
+    }
+
+    pub fn slowest(&self) -> Duration {
+        self.answers
+            .iter()
+            .map(|a| a.took)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Admissions per `sub`-long slice of the run (by send time), for failure messages.
+    pub fn histogram(&self, sub: Duration) -> Vec<u64> {
+        let n = (self.window.as_nanos() * u128::from(self.windows) / sub.as_nanos()) as usize;
+        let mut h = vec![0; n];
+        for a in self.admissions() {
+            let offset = epoch_ns(a.sent) as i128 - epoch_ns(self.start) as i128;
+            if let Ok(i) = usize::try_from(offset.div_euclid(sub.as_nanos() as i128))
+                && i < n
+            {
+                h[i] += 1;
+            }
+        }
+        h
+    }
+
+    /// Everything above, for messages.
+    pub fn summary(&self, sub: Duration) -> String {
+        format!(
+            "limit {} per {:?}; per window {:?}; worst window at any alignment {}; long-run \
+             average {:.1} per window (utilisation {:.3}); admissions per {sub:?}: {:?}; {} \
+             answers, slowest {:?}",
+            self.limit,
+            self.window,
+            self.per_window(),
+            self.worst_window(),
+            self.long_run_average(),
+            self.utilisation(),
+            self.histogram(sub),
+            self.answers.len(),
+            self.slowest()
+        )
+    }
+}

@@ -1,0 +1,64 @@
+//! The suites run the repository's example Envoy configuration, with loopback addresses
+//! and the test's choices written over the lines the example marks "(test rewrites)".
+
+use std::net::SocketAddr;
+
+/// What a test changes in the example configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// The upstream HTTP server (the `upstream` cluster).
+    pub upstream: SocketAddr,
+    /// Tollgate's gRPC address (the `ratelimit` cluster).
+    pub ratelimit: SocketAddr,
+    /// The rate-limit filter's `failure_mode_deny`.
+    pub failure_mode_deny: bool,
+}
+
+/// `template` (the example `envoy.yaml`) with: the admin interface and the listener on
+/// 127.0.0.1 port 0 (Envoy picks; [`super::Envoy::start`] asks it), the two clusters at the
+/// given addresses, the given failure mode, and a filter timeout long enough that a slow
+/// debug build on a loaded machine is not taken for an unreachable service.
+///
+/// Each rewritten line must occur exactly once in the template; if an edit breaks that,
+/// this panics naming the line.
+pub fn render(template: &str, params: &Params) -> String {
+    let loopback = |addr: SocketAddr| {
+        assert!(addr.ip().is_loopback(), "only loopback addresses: {addr}");
+        format!("{{ address: {}, port_value: {} }}", addr.ip(), addr.port())
+    };
+    let any_port = "{ address: 127.0.0.1, port_value: 0 }";
+    let replacements = [
+        (
+            "{ address: 0.0.0.0, port_value: 9901 }",
+            any_port.to_owned(),
+        ),
+        (
+            "{ address: 0.0.0.0, port_value: 10000 }",
+            any_port.to_owned(),
+        ),
+        (
+            "{ address: upstream, port_value: 5678 }",
+            loopback(params.upstream),
+        ),
+        (
+            "{ address: tollgate, port_value: 8081 }",
+            loopback(params.ratelimit),
+        ),
+        (
+            "failure_mode_deny: false",
+            format!("failure_mode_deny: {}", params.failure_mode_deny),
+        ),
+        ("timeout: 0.25s", "timeout: 5s".to_owned()),
+    ];
+    let mut yaml = template.to_owned();
+    for (from, to) in replacements {
+        let count = yaml.matches(from).count();
+        assert_eq!(
+            count, 1,
+            "the example envoy.yaml must contain `{from}` exactly once (found {count}): the \
+             tests rewrite it"
+        );
+        yaml = yaml.replace(from, &to);
+    }
+    yaml
+}

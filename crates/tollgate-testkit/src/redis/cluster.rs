@@ -1,0 +1,208 @@
+//! A Redis Cluster of three masters without replicas, made with `redis-cli --cluster
+//! create`, and the slot a key hashes to (CRC16), to tell which master holds a counter.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{RedisServer, TOPOLOGY_TIMEOUT, info_value};
+use crate::{process, wait};
+
+/// The number of masters.
+const MASTERS: usize = 3;
+/// The number of hash slots of a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// A 3-master Redis Cluster covering every slot.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes = (0..MASTERS)
+            .map(|i| {
+                let mut node = RedisServer::unstarted_with(&format!("cluster node {i}"), &[]);
+                let conf = node.dir.path().join("nodes.conf");
+                node.extra = vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    conf.to_string_lossy().into_owned(),
+                    "--cluster-node-timeout".into(),
+                    "2000".into(),
+                ];
+                node.launch();
+                node
+            })
+            .collect();
+        let cluster = Self { nodes };
+        let mut create =
+            Command::new(std::env::var("REDIS_CLI_BIN").unwrap_or_else(|_| "redis-cli".to_owned()));
+        create
+            .args(["--cluster", "create"])
+            .args(cluster.nodes.iter().map(RedisServer::host_port))
+            .args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = process::run("redis-cli --cluster create", create, TOPOLOGY_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed ({}):\n{}{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(RedisServer::host_port).collect();
+        nodes.join(",")
+    }
+
+    /// Waits until every node reports `cluster_state:ok`, knows every node and sees every
+    /// slot served.
+    pub fn wait_ok(&self) {
+        wait::until("cluster_state:ok on every node", TOPOLOGY_TIMEOUT, || {
+            let infos: Vec<Option<String>> =
+                self.nodes.iter().map(RedisServer::cluster_info).collect();
+            let ok = infos.iter().all(|info| {
+                info.as_deref().is_some_and(|info| {
+                    info_value(info, "cluster_state").as_deref() == Some("ok")
+                        && info_value(info, "cluster_known_nodes") == Some(MASTERS.to_string())
+                        && info_value(info, "cluster_slots_ok") == Some(SLOTS.to_string())
+                })
+            });
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("CLUSTER INFO per node: {infos:?}"))
+            }
+        });
+    }
+
+    /// Kills node `i` and starts it again on the same port with its `nodes.conf` (it
+    /// rejoins with its slots, empty); waits until the whole cluster is ok again and
+    /// returns how long that took.
+    pub fn restart_node(&mut self, i: usize) -> Duration {
+        let start = Instant::now();
+        self.nodes[i].restart();
+        self.wait_ok();
+        start.elapsed()
+    }
+
+    /// Which node serves which slots: `(first, last, node index)` per range, from
+    /// `CLUSTER NODES` of a running node.
+    pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("a running node");
+        let nodes: String = asker.query(&["CLUSTER", "NODES"]);
+        let mut ranges = Vec::new();
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 9 || !fields[2].contains("master") {
+                continue;
+            }
+            let port: u16 = fields[1]
+                .split('@')
+                .next()
+                .and_then(|addr| addr.rsplit(':').next())
+                .and_then(|port| port.parse().ok())
+                .unwrap_or_else(|| panic!("bad CLUSTER NODES line {line:?}"));
+            let index = self
+                .nodes
+                .iter()
+                .position(|n| n.port == port)
+                .unwrap_or_else(|| panic!("unknown node port {port} in CLUSTER NODES"));
+            for range in &fields[8..] {
+                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                if let (Ok(lo), Ok(hi)) = (lo.parse::<u16>(), hi.parse::<u16>()) {
+                    ranges.push((lo, hi, index));
+                }
+            }
+        }
+        ranges
+    }
+
+    /// The index of the node holding `key`, given `ranges` from [`RedisCluster::slot_ranges`].
+    pub fn node_in(ranges: &[(u16, u16, usize)], key: &str) -> usize {
+        let slot = key_slot(key);
+        ranges
+            .iter()
+            .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+            .map(|range| range.2)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}: {ranges:?}"))
+    }
+
+    /// The index of the node holding `key` now.
+    pub fn node_of(&self, key: &str) -> usize {
+        Self::node_in(&self.slot_ranges(), key)
+    }
+
+    /// Whether `key` exists on the master serving it.
+    pub fn exists(&self, key: &str) -> bool {
+        self.nodes[self.node_of(key)].exists(key)
+    }
+}
+
+impl RedisServer {
+    /// `CLUSTER INFO`, or `None` if the node does not answer.
+    fn cluster_info(&self) -> Option<String> {
+        self.try_connection(Duration::from_millis(500))
+            .and_then(|mut c| ::redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
+            .ok()
+    }
+}
+
+/// The Redis Cluster slot of `key`: CRC16-XMODEM of its hash tag (the part between the
+/// first `{` and the next `}`, if not empty) or of the whole key, modulo 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_slot;
+
+    #[test]
+    fn slots_of_the_cluster_specification() {
+        // The check value of CRC16-XMODEM: "123456789" → 0x31C3 (below 16384).
+        assert_eq!(key_slot("123456789"), 0x31C3);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(
+            key_slot("{user1000}.following"),
+            key_slot("{user1000}.followers")
+        );
+        assert_eq!(key_slot("foo{}{bar}"), key_slot("foo{}{bar}"));
+        assert_ne!(
+            key_slot("foo{}{bar}"),
+            key_slot("bar"),
+            "an empty tag hashes the whole key"
+        );
+    }
+}

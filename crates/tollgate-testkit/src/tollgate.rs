@@ -1,0 +1,414 @@
+//! The `tollgate` binary under test: where it is, rule directories, `check-config`, and
+//! `serve` on OS-assigned loopback ports, ready once it prints
+//! `tollgate listening grpc=ADDR http=ADDR`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::grpc::Rls;
+use crate::http;
+use crate::process::{self, Finished, NoLine, Process, Signal};
+use crate::wait;
+use crate::{Error, loopback};
+
+/// How long a server may take to print its readiness line.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a one-shot command (`check-config`) may run.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `serve` waits for a Redis that does not answer before it serves without it:
+/// the server's fixed first-connect window. See [`Serve::start_without_store`].
+pub const FIRST_CONNECT: Duration = Duration::from_secs(3);
+/// How long a server may take to report its store connected.
+pub const STORE_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+const READY_PREFIX: &str = "tollgate listening ";
+
+/// The built `tollgate` binary: `$TOLLGATE_BIN`, else `tollgate` in the directory above
+/// the running executable's (cargo puts test and bench executables in
+/// `target/PROFILE/deps` and binaries in `target/PROFILE`, and builds the binaries of a
+/// package before its tests and benches).
+pub fn binary() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("TOLLGATE_BIN").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let candidate = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile_dir| profile_dir.join("tollgate"))
+        .filter(|path| path.is_file());
+    candidate.ok_or_else(|| {
+        Error::new(format!(
+            "no tollgate binary next to {}: build it (cargo build), or set TOLLGATE_BIN",
+            exe.display()
+        ))
+    })
+}
+
+/// A `tollgate` command with a clean environment, so that variables of the machine that
+/// runs the tests (PORT, HOST, REDIS_URL, …) cannot leak in.
+pub fn command() -> Command {
+    let binary = binary().unwrap_or_else(|e| panic!("{e}"));
+    command_at(&binary)
+}
+
+/// [`command`] for the binary at `binary`.
+pub fn command_at(binary: &Path) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.env_clear();
+    cmd
+}
+
+/// `tollgate check-config PATH`.
+pub fn check_config(path: &Path) -> Finished {
+    let mut cmd = command();
+    cmd.arg("check-config").arg(path);
+    process::run("tollgate check-config", cmd, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
+}
+
+// ---------------------------------------------------------------------------
+// Rule files
+// ---------------------------------------------------------------------------
+
+/// A temporary directory of rule files; removed on drop.
+pub struct ConfigDir {
+    dir: TempDir,
+}
+
+impl ConfigDir {
+    pub fn new() -> Self {
+        Self {
+            dir: TempDir::new().expect("create a temporary config directory"),
+        }
+    }
+
+    /// A directory holding the single file `name`.
+    pub fn with_file(name: &str, contents: &str) -> Self {
+        let dir = Self::new();
+        dir.write(name, contents);
+        dir
+    }
+
+    /// Writes `contents` to `relative` (creating parent directories); returns its path.
+    pub fn write(&self, relative: &str, contents: &str) -> PathBuf {
+        let path = self.file(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create a config subdirectory");
+        }
+        std::fs::write(&path, contents).expect("write a config file");
+        path
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+}
+
+impl Default for ConfigDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Starting servers
+// ---------------------------------------------------------------------------
+
+/// How to start one `tollgate serve`: a command and the rule directory it must outlive.
+pub struct Serve {
+    command: Command,
+    config: Option<ConfigDir>,
+}
+
+impl Serve {
+    /// Serves `yaml` as the only rule file.
+    pub fn rules(yaml: &str) -> Self {
+        let config = ConfigDir::with_file("rules.yaml", yaml);
+        Self::path(&config.file("rules.yaml")).keep(config)
+    }
+
+    /// Serves the rule file or directory at `config` on OS-assigned loopback ports.
+    pub fn path(config: &Path) -> Self {
+        Self::custom(command()).serve_path(config)
+    }
+
+    /// [`Serve::path`] with the binary at `binary`.
+    pub fn with_binary(binary: &Path, config: &Path) -> Self {
+        Self::custom(command_at(binary)).serve_path(config)
+    }
+
+    /// Runs `command` as it is: the caller chose every argument.
+    pub fn custom(command: Command) -> Self {
+        Self {
+            command,
+            config: None,
+        }
+    }
+
+    fn serve_path(mut self, config: &Path) -> Self {
+        self.command.arg("serve").arg("--config").arg(config).args([
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ]);
+        self
+    }
+
+    /// Keeps `config` until the server is gone.
+    pub fn keep(mut self, config: ConfigDir) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    pub fn args<S: AsRef<std::ffi::OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.command.args(args);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.command.env(key, value);
+        self
+    }
+
+    /// Counters in Redis: `--backend redis --redis-type TYPE --redis-url URL`.
+    pub fn redis(self, redis_type: &str, url: &str) -> Self {
+        self.args([
+            "--backend",
+            "redis",
+            "--redis-type",
+            redis_type,
+            "--redis-url",
+            url,
+        ])
+    }
+
+    /// Starts the process without waiting for it: several can start at once.
+    pub fn spawn(self) -> Result<Starting, Error> {
+        Ok(Starting {
+            process: Process::start("tollgate serve", self.command)?,
+            config: self.config,
+        })
+    }
+
+    /// Starts the server and waits until it is ready; panics with its output if it is not.
+    pub fn start(self) -> Server {
+        self.try_start().unwrap_or_else(|exit| fail_start(&exit))
+    }
+
+    /// Starts the server and waits until it is ready, or returns how it exited.
+    pub fn try_start(self) -> Result<Server, Box<Finished>> {
+        self.spawn().unwrap_or_else(|e| panic!("{e}")).ready()
+    }
+
+    /// Starts a server whose Redis will not answer (down, refusing the password, not
+    /// trusted): it serves only once its first-connect window ([`FIRST_CONNECT`]) is
+    /// over. Every such start in the suites goes through here, so that a setting for that
+    /// window, once the server has one, needs adding in one place.
+    pub fn start_without_store(self) -> Server {
+        start_all_without_store([self]).remove(0)
+    }
+
+    /// Starts the server and waits until `/healthcheck/store` says its store is connected.
+    pub async fn start_connected(self) -> Server {
+        let server = self.start();
+        server.await_store_health(200, STORE_CONNECT_TIMEOUT).await;
+        server
+    }
+}
+
+/// [`Serve::start_without_store`] for several servers, started at once so that their
+/// first-connect windows overlap.
+pub fn start_all_without_store(serves: impl IntoIterator<Item = Serve>) -> Vec<Server> {
+    let starting: Vec<Starting> = serves
+        .into_iter()
+        .map(|serve| serve.spawn().unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    starting
+        .into_iter()
+        .map(|s| s.ready().unwrap_or_else(|exit| fail_start(&exit)))
+        .collect()
+}
+
+/// A `tollgate serve` that has been spawned and may not be ready yet.
+pub struct Starting {
+    process: Process,
+    config: Option<ConfigDir>,
+}
+
+impl Starting {
+    /// Waits for the readiness line; `Err` with the output if the process exits first.
+    /// Panics on a timeout or a malformed line.
+    pub fn ready(self) -> Result<Server, Box<Finished>> {
+        let line = self
+            .process
+            .stdout()
+            .wait_for(|l| l.starts_with(READY_PREFIX), STARTUP_TIMEOUT);
+        match line {
+            Ok(line) => {
+                let addrs = parse_ready_line(&line)
+                    .unwrap_or_else(|| panic!("malformed readiness line: {line:?}"));
+                Ok(Server {
+                    process: self.process,
+                    addrs,
+                    _config: self.config,
+                })
+            }
+            Err(NoLine::Closed) => Err(Box::new(self.process.stop())),
+            Err(NoLine::TimedOut) => panic!(
+                "tollgate printed no readiness line within {STARTUP_TIMEOUT:?}; stdout:\n{}stderr:\n{}",
+                self.process.stdout().text(),
+                self.process.stderr().text()
+            ),
+        }
+    }
+}
+
+/// The two addresses of the readiness line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listening {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+}
+
+impl Listening {
+    /// Both on 127.0.0.1, on ports the OS gave, and different.
+    pub fn on_ipv4_loopback(&self) -> bool {
+        let given = |addr: SocketAddr| addr.ip() == loopback(0).ip() && addr.port() != 0;
+        given(self.grpc) && given(self.http) && self.grpc != self.http
+    }
+}
+
+/// Parses `tollgate listening grpc=ADDR http=ADDR` exactly.
+pub fn parse_ready_line(line: &str) -> Option<Listening> {
+    let rest = line.strip_prefix(READY_PREFIX)?;
+    let (grpc, http) = rest.split_once(' ')?;
+    Some(Listening {
+        grpc: grpc.strip_prefix("grpc=")?.parse().ok()?,
+        http: http.strip_prefix("http=")?.parse().ok()?,
+    })
+}
+
+/// Panics with the output of a server that exited before it was ready.
+fn fail_start(exit: &Finished) -> ! {
+    panic!(
+        "tollgate exited before it was ready ({}); stdout:\n{}stderr:\n{}",
+        exit.status, exit.stdout, exit.stderr
+    )
+}
+
+// ---------------------------------------------------------------------------
+// A running server
+// ---------------------------------------------------------------------------
+
+/// A running `tollgate serve`; killed when dropped.
+pub struct Server {
+    process: Process,
+    pub addrs: Listening,
+    _config: Option<ConfigDir>,
+}
+
+impl Server {
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.addrs.grpc
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.addrs.http
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Lines on stdout other than the readiness line (there should be none).
+    pub fn other_stdout(&self) -> Vec<String> {
+        let mut lines = self.process.stdout().all();
+        lines.retain(|l| !l.starts_with(READY_PREFIX));
+        lines
+    }
+
+    /// A gRPC channel to the server.
+    pub async fn channel(&self) -> Channel {
+        Endpoint::from_shared(format!("http://{}", self.addrs.grpc))
+            .expect("a valid endpoint URI")
+            .connect_timeout(crate::grpc::TIMEOUT)
+            .timeout(crate::grpc::TIMEOUT)
+            .connect()
+            .await
+            .expect("connect to tollgate's gRPC listener")
+    }
+
+    /// A rate-limit client on a channel of its own.
+    pub async fn client(&self) -> Rls {
+        Rls::new(self.channel().await)
+    }
+
+    pub fn signal(&mut self, signal: Signal) {
+        self.process.signal(signal);
+    }
+
+    /// `GET path` on the HTTP port.
+    pub async fn get(&self, path: &str) -> http::Response {
+        http::get(self.addrs.http, path).await
+    }
+
+    /// The value of the first `/metrics` series that starts with `series` (a name, or a
+    /// name with labels), if there is one.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let page = self.get("/metrics").await;
+        assert_eq!(page.status, 200, "GET /metrics: {page:?}");
+        metric_value(&page.body, series)
+    }
+
+    /// `GET /healthcheck/store`'s status.
+    pub async fn store_health(&self) -> u16 {
+        self.get("/healthcheck/store").await.status
+    }
+
+    /// Polls `/healthcheck/store` until it answers `want`; returns how long it took.
+    pub async fn await_store_health(&self, want: u16, timeout: Duration) -> Duration {
+        let what = format!("/healthcheck/store answering {want}");
+        let ((), took) =
+            wait::until_async(&what, timeout, async || match self.store_health().await {
+                status if status == want => Ok(()),
+                status => Err(format!("it answers {status}")),
+            })
+            .await;
+        took
+    }
+
+    /// Waits for the server to exit by itself (after a signal) and returns its output.
+    pub fn wait_exit(self, timeout: Duration) -> Finished {
+        self.process
+            .wait_exit(timeout)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Kills the server and returns its output.
+    pub fn stop(self) -> Finished {
+        self.process.stop()
+    }
+}
+
+/// The value of the first line of a Prometheus page that starts with `series` followed by
+/// a space or a label set.
+pub fn metric_value(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find(|line| {
+            line.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}

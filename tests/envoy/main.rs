@@ -1,0 +1,12 @@
+//! End to end through a real Envoy: client → Envoy (HTTP rate-limit filter) → upstream,
+//! Envoy asking Tollgate over gRPC before each request; with the memory store and with
+//! Tollgates sharing a real redis-server.
+//!
+//! Envoy runs `examples/envoy/envoy.yaml` (loopback addresses substituted) and Tollgate
+//! serves `examples/envoy/config/rules.yaml`, so the example in the repository is what is
+//! tested. Needs Envoy and redis-server (`scripts/install-test-deps.sh` installs both);
+//! without them these tests fail, they do not skip.
+
+mod memory;
+mod redis;
+mod support;

@@ -1,0 +1,218 @@
+//! Envoy in front of one Tollgate on the memory store: the example's limits (`api_key` 3
+//! per fixed minute, `path=/login` 5 per sliding minute, `path=/static/*` unlimited),
+//! shared between two Envoys, and Envoy's `failure_mode_deny` with Tollgate gone.
+
+use tollgate_testkit::envoy::{self, Envoy, Upstream};
+use tollgate_testkit::tollgate::Server;
+
+use crate::support::{
+    EXAMPLE_ENVOY_YAML, KEY_LIMIT, admitted_per_envoy, assert_admitted, assert_key_headers,
+    assert_key_sequence, assert_limited, assert_ratelimit_headers, envoy, timed_get, tollgate,
+    within_one_minute,
+};
+
+/// `path=/login`: requests per sliding minute.
+const LOGIN_LIMIT: usize = 5;
+
+/// An upstream, a Tollgate and one Envoy (`failure_mode_deny: false`).
+struct Stack {
+    upstream: Upstream,
+    /// Kept running for as long as the stack lives.
+    _tollgate: Server,
+    envoy: Envoy,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let upstream = Upstream::start().await;
+        let tollgate = tollgate().start();
+        let envoy = envoy(&upstream, tollgate.grpc_addr(), false).await;
+        Self {
+            upstream,
+            _tollgate: tollgate,
+            envoy,
+        }
+    }
+}
+
+/// The example envoy.yaml, exactly as docker-compose runs it, is a valid Envoy
+/// configuration.
+#[test]
+fn example_envoy_yaml_is_valid_as_is() {
+    let (ok, output) = envoy::validate(EXAMPLE_ENVOY_YAML);
+    assert!(
+        ok,
+        "envoy --mode validate rejected examples/envoy/envoy.yaml:\n{output}"
+    );
+}
+
+/// Under the limit requests reach the upstream; over it Envoy answers 429 and the
+/// upstream sees nothing; both carry headers that agree with the rule (3 per minute,
+/// fixed window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_limit_admits_then_429_with_matching_headers() {
+    let s = Stack::start().await;
+    let (start_hits, responses) = within_one_minute(async |n| {
+        let key = format!("alice-{n}");
+        let start_hits = s.upstream.hits();
+        let mut out = Vec::new();
+        for _ in 0..KEY_LIMIT + 2 {
+            out.push(timed_get(&s.envoy, &s.upstream, "/orders", Some(&key)).await);
+        }
+        (start_hits, out)
+    })
+    .await;
+    assert_key_sequence(&responses, start_hits);
+}
+
+/// The default algorithm (sliding window) through Envoy: 5 per minute on /login, then 429
+/// until the counted hits age out of the window; an unlimited path is never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_limit_on_a_path() {
+    let s = Stack::start().await;
+    let policy = "5;w=60";
+    for i in 0..LOGIN_LIMIT {
+        let t = timed_get(&s.envoy, &s.upstream, "/login", None).await;
+        assert_admitted(&t, i + 1);
+        // For admitted hits the reset is when they are forgotten: at most a window plus
+        // one sub-window (window / 10 by default).
+        assert_ratelimit_headers(&t, LOGIN_LIMIT, policy, LOGIN_LIMIT - 1 - i, 1..=66);
+    }
+    for _ in 0..2 {
+        let t = timed_get(&s.envoy, &s.upstream, "/login", None).await;
+        assert_limited(&t, LOGIN_LIMIT);
+        // Over the limit the reset is when the same request would be admitted: the five
+        // hits were taken within a second, so that is about a window away, never more
+        // than a window plus a sub-window.
+        assert_ratelimit_headers(&t, LOGIN_LIMIT, policy, 0, 45..=66);
+    }
+
+    // /static/* is unlimited by path: only the per-address and per-listener limits (100
+    // and 1000 per second) apply, far from exhausted here.
+    for i in 0..LOGIN_LIMIT + 2 {
+        let t = timed_get(&s.envoy, &s.upstream, &format!("/static/{i}.css"), None).await;
+        assert_admitted(&t, LOGIN_LIMIT + i + 1);
+        let limit = t.resp.header("x-ratelimit-limit").unwrap_or_default();
+        assert!(
+            !limit.contains(";w=60"),
+            "no per-minute limit should apply to /static/*: {t:#?}"
+        );
+    }
+}
+
+/// Limits are per descriptor value: key A over its limit does not affect key B, nor
+/// requests without a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_are_limited_independently() {
+    let s = Stack::start().await;
+    let (start_hits, a, b, none) = within_one_minute(async |n| {
+        let (key_a, key_b) = (format!("a-{n}"), format!("b-{n}"));
+        let start_hits = s.upstream.hits();
+        let mut a = Vec::new();
+        for _ in 0..=KEY_LIMIT {
+            a.push(timed_get(&s.envoy, &s.upstream, "/items", Some(&key_a)).await);
+        }
+        let b = timed_get(&s.envoy, &s.upstream, "/items", Some(&key_b)).await;
+        let none = timed_get(&s.envoy, &s.upstream, "/items", None).await;
+        (start_hits, a, b, none)
+    })
+    .await;
+
+    assert_key_sequence(&a, start_hits);
+    assert_admitted(&b, start_hits + KEY_LIMIT + 1);
+    assert_key_headers(&b, KEY_LIMIT - 1);
+    assert_admitted(&none, start_hits + KEY_LIMIT + 2);
+    let limit = none.resp.header("x-ratelimit-limit").unwrap_or_default();
+    assert!(
+        !limit.contains("per-api-key"),
+        "without x-api-key there is no api_key descriptor: {none:#?}"
+    );
+}
+
+/// Two Envoys asking one Tollgate enforce one limit between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_envoys_share_one_limit() {
+    let upstream = Upstream::start().await;
+    let tollgate = tollgate().start();
+    let (e1, e2) = tokio::join!(
+        envoy(&upstream, tollgate.grpc_addr(), false),
+        envoy(&upstream, tollgate.grpc_addr(), false)
+    );
+    let envoys = [&e1, &e2];
+
+    let (start_hits, responses) = within_one_minute(async |n| {
+        let key = format!("shared-{n}");
+        let start_hits = upstream.hits();
+        let mut out = Vec::new();
+        // Alternate: e1, e2, e1, e2, ... twice the limit in all.
+        for i in 0..2 * KEY_LIMIT {
+            out.push(timed_get(envoys[i % 2], &upstream, "/shared", Some(&key)).await);
+        }
+        (start_hits, out)
+    })
+    .await;
+
+    // The remaining count falls across both proxies: one counter.
+    assert_key_sequence(&responses, start_hits);
+    let per_envoy = admitted_per_envoy(&responses, 2);
+    assert!(
+        per_envoy.iter().all(|n| *n > 0),
+        "both Envoys admitted some: {per_envoy:?}"
+    );
+}
+
+/// With Tollgate gone, `failure_mode_deny: false` lets traffic through and
+/// `failure_mode_deny: true` refuses it with 500 (Envoy's default `status_on_error`)
+/// without reaching the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tollgate_down_fails_open_or_closed_as_configured() {
+    let upstream = Upstream::start().await;
+    let tollgate = tollgate().start();
+    let (open, closed) = tokio::join!(
+        envoy(&upstream, tollgate.grpc_addr(), false),
+        envoy(&upstream, tollgate.grpc_addr(), true)
+    );
+
+    // Both consult Tollgate while it is up: one counter between them, exact.
+    let (key, start_hits, responses) = within_one_minute(async |n| {
+        let key = format!("k-{n}");
+        let start_hits = upstream.hits();
+        let mut out = Vec::new();
+        for i in 0..=KEY_LIMIT {
+            let envoy = if i % 2 == 0 { &open } else { &closed };
+            out.push(timed_get(envoy, &upstream, "/before", Some(&key)).await);
+        }
+        (key, start_hits, out)
+    })
+    .await;
+    assert_key_sequence(&responses, start_hits);
+
+    let finished = tokio::task::spawn_blocking(move || tollgate.stop())
+        .await
+        .expect("stop tollgate");
+    assert_eq!(
+        finished.status.code(),
+        None,
+        "tollgate was killed by a signal: {finished:?}"
+    );
+
+    // Fail open: through to the upstream, even for the exhausted key, and without
+    // rate-limit headers since no service answered.
+    for path in ["/open-1", "/open-2"] {
+        let hits = upstream.hits();
+        let t = timed_get(&open, &upstream, path, Some(&key)).await;
+        assert_admitted(&t, hits + 1);
+        assert_eq!(t.resp.header("x-ratelimit-limit"), None, "{t:#?}");
+    }
+
+    // Fail closed: Envoy answers 500 itself.
+    for path in ["/closed-1", "/closed-2"] {
+        let hits = upstream.hits();
+        let t = timed_get(&closed, &upstream, path, Some("fresh")).await;
+        assert_eq!(t.resp.status, 500, "failure_mode_deny: true: {t:#?}");
+        assert_eq!(
+            t.upstream_hits, hits,
+            "a refused request must not reach the upstream: {t:#?}"
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! The Redis store when Redis fails: down at start, killed during load (each
+//! `--on-store-error` mode), frozen; then back.
+//!
+//! Tollgate runs with the default `--store-timeout 10ms`. No call may hang, and 95 % of
+//! them are answered within [`P95`] (20× the store timeout: room for a loaded 2-core
+//! machine, far below anything that would stall Envoy). After Redis is back, limiting
+//! must be exact again within [`RECOVERY`]: a fresh counter, hit round-robin through two
+//! or more instances, admits exactly its limit — which only a shared, working store gives.
+//! Every test here measures latencies, so each takes the timing lock.
+
+use std::time::{Duration, SystemTime};
+
+use tollgate_testkit::grpc::{Code, Rls};
+use tollgate_testkit::load::{
+    Answer, Load, assert_all, assert_latency, await_exact_limiting, exactly, round_robin,
+    sent_between, tally, timed_check,
+};
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::serial;
+use tollgate_testkit::tollgate::{Server, start_all_without_store};
+
+use crate::support::{DOMAIN, PROBE_LIMIT, USER_LIMIT, YEARLY_LIMIT, blocking, key, serve};
+
+const P95: Duration = Duration::from_millis(200);
+const RECOVERY: Duration = Duration::from_secs(2);
+const HEALTH_RECOVERY: Duration = Duration::from_secs(5);
+/// Answers to wait for while Redis is down: at least ~1.2 s of outage at the load's pace,
+/// long enough for reconnection attempts to back off.
+const OUTAGE_ANSWERS: usize = 600;
+const LOAD_PERIOD: Duration = Duration::from_millis(2);
+const MODES: [&str; 4] = ["local", "allow", "deny", "error"];
+
+fn args(mode: &str) -> [&str; 4] {
+    ["--store-timeout", "10ms", "--on-store-error", mode]
+}
+
+async fn connected(redis: &RedisServer, mode: &str) -> Server {
+    serve("single", &redis.url())
+        .args(args(mode))
+        .start_connected()
+        .await
+}
+
+fn busy_values() -> Vec<String> {
+    (0..20).map(|i| format!("v{i}")).collect()
+}
+
+/// What a request that needs the store gets while the store is down.
+fn outage_answer(mode: &str) -> Result<Code, tonic::Code> {
+    match mode {
+        "local" | "allow" => Ok(Code::Ok),
+        "deny" => Ok(Code::OverLimit),
+        "error" => Err(tonic::Code::Unavailable),
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+/// A fresh `user` counter through `rls` admits exactly its limit: decided from the local
+/// view, as the memory store would.
+async fn assert_local_decisions(rls: &mut Rls, value: &str) {
+    let got = round_robin(
+        std::slice::from_mut(rls),
+        DOMAIN,
+        &[("user", value)],
+        USER_LIMIT + 2,
+    )
+    .await;
+    assert_eq!(
+        got,
+        exactly(USER_LIMIT, 2),
+        "local decisions while Redis is away"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_at_start_then_up() {
+    let _timing = serial::timing().await;
+    let mut redis = RedisServer::unstarted();
+    let servers =
+        start_all_without_store(MODES.map(|mode| serve("single", &redis.url()).args(args(mode))));
+    let mut clients = Vec::new();
+    for (mode, server) in MODES.iter().zip(&servers) {
+        // README: /healthcheck is 500 while the store is down only when its failures are
+        // errors (so that traffic goes to instances that can answer).
+        let want = if *mode == "error" { 500 } else { 200 };
+        let health = server.get("/healthcheck").await;
+        assert_eq!(
+            health.status, want,
+            "{mode}: /healthcheck while Redis is down"
+        );
+        assert_eq!(server.store_health().await, 503, "{mode}");
+        clients.push(server.client().await);
+    }
+
+    for (mode, rls) in MODES.iter().zip(&mut clients) {
+        let mut answers = Vec::new();
+        for i in 0..20 {
+            answers.push(timed_check(rls, DOMAIN, &[("busy", &format!("down-{i}"))]).await);
+        }
+        assert_all(
+            &answers,
+            outage_answer(mode),
+            &format!("{mode}, Redis down"),
+        );
+        assert_latency(&answers, 0.95, P95, mode);
+    }
+    assert_local_decisions(&mut clients[0], "down").await;
+
+    blocking(|| redis.launch());
+    let mut slowest = Duration::ZERO;
+    for (mode, server) in MODES.iter().zip(&servers) {
+        let took = server.await_store_health(200, HEALTH_RECOVERY).await;
+        eprintln!("{mode}: store healthy {took:?} after Redis came up");
+        slowest = slowest.max(took);
+        let health = server.get("/healthcheck").await;
+        assert_eq!(health.status, 200, "{mode}: /healthcheck once Redis is up");
+    }
+    let (took, rounds) =
+        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+            format!("up-{r}")
+        })
+        .await;
+    eprintln!(
+        "exact across all four instances {took:?} after the last became healthy \
+         ({slowest:?} after Redis came up), {rounds} rounds"
+    );
+    let last = key("", "probe", &format!("up-{rounds}"));
+    assert!(
+        redis.exists(&last),
+        "the last probe's counter {last} is in Redis"
+    );
+}
+
+/// Kills Redis under steady load through two instances, checks the answers during the
+/// outage and the latencies, restarts Redis (empty) on the same port, and waits for exact
+/// limiting.
+async fn kill_during_load(mode: &str) {
+    let _timing = serial::timing().await;
+    let mut redis = RedisServer::start();
+    let (a, b) = (connected(&redis, mode).await, connected(&redis, mode).await);
+    let mut clients = vec![a.client().await, b.client().await];
+
+    // Before: limiting is exact across the two instances.
+    await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+        format!("before-{r}")
+    })
+    .await;
+    // A counter A's local view knows to be full.
+    let (_, round) = await_exact_limiting(
+        &mut clients[..1],
+        DOMAIN,
+        "yearly",
+        YEARLY_LIMIT,
+        RECOVERY,
+        |r| format!("full-{r}"),
+    )
+    .await;
+    let full = format!("full-{round}");
+
+    let load = Load::start(&clients, DOMAIN, "busy", busy_values(), LOAD_PERIOD).await;
+
+    blocking(|| redis.stop());
+    let killed = SystemTime::now();
+    load.await_answers_since(killed, OUTAGE_ANSWERS, Duration::from_secs(30))
+        .await;
+
+    if mode == "local" {
+        let took = a.await_store_health(503, HEALTH_RECOVERY).await;
+        eprintln!("store health 503 {took:?} after the kill");
+        assert_local_decisions(&mut clients[0], "outage").await;
+    }
+    // README: a request the local view already knows to be over its limit is denied in
+    // every mode, Redis or not.
+    let known = timed_check(&mut clients[0], DOMAIN, &[("yearly", &full)]).await;
+    assert_eq!(
+        known.result,
+        Ok(Code::OverLimit),
+        "{mode}: a counter the local view knows to be full, while Redis is down: {known:?}"
+    );
+
+    let restarted = SystemTime::now();
+    blocking(|| redis.launch());
+    let (took, rounds) =
+        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+            format!("after-{r}")
+        })
+        .await;
+    eprintln!("{mode}: exact again {took:?} after Redis answered PING, {rounds} rounds");
+    let answers = load.finish().await;
+
+    let outage = sent_between(&answers, killed, restarted);
+    assert!(
+        outage.len() >= OUTAGE_ANSWERS,
+        "{} answers during the outage",
+        outage.len()
+    );
+    assert_all(
+        outage.iter().copied(),
+        outage_answer(mode),
+        &format!("{mode}, Redis killed"),
+    );
+    assert_latency(&answers, 0.95, P95, &format!("{mode}, whole run"));
+    report(mode, &answers, outage.len());
+}
+
+fn report(what: &str, answers: &[Answer], during: usize) {
+    eprintln!(
+        "{what}: {} answers, {during} during the outage, slowest {:?}; all: {:?}",
+        answers.len(),
+        answers.iter().map(|a| a.took).max().unwrap_or_default(),
+        tally(answers)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_during_load_local() {
+    kill_during_load("local").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_during_load_allow() {
+    kill_during_load("allow").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_during_load_deny() {
+    kill_during_load("deny").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_during_load_error() {
+    kill_during_load("error").await;
+}
+
+/// A Redis that stops answering (SIGSTOP) but keeps its connections open: only the store
+/// timeout stands between a request and a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_redis_costs_at_most_the_timeout() {
+    let _timing = serial::timing().await;
+    let mut redis = RedisServer::start();
+    let (a, b) = (
+        connected(&redis, "local").await,
+        connected(&redis, "local").await,
+    );
+    let mut clients = vec![a.client().await, b.client().await];
+
+    let load = Load::start(&clients, DOMAIN, "busy", busy_values(), LOAD_PERIOD).await;
+
+    blocking(|| redis.freeze());
+    let frozen = SystemTime::now();
+    load.await_answers_since(frozen, OUTAGE_ANSWERS, Duration::from_secs(30))
+        .await;
+    assert_local_decisions(&mut clients[0], "frozen").await;
+
+    let thawed = SystemTime::now();
+    blocking(|| redis.thaw());
+    let (took, rounds) =
+        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+            format!("thawed-{r}")
+        })
+        .await;
+    eprintln!("exact again {took:?} after SIGCONT, {rounds} rounds");
+    let answers = load.finish().await;
+
+    let outage = sent_between(&answers, frozen, thawed);
+    assert!(outage.len() >= OUTAGE_ANSWERS);
+    assert_all(outage.iter().copied(), Ok(Code::Ok), "local, Redis frozen");
+    assert_latency(&answers, 0.95, P95, "frozen Redis, whole run");
+    report("frozen", &answers, outage.len());
+}

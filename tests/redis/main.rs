@@ -1,0 +1,10 @@
+//! Tollgate's Redis store against real redis-servers: one server, a 3-master Cluster, a
+//! sentinel set, TLS, and the failures of each (down, killed under load, frozen, failed
+//! over). Tests that measure time take the testkit's timing lock.
+
+mod cluster;
+mod faults;
+mod sentinel;
+mod single;
+mod support;
+mod tls;

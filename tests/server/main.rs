@@ -1,0 +1,11 @@
+//! Tollgate as a process, over gRPC and HTTP: the API, matching, limits of every shape,
+//! configuration errors, the command line and operations. The memory store throughout;
+//! the algorithm suite runs on a real redis-server too.
+
+mod algorithms;
+mod cli;
+mod config_errors;
+mod grpc_api;
+mod http_api;
+mod matching;
+mod operations;
