@@ -367,8 +367,7 @@ async fn counters_beyond_max_counters_are_evicted_not_refused() {
 }
 
 /// Every counter `created` is either held or was evicted (none expires while a test
-/// runs), and the memory held stays bounded: the cap is kept per shard, each shard's share
-/// rounded up, so below twice `cap`.
+/// runs), and no more than `cap` are held.
 pub async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
     let metric = async |name: &str| {
         server
@@ -385,16 +384,14 @@ pub async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) 
         "{created} counters: {held} held, {evicted} evicted"
     );
     assert!(
-        held < (2 * cap) as f64,
+        held <= cap as f64,
         "{held} counters held under --max-counters {cap}"
     );
-    eprintln!("--max-counters {cap}: {held} held, {evicted} evicted of {created}");
 }
 
 /// A flood of requests with a fresh value each keeps memory bounded by `--max-counters`
-/// and counts its evictions. Whether the flood can evict a counter that is at its limit
-/// (and so let it admit again) is printed, not asserted: eviction picks the
-/// soonest-expiring counter of a few samples, whatever its count.
+/// and counts its evictions, and it cannot reset a counter that is at its limit: eviction
+/// takes the least-used of a random sample, and the flood's counters are barely used.
 #[tokio::test]
 async fn a_unique_key_flood_stays_within_max_counters() {
     const CAP: u64 = 50;
@@ -429,9 +426,9 @@ async fn a_unique_key_flood_stays_within_max_counters() {
 
     assert_counters_accounted(&server, CAP, FLOOD + 1).await;
     let after = rls.check("api", &[("user", "full")]).await;
-    eprintln!(
-        "after a flood of {FLOOD} fresh values under --max-counters {CAP}, the full counter \
-         answers {:?} (OVER_LIMIT: kept; OK: evicted and reset)",
-        code(&after)
+    assert_eq!(
+        code(&after),
+        Code::OverLimit,
+        "the full counter survived a flood of {FLOOD} fresh values under --max-counters {CAP}"
     );
 }

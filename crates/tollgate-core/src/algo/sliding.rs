@@ -596,45 +596,71 @@ mod against_the_log {
         }
     }
 
+    /// Admitted by the approximation over admitted by an exact log, for random arrivals
+    /// (gaps up to `max_gap_ms`) and costs (1–3) over twenty windows of a 100/s limit.
+    fn ratio_to_the_log(seed: u64, max_gap_ms: u64, precision: u32) -> f64 {
+        let mut s = seed;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let l = limit(Algorithm::SlidingWindow { precision }, 100, SECOND);
+        let mut approx = SlidingWindow::new(precision);
+        let mut log = Log(Default::default());
+        let (mut a, mut e) = (0u64, 0u64);
+        let mut t = 5 * SECOND;
+        // Twenty windows, so that the edges of the run do not dominate.
+        while t < 25 * SECOND {
+            t += next() % (max_gap_ms * 1_000_000);
+            let hits = 1 + next() % 3;
+            if approx.evaluate(&l, t, hits).admitted {
+                approx.record(&l, t, hits);
+                a += hits;
+            }
+            if log.offer(SECOND, 100, t, hits) {
+                e += hits;
+            }
+        }
+        a as f64 / e as f64
+    }
+
+    /// How far from the log a precision may be: the single-counter form is the coarsest.
+    fn tolerance(precision: u32) -> f64 {
+        if precision == 1 { 0.04 } else { 0.02 }
+    }
+
+    #[test]
+    fn heavy_overload_at_precision_one_stays_within_its_bound() {
+        // The inputs an earlier version failed on (kept from its regression file): 40× and
+        // 2.5× overload at precision 1.
+        for (seed, max_gap_ms) in [
+            (12_553_838_073_019_849_343, 16),
+            (9_646_803_933_334_726_842, 1),
+        ] {
+            let ratio = ratio_to_the_log(seed, max_gap_ms, 1);
+            assert!(
+                (ratio - 1.0).abs() <= tolerance(1),
+                "gap {max_gap_ms}: ratio {ratio}"
+            );
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
 
         /// Random arrivals and costs, from light load to heavy overload: the approximation
         /// admits within 2 % of what an exact sliding log admits from the same traffic
-        /// (6 % with precision 1, the coarse two-counter form), in total.
+        /// (4 % with precision 1, the coarse two-counter form), in total.
         #[test]
         fn admits_within_two_percent_of_an_exact_log(
             seed in 1u64..u64::MAX,
-            max_gap_ms in 2u64..40,
+            max_gap_ms in 1u64..40,
             precision in proptest::sample::select(vec![1u32, 10, 20, 50]),
         ) {
-            let mut s = seed;
-            let mut next = || {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s
-            };
-            let l = limit(Algorithm::SlidingWindow { precision }, 100, SECOND);
-            let mut approx = SlidingWindow::new(precision);
-            let mut log = Log(Default::default());
-            let (mut a, mut e) = (0u64, 0u64);
-            let mut t = 5 * SECOND;
-            // Twenty windows, so that the edges of the run do not dominate.
-            while t < 25 * SECOND {
-                t += next() % (max_gap_ms * 1_000_000);
-                let hits = 1 + next() % 3;
-                if approx.evaluate(&l, t, hits).admitted {
-                    approx.record(&l, t, hits);
-                    a += hits;
-                }
-                if log.offer(SECOND, 100, t, hits) {
-                    e += hits;
-                }
-            }
-            let ratio = a as f64 / e as f64;
-            let tolerance = if precision == 1 { 0.06 } else { 0.02 };
-            proptest::prop_assert!((ratio - 1.0).abs() <= tolerance, "approx {} exact {} ratio {}", a, e, ratio);
+            let ratio = ratio_to_the_log(seed, max_gap_ms, precision);
+            proptest::prop_assert!((ratio - 1.0).abs() <= tolerance(precision), "ratio {}", ratio);
         }
     }
 }

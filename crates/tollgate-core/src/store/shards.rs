@@ -22,6 +22,8 @@ use crate::limit::Limit;
 const EVICTION_SAMPLES: usize = 8;
 /// Shards per core: enough that concurrent requests rarely wait for one another.
 const SHARDS_PER_CORE: usize = 16;
+/// The fewest entries a shard is made for.
+const MIN_PER_SHARD: usize = 16;
 
 /// The limit states of one counter, when they stop mattering, and how much of its limits
 /// they hold (what dropping the counter would forgive).
@@ -165,10 +167,11 @@ impl<V: Entry> Shards<V> {
     /// A map holding at most about `max_entries` entries and `max_bytes` bytes.
     pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        // Small caps get fewer shards, so that each holds a useful number of entries.
         let shards = cores
             .saturating_mul(SHARDS_PER_CORE)
             .clamp(16, 1024)
-            .min(max_entries.max(1));
+            .min((max_entries / MIN_PER_SHARD).max(1));
         let seed = RandomState::new();
         Self {
             shards: (0..shards)
@@ -182,7 +185,8 @@ impl<V: Entry> Shards<V> {
                 })
                 .collect(),
             hashers: [RandomState::new(), RandomState::new()],
-            per_shard_entries: max_entries.div_ceil(shards).max(1),
+            // Rounded down: the shards together never hold more than the cap.
+            per_shard_entries: (max_entries / shards).max(1),
             per_shard_bytes: max_bytes / shards,
             evictions: AtomicU64::new(0),
             expired: AtomicU64::new(0),
