@@ -6,6 +6,8 @@
 //! [`super::local`] for why a local denial is always the decision Redis would make).
 
 mod connect;
+#[cfg(test)]
+mod differential;
 mod script;
 
 pub use connect::{Credentials, RedisKind, RedisTarget, TargetError};
@@ -229,7 +231,7 @@ impl RedisStore {
         };
         let redis_key = format!("{}{{{key}}}", self.config.key_prefix);
         let mut invocation = self.script.key(redis_key);
-        script::add_args(&mut invocation, limits, hits, deadline_ns);
+        script::add_args(&mut invocation, limits, hits, deadline_ns, 0);
         let started = Instant::now();
         let answer = tokio::time::timeout(self.config.timeout, conn.invoke(&invocation)).await;
         self.counts.latency.observe(started.elapsed());

@@ -12,12 +12,14 @@ pub(super) fn script() -> redis::Script {
 }
 
 /// Adds the script's arguments for `hits` under `limits` to `invocation`; Redis changes
-/// nothing if it runs the script after `deadline_ns` (in Redis time; 0 for none).
+/// nothing if it runs the script after `deadline_ns` (in Redis time; 0 for none). The
+/// script reads Redis' clock unless `now_ns` gives the time (tests replay histories).
 pub(super) fn add_args(
     invocation: &mut redis::ScriptInvocation<'_>,
     limits: &[Limit],
     hits: Hits,
     deadline_ns: u64,
+    now_ns: u64,
 ) {
     let (mode, n) = match hits {
         Hits::Consume(n) => ("c", n),
@@ -29,7 +31,7 @@ pub(super) fn add_args(
         .arg(mode)
         .arg(n)
         .arg(deadline_ns / NANOS_PER_MICRO)
-        .arg(0)
+        .arg(now_ns / NANOS_PER_MICRO)
         .arg(limits.len());
     for limit in limits {
         let (kind, param) = match limit.algorithm {
