@@ -60,7 +60,10 @@ fn operation() -> impl Strategy<Value = (u64, Hits)> {
     ];
     // Gaps in microseconds (Redis' resolution), from none to several of the largest
     // sub-windows of a one-minute window.
-    (prop_oneof![3 => 0u64..1_000, 3 => 0u64..2_000_000, 1 => 0u64..200_000_000], hits)
+    (
+        prop_oneof![3 => 0u64..1_000, 3 => 0u64..2_000_000, 1 => 0u64..200_000_000],
+        hits,
+    )
 }
 
 proptest! {
