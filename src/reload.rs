@@ -4,6 +4,8 @@
 //! ones serving.
 
 use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use notify::event::{EventKind, MetadataKind, ModifyKind};
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Mutex, mpsc};
 use tollgate_core::rules::RulesBuilder;
-use tollgate_core::{ConfigErrors, Rules};
+use tollgate_core::{ConfigError, ConfigErrors, Rules};
 
 use crate::settings::RuleArgs;
 
@@ -23,19 +25,25 @@ const SETTLE: Duration = Duration::from_millis(150);
 const LOAD_BUDGET: Duration = Duration::from_secs(30);
 
 /// Loads `path` into `builder` on a blocking thread, within [`LOAD_BUDGET`].
-pub(crate) async fn load(path: &Path, mut builder: RulesBuilder) -> Result<Rules, String> {
+pub(crate) async fn load(path: &Path, mut builder: RulesBuilder) -> Result<Rules, ConfigErrors> {
     let owned = path.to_owned();
     let loading = tokio::task::spawn_blocking(move || {
         builder.add_path(&owned);
         builder.finish()
     });
+    let whole = |message: String| {
+        ConfigErrors(vec![ConfigError {
+            origin: path.display().to_string(),
+            path: String::new(),
+            message,
+        }])
+    };
     match tokio::time::timeout(LOAD_BUDGET, loading).await {
-        Ok(Ok(result)) => result.map_err(|e: ConfigErrors| e.to_string()),
-        Ok(Err(e)) => Err(format!("{}: loading failed: {e}", path.display())),
-        Err(_) => Err(format!(
-            "{}: loading took longer than {LOAD_BUDGET:?}; abandoned",
-            path.display()
-        )),
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => Err(whole(format!("loading failed: {e}"))),
+        Err(_) => Err(whole(format!(
+            "loading took longer than {LOAD_BUDGET:?}; abandoned"
+        ))),
     }
 }
 
@@ -72,7 +80,7 @@ impl Reload {
             }
             Err(problems) => {
                 metrics.config_load_error.inc_by(1);
-                for problem in problems.lines() {
+                for problem in &problems.0 {
                     tracing::error!("{problem}");
                 }
                 tracing::error!("rules rejected; the previous rules keep serving");
@@ -87,7 +95,7 @@ pub(crate) struct RulesWatch {
 }
 
 /// Runs `reload` after every settled change at its path, from a background task.
-pub(crate) fn watch(reload: Reload) -> Result<RulesWatch, String> {
+pub(crate) fn watch(reload: Reload) -> anyhow::Result<RulesWatch> {
     let path = reload.path.clone();
     let (target, mode, only) = if path.is_dir() {
         (path.clone(), RecursiveMode::Recursive, None)
@@ -120,10 +128,10 @@ pub(crate) fn watch(reload: Reload) -> Result<RulesWatch, String> {
             let _ = tx.send(());
         }
     })
-    .map_err(|e| format!("cannot watch {}: {e}", path.display()))?;
+    .with_context(|| format!("cannot watch {}", path.display()))?;
     watcher
         .watch(&target, mode)
-        .map_err(|e| format!("cannot watch {}: {e}", target.display()))?;
+        .with_context(|| format!("cannot watch {}", target.display()))?;
     tokio::spawn(async move {
         while rx.recv().await.is_some() {
             // Let the burst of writes finish, then reload once.

@@ -37,9 +37,7 @@ const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 /// Runs the server until a signal stops it.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let path = args.config_path();
-    let rules = reload::load(&path, args.rules.builder())
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let rules = reload::load(&path, args.rules.builder()).await?;
     tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
 
     let store = open_store(&args)?;
@@ -71,7 +69,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         dynamic_metadata: args.answers.response_dynamic_metadata,
     });
     let reload = Reload::new(rls.clone(), path, Arc::new(args.rules.clone()));
-    let _watch = reload::watch(reload.clone()).map_err(anyhow::Error::msg)?;
+    let _watch = reload::watch(reload.clone())?;
 
     let grpc = bind(args.grpc_addr(), "gRPC").await?;
     let http = bind(args.http_addr(), "HTTP").await?;

@@ -276,7 +276,7 @@ pub(crate) enum Backend {
 /// nothing of clap, and the help still lists the choices.
 fn one_of<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
 where
-    T: std::str::FromStr<Err = String> + Clone + Send + Sync + 'static,
+    T: std::str::FromStr<Err = tollgate_core::UnknownName> + Clone + Send + Sync + 'static,
 {
     PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }

@@ -43,7 +43,9 @@ pub use algo::Hits;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Limited, Outcome};
 pub use key::counter_key;
-pub use limit::{Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION};
+pub use limit::{
+    Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
+};
 pub use limiter::{DecideError, Limiter, Options, Recorder};
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};

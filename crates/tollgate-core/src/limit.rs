@@ -71,18 +71,30 @@ impl AlgorithmKind {
 }
 
 impl std::str::FromStr for AlgorithmKind {
-    type Err = String;
+    type Err = UnknownName;
 
-    fn from_str(name: &str) -> Result<Self, String> {
+    fn from_str(name: &str) -> Result<Self, UnknownName> {
         Self::ALL
             .into_iter()
             .find(|k| k.as_str() == name)
-            .ok_or_else(|| {
-                format!(
-                    "invalid algorithm '{name}' (expected sliding_window, fixed_window, token_bucket or leaky_bucket)"
-                )
+            .ok_or_else(|| UnknownName {
+                what: "algorithm",
+                given: name.to_owned(),
+                expected: "sliding_window, fixed_window, token_bucket or leaky_bucket",
             })
     }
+}
+
+/// A setting or rule value that names none of the choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} '{given}' (expected {expected})")]
+pub struct UnknownName {
+    /// What was being named.
+    pub what: &'static str,
+    /// The name given.
+    pub given: String,
+    /// The choices, for a person.
+    pub expected: &'static str,
 }
 
 impl Algorithm {

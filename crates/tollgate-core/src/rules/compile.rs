@@ -250,8 +250,8 @@ impl Context<'_> {
         let kind = match spec.algorithm.as_deref().map(str::parse::<AlgorithmKind>) {
             None => self.defaults.algorithm,
             Some(Ok(kind)) => kind,
-            Some(Err(message)) => {
-                self.error(&format!("{path}.algorithm"), message);
+            Some(Err(unknown)) => {
+                self.error(&format!("{path}.algorithm"), unknown.to_string());
                 return None;
             }
         };

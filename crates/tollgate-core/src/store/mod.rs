@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::algo::{Hits, Verdict};
 use crate::limit::Limit;
+use crate::limit::UnknownName;
 use crate::stats::HistogramSnapshot;
 
 /// A counter store; clones share it.
@@ -71,13 +72,17 @@ impl OnStoreError {
 }
 
 impl std::str::FromStr for OnStoreError {
-    type Err = String;
+    type Err = UnknownName;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, UnknownName> {
         Self::ALL
             .into_iter()
             .find(|m| m.as_str().eq_ignore_ascii_case(text))
-            .ok_or_else(|| format!("'{text}' is not one of local, allow, deny, error"))
+            .ok_or_else(|| UnknownName {
+                what: "store error mode",
+                given: text.to_owned(),
+                expected: "local, allow, deny or error",
+            })
     }
 }
 

@@ -13,6 +13,8 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{IntoConnectionInfo, RedisConnectionInfo};
 use tokio::sync::Notify;
 
+use crate::limit::UnknownName;
+
 /// How long one connect or health probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// Probe period while Redis answers; a request error wakes the supervisor sooner.
@@ -41,14 +43,18 @@ pub enum RedisKind {
 }
 
 impl std::str::FromStr for RedisKind {
-    type Err = String;
+    type Err = UnknownName;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, UnknownName> {
         match text.to_ascii_lowercase().as_str() {
             "single" => Ok(Self::Single),
             "cluster" => Ok(Self::Cluster),
             "sentinel" => Ok(Self::Sentinel),
-            _ => Err(format!("'{text}' is not one of single, cluster, sentinel")),
+            _ => Err(UnknownName {
+                what: "Redis deployment",
+                given: text.to_owned(),
+                expected: "single, cluster or sentinel",
+            }),
         }
     }
 }
