@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tollgate_core::DecideError;
 use tonic::{Request, Response, Status};
 
-use crate::rls::Rls;
+use crate::rls::{Rls, RlsError};
 
 /// Serves [`Rls`] to Envoy.
 #[derive(Clone)]
@@ -32,8 +32,12 @@ impl RateLimitService for GrpcService {
             .await
             .map(Response::new)
             .map_err(|e| match e {
-                DecideError::InvalidArgument(why) => Status::invalid_argument(why.to_string()),
-                DecideError::Store(e) => Status::unavailable(e.to_string()),
+                // UNKNOWN, as the reference answers before its first config.
+                RlsError::NoRules => Status::unknown(e.to_string()),
+                RlsError::Decide(DecideError::InvalidArgument(why)) => {
+                    Status::invalid_argument(why.to_string())
+                }
+                RlsError::Decide(DecideError::Store(e)) => Status::unavailable(e.to_string()),
             })
     }
 }

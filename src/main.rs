@@ -4,14 +4,18 @@
 
 mod admin;
 mod client;
+mod compat;
 mod grpc;
 mod json;
 mod metrics;
 mod proto;
 mod reload;
 mod rls;
+mod rules_status;
 mod server;
 mod settings;
+mod tls;
+mod xds;
 
 use std::process::ExitCode;
 

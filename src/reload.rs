@@ -10,19 +10,33 @@ use std::time::Duration;
 use notify::event::{EventKind, MetadataKind, ModifyKind};
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Mutex, mpsc};
+use tollgate_core::rules::RulesBuilder;
 use tollgate_core::{ConfigErrors, Defaults, Rules};
 
 use crate::rls::Rls;
+use crate::rules_status::Source;
 
 /// Writes closer together than this are one change (editors write in several steps).
 const SETTLE: Duration = Duration::from_millis(150);
 /// The longest one load may take; a slower one is abandoned and counted as failed.
 const LOAD_BUDGET: Duration = Duration::from_secs(30);
 
+/// How files become rules: gaps filled from the settings, and whether several files may
+/// hold one domain (`MERGE_DOMAIN_CONFIG`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadOptions {
+    pub(crate) defaults: Defaults,
+    pub(crate) merge_domains: bool,
+}
+
 /// Loads `path` on a blocking thread, within [`LOAD_BUDGET`].
-pub(crate) async fn load(path: &Path, defaults: Defaults) -> Result<Rules, String> {
+pub(crate) async fn load(path: &Path, options: LoadOptions) -> Result<Rules, String> {
     let owned = path.to_owned();
-    let loading = tokio::task::spawn_blocking(move || Rules::load(&owned, defaults));
+    let loading = tokio::task::spawn_blocking(move || {
+        let mut builder = RulesBuilder::new(options.defaults).merge_domains(options.merge_domains);
+        builder.add_path(&owned);
+        builder.finish()
+    });
     match tokio::time::timeout(LOAD_BUDGET, loading).await {
         Ok(Ok(result)) => result.map_err(|e: ConfigErrors| e.to_string()),
         Ok(Err(e)) => Err(format!("{}: loading failed: {e}", path.display())),
@@ -40,16 +54,16 @@ pub(crate) async fn load(path: &Path, defaults: Defaults) -> Result<Rules, Strin
 pub(crate) struct Reload {
     rls: Arc<Rls>,
     path: PathBuf,
-    defaults: Defaults,
+    options: LoadOptions,
     one_at_a_time: Arc<Mutex<()>>,
 }
 
 impl Reload {
-    pub(crate) fn new(rls: Arc<Rls>, path: PathBuf, defaults: Defaults) -> Self {
+    pub(crate) fn new(rls: Arc<Rls>, path: PathBuf, options: LoadOptions) -> Self {
         Self {
             rls,
             path,
-            defaults,
+            options,
             one_at_a_time: Arc::default(),
         }
     }
@@ -57,11 +71,13 @@ impl Reload {
     pub(crate) async fn run(&self) {
         let _turn = self.one_at_a_time.lock().await;
         let metrics = &self.rls.metrics;
-        match load(&self.path, self.defaults).await {
+        match load(&self.path, self.options).await {
             Ok(rules) => {
                 let domains = rules.domains().count();
-                self.rls.limiter.install(rules);
-                metrics.config_load_success.inc_by(1);
+                let source = Source::Files {
+                    path: self.path.clone(),
+                };
+                self.rls.install(rules, source);
                 tracing::info!(path = %self.path.display(), domains, "rules reloaded");
             }
             Err(problems) => {
