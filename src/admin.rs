@@ -45,7 +45,10 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     if *admin.draining.borrow() {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
     } else if !admin.rls.status.readiness().healthy {
-        (StatusCode::INTERNAL_SERVER_ERROR, "no rate limit configuration with a domain loaded")
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no rate limit configuration with a domain loaded",
+        )
     } else if !admin.rls.limiter.store().can_answer() {
         (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable")
     } else {

@@ -166,10 +166,7 @@ mod tests {
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
         ]);
-        let names: Vec<&str> = found
-            .iter()
-            .filter_map(|w| w.split('=').next())
-            .collect();
+        let names: Vec<&str> = found.iter().filter_map(|w| w.split('=').next()).collect();
         assert_eq!(
             names,
             [
@@ -190,6 +187,9 @@ mod tests {
         assert_eq!(warnings_for(&[("REDIS_SOCKET_TYPE", "unix")]).len(), 1);
         assert!(warnings_for(&[("REDIS_SOCKET_TYPE", "TCP")]).is_empty());
         assert!(warnings_for(&[("GRPC_SERVER_TLS_CERT", " ")]).is_empty());
-        assert_eq!(warnings_for(&[("RUNTIME_IGNOREDOTFILES", "false")]).len(), 1);
+        assert_eq!(
+            warnings_for(&[("RUNTIME_IGNOREDOTFILES", "false")]).len(),
+            1
+        );
     }
 }

@@ -73,20 +73,30 @@ impl RulesStatus {
     /// Comment lines for `/rlconfig` saying where `rules` came from: the source, then each
     /// domain with the files or resources that define it.
     pub(crate) fn describe(&self, rules: &Rules) -> String {
-        let source = self.source.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = match &source {
             None => writeln!(out, "# no rules loaded yet"),
             Some(Source::Files { path }) => writeln!(out, "# source: files at {}", path.display()),
-            Some(Source::Xds { server, version }) => writeln!(out, "# source: xDS server {server}, version {version:?}"),
+            Some(Source::Xds { server, version }) => {
+                writeln!(out, "# source: xDS server {server}, version {version:?}")
+            }
         };
         let what = match source {
             Some(Source::Xds { .. }) => "resource",
             _ => "file",
         };
         for (name, domain) in rules.domains() {
-            let _ = writeln!(out, "# domain {name}: {what} {}", domain.origins().join(", "));
+            let _ = writeln!(
+                out,
+                "# domain {name}: {what} {}",
+                domain.origins().join(", ")
+            );
         }
         out
     }
@@ -124,7 +134,10 @@ mod tests {
         assert!(strict.readiness().healthy);
         assert!(changes.has_changed().unwrap_or(false));
         strict.record(files, 0);
-        assert!(!strict.readiness().healthy, "a load without domains is unhealthy again");
+        assert!(
+            !strict.readiness().healthy,
+            "a load without domains is unhealthy again"
+        );
         relaxed.record(Source::Files { path: "/r".into() }, 0);
         assert!(relaxed.readiness().healthy);
     }
@@ -133,7 +146,10 @@ mod tests {
     fn describes_the_source_and_each_domain_origin() {
         let status = RulesStatus::new(false);
         let rules = Rules::from_yaml("eg-domain", "domain: eg\n").expect("valid");
-        assert_eq!(status.describe(&rules), "# no rules loaded yet\n# domain eg: file eg-domain\n");
+        assert_eq!(
+            status.describe(&rules),
+            "# no rules loaded yet\n# domain eg: file eg-domain\n"
+        );
         status.record(
             Source::Xds {
                 server: "https://127.0.0.1:18001".into(),

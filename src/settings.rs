@@ -152,7 +152,11 @@ pub(crate) enum ConfigType {
 #[derive(Debug, Args)]
 pub(crate) struct XdsArgs {
     /// Management server: host:port (http, or https with --xds-use-tls), or a URL.
-    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_URL", default_value = "localhost:18000")]
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_SERVER_URL",
+        default_value = "localhost:18000"
+    )]
     pub(crate) xds_server_url: String,
     /// Node id sent to the management server (its snapshots are keyed by it).
     #[arg(long, env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "default")]
@@ -366,7 +370,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
             return Err(invalid());
         }
         let digits = |s: &str| -> Result<u128, String> {
-            if s.is_empty() { Ok(0) } else { s.parse().map_err(|_| invalid()) }
+            if s.is_empty() {
+                Ok(0)
+            } else {
+                s.parse().map_err(|_| invalid())
+            }
         };
         // Digits past nanoseconds cannot matter; dropping them keeps the power in range.
         let fraction = &fraction[..fraction.len().min(18)];

@@ -150,10 +150,25 @@ mod tests {
         .expect("write");
 
         let e = KeyPair::load(&missing, &text).err().expect("missing file");
-        assert!(e.to_string().starts_with(&format!("{}: cannot read", missing.display())), "{e}");
-        let e = roots(Some(&text), "CA_SETTING").err().expect("no certificate");
-        assert_eq!(e.to_string(), format!("{}: holds no PEM certificate", text.display()));
-        let e = roots(Some(&broken), "CA_SETTING").err().expect("bad base64");
-        assert!(e.to_string().starts_with(&format!("{}: not valid PEM", broken.display())), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: cannot read", missing.display())),
+            "{e}"
+        );
+        let e = roots(Some(&text), "CA_SETTING")
+            .err()
+            .expect("no certificate");
+        assert_eq!(
+            e.to_string(),
+            format!("{}: holds no PEM certificate", text.display())
+        );
+        let e = roots(Some(&broken), "CA_SETTING")
+            .err()
+            .expect("bad base64");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: not valid PEM", broken.display())),
+            "{e}"
+        );
     }
 }

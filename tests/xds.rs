@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Code, ConfigDir, Server, code, http_get, request, serve_command};
 use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
-    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
 };
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::xds::{ServerTls, XdsServer, resource};
@@ -70,12 +70,12 @@ fn xds_command(xds: &XdsServer, env: &[(&str, &str)]) -> Command {
 fn xds_command_on(xds: &XdsServer, env: &[(&str, &str)], grpc: &str, http: &str) -> Command {
     let mut cmd = common::tollgate();
     cmd.args(["serve", "--grpc-addr", grpc, "--http-addr", http])
-    .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
-    .env("CONFIG_GRPC_XDS_SERVER_URL", xds.addr().to_string())
-    .env("CONFIG_GRPC_XDS_NODE_ID", NODE)
-    .env("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "100ms")
-    .env("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms")
-    .env("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s");
+        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+        .env("CONFIG_GRPC_XDS_SERVER_URL", xds.addr().to_string())
+        .env("CONFIG_GRPC_XDS_NODE_ID", NODE)
+        .env("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "100ms")
+        .env("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms")
+        .env("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s");
     cmd.envs(env.iter().copied());
     cmd
 }
@@ -123,7 +123,10 @@ async fn eventually(what: &str, check: impl Fn() -> bool + Send + 'static) {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         while !check() {
-            assert!(started.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}");
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{what}: not within {DEADLINE:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     })
@@ -157,11 +160,21 @@ fn free_addr() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushes_replace_the_rules_and_are_acked_once_live() {
     let xds = XdsServer::start().await;
-    xds.set(NODE, "1", vec![domain("shop", vec![key("user", per(RateLimitUnit::Minute, 2))])]);
+    xds.set(
+        NODE,
+        "1",
+        vec![domain(
+            "shop",
+            vec![key("user", per(RateLimitUnit::Minute, 2))],
+        )],
+    );
     let server = start(xds_command(
         &xds,
         &[
-            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant:blue,x-zone:a"),
+            (
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                "x-tenant:blue,x-zone:a",
+            ),
             ("CONFIG_GRPC_XDS_NODE_METADATA", "cluster=edge,bad-entry"),
         ],
     ))
@@ -172,9 +185,18 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
         subscription.type_url,
         "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
     );
-    assert!(subscription.resource_names.is_empty(), "a wildcard subscription");
-    assert_eq!(subscription.headers.get("x-tenant").map(String::as_str), Some("blue"));
-    assert_eq!(subscription.headers.get("x-zone").map(String::as_str), Some("a"));
+    assert!(
+        subscription.resource_names.is_empty(),
+        "a wildcard subscription"
+    );
+    assert_eq!(
+        subscription.headers.get("x-tenant").map(String::as_str),
+        Some("blue")
+    );
+    assert_eq!(
+        subscription.headers.get("x-zone").map(String::as_str),
+        Some("a")
+    );
     assert_eq!(
         subscription.node_metadata,
         HashMap::from([("cluster".to_owned(), "edge".to_owned())])
@@ -185,10 +207,23 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
 
     // A changed limit.
     let pushed = Instant::now();
-    xds.set(NODE, "2", vec![domain("shop", vec![key("user", per(RateLimitUnit::Minute, 5))])]);
+    xds.set(
+        NODE,
+        "2",
+        vec![domain(
+            "shop",
+            vec![key("user", per(RateLimitUnit::Minute, 5))],
+        )],
+    );
     xds.wait_ack(NODE, "2").await;
-    eprintln!("push → ACK (rules live) of version 2 took {:?}", pushed.elapsed());
-    assert_eq!(ask(&server, "shop", "user", "bob").await, (Code::Ok, Some(5)));
+    eprintln!(
+        "push → ACK (rules live) of version 2 took {:?}",
+        pushed.elapsed()
+    );
+    assert_eq!(
+        ask(&server, "shop", "user", "bob").await,
+        (Code::Ok, Some(5))
+    );
     assert_eq!(admitted(&server, "shop", "user", "bob", 5).await, 4);
 
     // Domains added and removed: `shop` goes, `api` and `web` come.
@@ -203,7 +238,10 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
     xds.wait_ack(NODE, "3").await;
     assert_eq!(ask(&server, "shop", "user", "carl").await, (Code::Ok, None));
     assert_eq!(ask(&server, "api", "token", "t").await, (Code::Ok, Some(1)));
-    assert_eq!(ask(&server, "api", "token", "t").await, (Code::OverLimit, Some(1)));
+    assert_eq!(
+        ask(&server, "api", "token", "t").await,
+        (Code::OverLimit, Some(1))
+    );
     assert_eq!(ask(&server, "web", "ip", "x").await, (Code::Ok, Some(100)));
 
     let page = http_get(server.http_addr(), "/rlconfig").body;
@@ -217,12 +255,24 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
         ],
         "{page}"
     );
-    assert!(page.contains("api.token: unit=HOUR requests_per_unit=1"), "{page}");
+    assert!(
+        page.contains("api.token: unit=HOUR requests_per_unit=1"),
+        "{page}"
+    );
     assert!(!page.contains("shop"), "{page}");
-    assert_eq!(metric(&server, "ratelimit_service_config_load_success "), Some(3.0));
-    assert_eq!(metric(&server, "ratelimit_service_config_load_error "), Some(0.0));
+    assert_eq!(
+        metric(&server, "ratelimit_service_config_load_success "),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(&server, "ratelimit_service_config_load_error "),
+        Some(0.0)
+    );
     assert_eq!(metric(&server, "tollgate_xds_connected "), Some(1.0));
-    assert_eq!(metric(&server, "tollgate_xds_config_info{version=\"3\"} "), Some(1.0));
+    assert_eq!(
+        metric(&server, "tollgate_xds_config_info{version=\"3\"} "),
+        Some(1.0)
+    );
     let age = metric(&server, "tollgate_xds_seconds_since_update ").expect("age of the rules");
     assert!((0.0..60.0).contains(&age), "{age}");
     // The entry that is not key=value was dropped with a warning.
@@ -235,7 +285,14 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
     let xds = XdsServer::start().await;
-    xds.set(NODE, "1", vec![domain("shop", vec![key("user", per(RateLimitUnit::Minute, 2))])]);
+    xds.set(
+        NODE,
+        "1",
+        vec![domain(
+            "shop",
+            vec![key("user", per(RateLimitUnit::Minute, 2))],
+        )],
+    );
     let server = start(xds_command(&xds, &[])).await;
     xds.wait_ack(NODE, "1").await;
 
@@ -254,7 +311,10 @@ async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
     let nack = xds.wait_nack(NODE, "2").await;
     assert_eq!(nack.version_info, "1", "the version still in force");
     let sent = xds.sent();
-    let v2 = sent.iter().find(|s| s.version == "2").expect("version 2 sent");
+    let v2 = sent
+        .iter()
+        .find(|s| s.version == "2")
+        .expect("version 2 sent");
     assert_eq!(nack.response_nonce, v2.nonce);
     let error = nack.error.expect("error detail");
     assert_eq!(
@@ -264,15 +324,35 @@ async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
             "other: descriptors[0]: descriptor has empty key",
         ]
     );
-    assert_eq!(admitted(&server, "shop", "user", "ann", 3).await, 2, "version 1 answers");
-    assert_eq!(metric(&server, "ratelimit_service_config_load_error "), Some(1.0));
+    assert_eq!(
+        admitted(&server, "shop", "user", "ann", 3).await,
+        2,
+        "version 1 answers"
+    );
+    assert_eq!(
+        metric(&server, "ratelimit_service_config_load_error "),
+        Some(1.0)
+    );
     assert_eq!(metric(&server, "tollgate_xds_nacks_total "), Some(1.0));
-    assert_eq!(metric(&server, "tollgate_xds_config_info{version=\"1\"} "), Some(1.0));
+    assert_eq!(
+        metric(&server, "tollgate_xds_config_info{version=\"1\"} "),
+        Some(1.0)
+    );
 
     // The next good version is taken.
-    xds.set(NODE, "3", vec![domain("shop", vec![key("user", per(RateLimitUnit::Minute, 9))])]);
+    xds.set(
+        NODE,
+        "3",
+        vec![domain(
+            "shop",
+            vec![key("user", per(RateLimitUnit::Minute, 9))],
+        )],
+    );
     xds.wait_ack(NODE, "3").await;
-    assert_eq!(ask(&server, "shop", "user", "bob").await, (Code::Ok, Some(9)));
+    assert_eq!(
+        ask(&server, "shop", "user", "bob").await,
+        (Code::Ok, Some(9))
+    );
 }
 
 /// The management server goes away and comes back: the rules in force keep answering
@@ -280,7 +360,14 @@ async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_management_server_restart_keeps_the_rules_in_force() {
     let xds = XdsServer::start().await;
-    xds.set(NODE, "1", vec![domain("shop", vec![key("user", per(RateLimitUnit::Minute, 2))])]);
+    xds.set(
+        NODE,
+        "1",
+        vec![domain(
+            "shop",
+            vec![key("user", per(RateLimitUnit::Minute, 2))],
+        )],
+    );
     let server = start(xds_command(&xds, &[])).await;
     let first = xds.wait_ack(NODE, "1").await;
 
@@ -288,18 +375,34 @@ async fn a_management_server_restart_keeps_the_rules_in_force() {
     xds.stop().await;
     let http = server.http_addr();
     eventually("the stream is seen down", move || {
-        http_get(http, "/metrics").body.contains("tollgate_xds_connected 0")
+        http_get(http, "/metrics")
+            .body
+            .contains("tollgate_xds_connected 0")
     })
     .await;
-    assert_eq!(admitted(&server, "shop", "user", "ann", 3).await, 2, "rules still in force");
+    assert_eq!(
+        admitted(&server, "shop", "user", "ann", 3).await,
+        2,
+        "rules still in force"
+    );
 
     let xds = xds.restart().await;
     let again = xds.wait_subscription(NODE, first.stream).await;
     assert_eq!(again.version_info, "1", "resumes from the version in force");
     assert_eq!(again.response_nonce, "");
-    xds.set(NODE, "2", vec![domain("shop", vec![key("user", per(RateLimitUnit::Minute, 4))])]);
+    xds.set(
+        NODE,
+        "2",
+        vec![domain(
+            "shop",
+            vec![key("user", per(RateLimitUnit::Minute, 4))],
+        )],
+    );
     xds.wait_ack(NODE, "2").await;
-    assert_eq!(ask(&server, "shop", "user", "bob").await, (Code::Ok, Some(4)));
+    assert_eq!(
+        ask(&server, "shop", "user", "bob").await,
+        (Code::Ok, Some(4))
+    );
     assert!(metric(&server, "tollgate_xds_reconnects_total ").is_some_and(|n| n >= 1.0));
 }
 
@@ -316,9 +419,20 @@ async fn tls_with_a_client_certificate_and_a_server_name() {
         client_ca: pki.ca(),
     })
     .await;
-    xds.set(NODE, "1", vec![domain("tls", vec![key("user", per(RateLimitUnit::Hour, 1))])]);
+    xds.set(
+        NODE,
+        "1",
+        vec![domain(
+            "tls",
+            vec![key("user", per(RateLimitUnit::Hour, 1))],
+        )],
+    );
     let path = |p: &std::path::Path| p.display().to_string();
-    let (cert, key_file, ca) = (path(&client_cert.cert), path(&client_cert.key), path(&pki.ca()));
+    let (cert, key_file, ca) = (
+        path(&client_cert.cert),
+        path(&client_cert.key),
+        path(&pki.ca()),
+    );
     let tls_env = [
         ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
         ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", cert.as_str()),
@@ -368,15 +482,28 @@ async fn without_force_start_nothing_is_served_before_the_first_rules() {
     assert!(!starting.is_finished(), "ready before any rules");
     for addr in [grpc, http] {
         let refused = std::net::TcpStream::connect(addr);
-        assert!(refused.is_err(), "{addr} accepts connections before any rules");
+        assert!(
+            refused.is_err(),
+            "{addr} accepts connections before any rules"
+        );
     }
-    xds.set(NODE, "1", vec![domain("late", vec![key("user", per(RateLimitUnit::Minute, 1))])]);
+    xds.set(
+        NODE,
+        "1",
+        vec![domain(
+            "late",
+            vec![key("user", per(RateLimitUnit::Minute, 1))],
+        )],
+    );
     let server = starting
         .await
         .expect("start tollgate")
         .unwrap_or_else(|exit| exit.fail());
     assert_eq!(server.grpc_addr(), grpc);
-    assert_eq!(ask(&server, "late", "user", "ann").await, (Code::Ok, Some(1)));
+    assert_eq!(
+        ask(&server, "late", "user", "ann").await,
+        (Code::Ok, Some(1))
+    );
 }
 
 /// FORCE_START_WITHOUT_INITIAL_CONFIG=true: served at once, with the reference's error
@@ -404,9 +531,19 @@ async fn force_start_answers_an_error_until_rules_arrive_and_health_follows_them
     assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 500);
     assert_eq!(grpc_health(&server).await, ServingStatus::NotServing);
 
-    xds.set(NODE, "1", vec![domain("early", vec![key("user", per(RateLimitUnit::Minute, 1))])]);
+    xds.set(
+        NODE,
+        "1",
+        vec![domain(
+            "early",
+            vec![key("user", per(RateLimitUnit::Minute, 1))],
+        )],
+    );
     xds.wait_ack(NODE, "1").await;
-    assert_eq!(ask(&server, "early", "user", "ann").await, (Code::Ok, Some(1)));
+    assert_eq!(
+        ask(&server, "early", "user", "ann").await,
+        (Code::Ok, Some(1))
+    );
     assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 200);
     assert_eq!(grpc_health(&server).await, ServingStatus::Serving);
 
@@ -425,8 +562,16 @@ async fn force_start_answers_an_error_until_rules_arrive_and_health_follows_them
 async fn resources_of_one_domain_merge_only_when_asked() {
     let resources = || {
         vec![
-            named("part-a", "shared", vec![key("a", per(RateLimitUnit::Minute, 1))]),
-            named("part-b", "shared", vec![key("b", per(RateLimitUnit::Minute, 2))]),
+            named(
+                "part-a",
+                "shared",
+                vec![key("a", per(RateLimitUnit::Minute, 1))],
+            ),
+            named(
+                "part-b",
+                "shared",
+                vec![key("b", per(RateLimitUnit::Minute, 2))],
+            ),
         ]
     };
     let xds = XdsServer::start().await;
@@ -435,11 +580,18 @@ async fn resources_of_one_domain_merge_only_when_asked() {
     assert_eq!(ask(&merged, "shared", "a", "x").await, (Code::Ok, Some(1)));
     assert_eq!(ask(&merged, "shared", "b", "x").await, (Code::Ok, Some(2)));
     let page = http_get(merged.http_addr(), "/rlconfig").body;
-    assert!(page.contains("# domain shared: resource part-a, part-b"), "{page}");
+    assert!(
+        page.contains("# domain shared: resource part-a, part-b"),
+        "{page}"
+    );
 
     let strict = XdsServer::start().await;
     strict.set(NODE, "1", resources());
-    let _server = start(xds_command(&strict, &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")])).await;
+    let _server = start(xds_command(
+        &strict,
+        &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")],
+    ))
+    .await;
     let nack = strict.wait_nack(NODE, "1").await;
     assert_eq!(
         nack.error.as_deref(),
@@ -481,7 +633,13 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
         pki.ca().display().to_string(),
     );
     let mut cmd = common::tollgate();
-    cmd.args(["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"]);
+    cmd.args([
+        "serve",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ]);
     cmd.envs([
         ("RUNTIME_ROOT", "/data"),
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
@@ -516,8 +674,16 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
         stderr.contains("GRPC_SERVER_USE_TLS=true is not supported"),
         "{stderr}"
     );
-    for quiet in ["USE_STATSD", "RUNTIME_WATCH_ROOT", "PROMETHEUS_MAPPER_YAML", "REDIS_SOCKET_TYPE"] {
-        assert!(!stderr.contains(quiet), "{quiet} is a no-op and needs no warning: {stderr}");
+    for quiet in [
+        "USE_STATSD",
+        "RUNTIME_WATCH_ROOT",
+        "PROMETHEUS_MAPPER_YAML",
+        "REDIS_SOCKET_TYPE",
+    ] {
+        assert!(
+            !stderr.contains(quiet),
+            "{quiet} is a no-op and needs no warning: {stderr}"
+        );
     }
 }
 
@@ -541,14 +707,27 @@ async fn file_rules_honour_the_health_and_merge_settings() {
     })
     .await;
     let page = http_get(empty.http_addr(), "/rlconfig").body;
-    assert!(page.contains(&format!("# domain d: file {}", file.display())), "{page}");
+    assert!(
+        page.contains(&format!("# domain d: file {}", file.display())),
+        "{page}"
+    );
 
     let merge = ConfigDir::new();
-    merge.write("a.yaml", "domain: m\ndescriptors:\n  - {key: a, rate_limit: {unit: hour, requests_per_unit: 1}}\n");
-    merge.write("b.yaml", "domain: m\ndescriptors:\n  - {key: b, rate_limit: {unit: hour, requests_per_unit: 2}}\n");
+    merge.write(
+        "a.yaml",
+        "domain: m\ndescriptors:\n  - {key: a, rate_limit: {unit: hour, requests_per_unit: 1}}\n",
+    );
+    merge.write(
+        "b.yaml",
+        "domain: m\ndescriptors:\n  - {key: b, rate_limit: {unit: hour, requests_per_unit: 2}}\n",
+    );
     let refused = common::run(serve_command(merge.path()));
     assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
-    assert!(refused.stderr.contains("duplicate domain 'm'"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("duplicate domain 'm'"),
+        "{}",
+        refused.stderr
+    );
     let mut cmd = serve_command(merge.path());
     cmd.env("MERGE_DOMAIN_CONFIG", "true");
     let merged = Server::spawn(cmd).unwrap_or_else(|exit| exit.fail());
@@ -565,7 +744,9 @@ fn config_type_is_checked_at_startup() {
     assert_eq!(bad.status.code(), Some(2), "{}", bad.stderr);
     assert!(
         bad.stderr.contains("invalid value 'GRPC_XDS_DELTA'")
-            && bad.stderr.contains("[possible values: FILE, GRPC_XDS_SOTW]"),
+            && bad
+                .stderr
+                .contains("[possible values: FILE, GRPC_XDS_SOTW]"),
         "{}",
         bad.stderr
     );
@@ -574,5 +755,126 @@ fn config_type_is_checked_at_startup() {
     cmd.env("CONFIG_TYPE", "GRPC_XDS_SOTW");
     let both = common::run(cmd);
     assert_eq!(both.status.code(), Some(1), "{}", both.stderr);
-    assert!(both.stderr.contains("CONFIG_TYPE=GRPC_XDS_SOTW"), "{}", both.stderr);
+    assert!(
+        both.stderr.contains("CONFIG_TYPE=GRPC_XDS_SOTW"),
+        "{}",
+        both.stderr
+    );
+}
+
+/// Decisions do not depend on the source: the same rules as a YAML file and as xDS
+/// resources give the same answers to the same request sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_and_xds_rules_decide_alike() {
+    const YAML: &str = r#"
+domain: eq
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: user
+    value: vip
+    rate_limit: {unit: minute, requests_per_unit: 5, name: vip}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: hour, requests_per_unit: 4, name: api, replaces: [{name: vip}]}
+  - key: path
+    value: /free/*
+    rate_limit: {unlimited: true}
+  - key: org
+    descriptors:
+      - key: team
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 2}
+"#;
+    let named_limit = |unit, n, name: &str, replaces: &[&str]| {
+        Some(RateLimitPolicy {
+            unit: unit as i32,
+            requests_per_unit: n,
+            name: name.into(),
+            replaces: replaces
+                .iter()
+                .map(|r| RateLimitReplace { name: (*r).into() })
+                .collect(),
+            ..Default::default()
+        })
+    };
+    let valued = |k: &str, v: &str, rate_limit| RateLimitDescriptor {
+        key: k.into(),
+        value: v.into(),
+        rate_limit,
+        ..Default::default()
+    };
+    let resources = vec![domain(
+        "eq",
+        vec![
+            key("user", per(RateLimitUnit::Minute, 3)),
+            valued(
+                "user",
+                "vip",
+                named_limit(RateLimitUnit::Minute, 5, "vip", &[]),
+            ),
+            valued(
+                "path",
+                "/api/*",
+                named_limit(RateLimitUnit::Hour, 4, "api", &["vip"]),
+            ),
+            valued(
+                "path",
+                "/free/*",
+                Some(RateLimitPolicy {
+                    unlimited: true,
+                    ..Default::default()
+                }),
+            ),
+            RateLimitDescriptor {
+                key: "org".into(),
+                descriptors: vec![RateLimitDescriptor {
+                    key: "team".into(),
+                    shadow_mode: true,
+                    rate_limit: per(RateLimitUnit::Second, 2),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        ],
+    )];
+    let xds = XdsServer::start().await;
+    xds.set(NODE, "1", resources);
+    let from_xds = start(xds_command(&xds, &[])).await;
+    let from_yaml = Server::start(YAML);
+    let (mut a, mut b) = (from_yaml.client().await, from_xds.client().await);
+
+    let sequence: Vec<(Vec<&[(&str, &str)]>, u32)> = vec![
+        (vec![&[("user", "ann")]], 0),
+        (vec![&[("user", "ann")]], 2),
+        (vec![&[("user", "ann")]], 0),
+        (vec![&[("user", "vip")], &[("path", "/api/x")]], 0),
+        (vec![&[("user", "vip")]], 3),
+        (vec![&[("user", "vip")]], 0),
+        (vec![&[("path", "/api/y")]], 3),
+        (vec![&[("path", "/free/z")], &[("user", "bob")]], 0),
+        (vec![&[("org", "o"), ("team", "t")]], 0),
+        (vec![&[("org", "o"), ("team", "t")]], 2),
+        (vec![&[("org", "o")]], 0),
+        (vec![&[("nobody", "x")]], 0),
+    ];
+    for (i, (descriptors, hits)) in sequence.into_iter().enumerate() {
+        let mut req = request("eq", &descriptors);
+        req.hits_addend = hits;
+        let (yaml, via_xds) = (a.ok(req.clone()).await, b.ok(req).await);
+        assert_eq!(yaml.overall_code, via_xds.overall_code, "request {i}");
+        for (s, t) in yaml.statuses.iter().zip(&via_xds.statuses) {
+            assert_eq!(
+                (s.code, &s.current_limit, s.limit_remaining),
+                (t.code, &t.current_limit, t.limit_remaining),
+                "request {i}: {yaml:?} vs {via_xds:?}"
+            );
+            let reset = |st: &common::DescriptorStatus| st.duration_until_reset.map(|d| d.seconds);
+            let (r, q) = (reset(s), reset(t));
+            assert!(
+                r == q || r.zip(q).is_some_and(|(r, q)| r.abs_diff(q) <= 1),
+                "request {i}: resets {r:?} vs {q:?}"
+            );
+        }
+    }
 }

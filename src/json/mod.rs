@@ -54,7 +54,10 @@ pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Respons
             };
             (status, Json(ResponseJson::from_proto(&response))).into_response()
         }
-        Err(RlsError::NoRules) => text(StatusCode::INTERNAL_SERVER_ERROR, RlsError::NoRules.to_string()),
+        Err(RlsError::NoRules) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            RlsError::NoRules.to_string(),
+        ),
         Err(RlsError::Decide(DecideError::InvalidArgument(why))) => {
             text(StatusCode::BAD_REQUEST, why.to_string())
         }

@@ -47,7 +47,11 @@ impl Subscription {
 
     /// Rejects `response`: the version in force stays the last accepted one, and the
     /// error names every problem, one per line.
-    pub(crate) fn nack(&self, response: &DiscoveryResponse, problems: &[String]) -> DiscoveryRequest {
+    pub(crate) fn nack(
+        &self,
+        response: &DiscoveryResponse,
+        problems: &[String],
+    ) -> DiscoveryRequest {
         let detail = Status {
             code: NACK_CODE,
             message: problems.join("\n"),
@@ -121,7 +125,10 @@ mod tests {
     fn ack_takes_the_version_and_nack_keeps_the_last_good_one() {
         let mut sub = Subscription::new(node());
         let ack = sub.ack(&response("1", "n1"));
-        assert_eq!((ack.version_info.as_str(), ack.response_nonce.as_str()), ("1", "n1"));
+        assert_eq!(
+            (ack.version_info.as_str(), ack.response_nonce.as_str()),
+            ("1", "n1")
+        );
         assert_eq!(ack.error_detail, None);
 
         let problems = ["a: bad".to_owned(), "b: worse".to_owned()];
@@ -134,7 +141,10 @@ mod tests {
 
         // A reconnect resumes from the accepted version, without the old stream's nonce.
         let again = sub.initial();
-        assert_eq!((again.version_info.as_str(), again.response_nonce.as_str()), ("1", ""));
+        assert_eq!(
+            (again.version_info.as_str(), again.response_nonce.as_str()),
+            ("1", "")
+        );
         let ack = sub.ack(&response("3", "n3"));
         assert_eq!(ack.version_info, "3");
         assert_eq!(sub.initial().version_info, "3");

@@ -93,7 +93,10 @@ mod tests {
         assert_eq!(low.next(&mut || 0.0), Duration::from_secs(10));
         let mut high = Backoff::new(policy(true));
         let wait = high.next(&mut || 0.999_999);
-        assert!(wait > Duration::from_millis(14_999) && wait < Duration::from_secs(15), "{wait:?}");
+        assert!(
+            wait > Duration::from_millis(14_999) && wait < Duration::from_secs(15),
+            "{wait:?}"
+        );
         let mut mid = Backoff::new(policy(true));
         assert_eq!(mid.next(&mut || 0.5), Duration::from_secs(10));
         // Spread above the maximum is capped.
@@ -102,7 +105,13 @@ mod tests {
             capped.next(&mut || 0.5);
         }
         assert_eq!(capped.next(&mut || 0.999), Duration::from_secs(60));
-        assert_eq!(spread(Duration::from_secs(3), 0.0, &mut || 0.0), Duration::from_secs(3));
-        assert_eq!(spread(Duration::from_secs(3), 0.5, &mut || 0.0), Duration::from_millis(1500));
+        assert_eq!(
+            spread(Duration::from_secs(3), 0.0, &mut || 0.0),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            spread(Duration::from_secs(3), 0.5, &mut || 0.0),
+            Duration::from_millis(1500)
+        );
     }
 }

@@ -30,7 +30,15 @@ pub(crate) async fn run(config: XdsConfig, rls: Arc<Rls>, stats: Arc<XdsStats>) 
     let mut streams = 0u64;
     loop {
         let channel = connect(&config, &mut random).await;
-        let ended = stream(&config, channel, &mut subscription, &rls, &stats, streams > 0).await;
+        let ended = stream(
+            &config,
+            channel,
+            &mut subscription,
+            &rls,
+            &stats,
+            streams > 0,
+        )
+        .await;
         streams += 1;
         stats.connected(false, false);
         if ended.delivered {

@@ -248,8 +248,16 @@ mod tests {
     fn resources_compile_into_one_rule_set() {
         let compiled = compile(
             &[
-                config("a", "alpha", vec![key("k", "", limit(RateLimitUnit::Second, 1))]),
-                config("b", "beta", vec![key("k", "x", limit(RateLimitUnit::Year, 2))]),
+                config(
+                    "a",
+                    "alpha",
+                    vec![key("k", "", limit(RateLimitUnit::Second, 1))],
+                ),
+                config(
+                    "b",
+                    "beta",
+                    vec![key("k", "x", limit(RateLimitUnit::Year, 2))],
+                ),
             ],
             Defaults::default(),
             false,
@@ -280,7 +288,11 @@ mod tests {
         .expect("unlimited without a unit is valid");
         assert_eq!(ok.rules.dump(), "d.k: unlimited, shadow_mode=false\n");
 
-        let errors = problems(&[config("r", "d", vec![key("k", "", limit(RateLimitUnit::Unknown, 5))])]);
+        let errors = problems(&[config(
+            "r",
+            "d",
+            vec![key("k", "", limit(RateLimitUnit::Unknown, 5))],
+        )]);
         assert_eq!(
             errors,
             ["r: descriptors[0].rate_limit.unit: invalid rate limit unit 'UNKNOWN'"]
@@ -299,7 +311,11 @@ mod tests {
     #[test]
     fn every_problem_is_reported_and_named_by_its_resource() {
         let errors = problems(&[
-            config("first", "d", vec![key("", "", limit(RateLimitUnit::Second, 1))]),
+            config(
+                "first",
+                "d",
+                vec![key("", "", limit(RateLimitUnit::Second, 1))],
+            ),
             Any {
                 type_url: "type.googleapis.com/other.Thing".into(),
                 value: vec![],
@@ -323,15 +339,29 @@ mod tests {
             errors[1]
         );
         assert_eq!(errors[2], "first: descriptors[0]: descriptor has empty key");
-        assert_eq!(errors[3], "dup: domain: duplicate domain 'd' (also in first)");
-        assert_eq!(errors[4], "resources[4]: domain: config file cannot have empty domain");
+        assert_eq!(
+            errors[3],
+            "dup: domain: duplicate domain 'd' (also in first)"
+        );
+        assert_eq!(
+            errors[4],
+            "resources[4]: domain: config file cannot have empty domain"
+        );
     }
 
     #[test]
     fn same_domain_merges_only_when_asked() {
         let resources = [
-            config("one", "shared", vec![key("a", "", limit(RateLimitUnit::Minute, 1))]),
-            config("two", "shared", vec![key("b", "", limit(RateLimitUnit::Minute, 2))]),
+            config(
+                "one",
+                "shared",
+                vec![key("a", "", limit(RateLimitUnit::Minute, 1))],
+            ),
+            config(
+                "two",
+                "shared",
+                vec![key("b", "", limit(RateLimitUnit::Minute, 2))],
+            ),
         ];
         assert_eq!(
             problems(&resources),
@@ -340,8 +370,16 @@ mod tests {
         let merged = compile(&resources, Defaults::default(), true).expect("merged");
         assert_eq!(merged.rules.dump().lines().count(), 2);
         let clash = [
-            config("one", "shared", vec![key("a", "", limit(RateLimitUnit::Minute, 1))]),
-            config("two", "shared", vec![key("a", "", limit(RateLimitUnit::Hour, 1))]),
+            config(
+                "one",
+                "shared",
+                vec![key("a", "", limit(RateLimitUnit::Minute, 1))],
+            ),
+            config(
+                "two",
+                "shared",
+                vec![key("a", "", limit(RateLimitUnit::Hour, 1))],
+            ),
         ];
         let errors = compile(&clash, Defaults::default(), true).expect_err("same key twice");
         assert_eq!(errors.len(), 1, "{errors:#?}");

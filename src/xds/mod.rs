@@ -150,7 +150,9 @@ fn endpoint_uri(url: &str, use_tls: bool) -> Result<(String, bool), XdsSetupErro
             "an http:// URL with CONFIG_GRPC_XDS_SERVER_USE_TLS=true; use https:// or host:port",
         )),
         Some(("http", _)) => Ok((bare.to_owned(), false)),
-        Some(_) => Err(error("use host:port, http://host:port or https://host:port")),
+        Some(_) => Err(error(
+            "use host:port, http://host:port or https://host:port",
+        )),
     }
 }
 
@@ -223,13 +225,25 @@ mod tests {
     #[test]
     fn server_urls_in_the_forms_the_reference_takes() {
         let ok = |url: &str, tls: bool| endpoint_uri(url, tls).expect("valid");
-        assert_eq!(ok("localhost:18000", false), ("http://localhost:18000".into(), false));
-        assert_eq!(ok("envoy-gateway:18001", true), ("https://envoy-gateway:18001".into(), true));
-        assert_eq!(ok("dns:///eg:18001", true), ("https://eg:18001".into(), true));
+        assert_eq!(
+            ok("localhost:18000", false),
+            ("http://localhost:18000".into(), false)
+        );
+        assert_eq!(
+            ok("envoy-gateway:18001", true),
+            ("https://envoy-gateway:18001".into(), true)
+        );
+        assert_eq!(
+            ok("dns:///eg:18001", true),
+            ("https://eg:18001".into(), true)
+        );
         assert_eq!(ok("https://eg:1", false), ("https://eg:1".into(), true));
         for (url, tls) in [("", false), ("http://eg:1", true), ("unix:///x", false)] {
             let e = endpoint_uri(url, tls).expect_err(url);
-            assert!(e.to_string().starts_with("CONFIG_GRPC_XDS_SERVER_URL"), "{e}");
+            assert!(
+                e.to_string().starts_with("CONFIG_GRPC_XDS_SERVER_URL"),
+                "{e}"
+            );
         }
     }
 
@@ -250,8 +264,15 @@ mod tests {
     fn headers_must_be_valid_grpc_metadata() {
         let pairs = |n: &str, v: &str| vec![(n.to_owned(), v.to_owned())];
         let map = headers(&pairs("x-tenant", "blue")).expect("valid");
-        assert_eq!(map.get("x-tenant").and_then(|v| v.to_str().ok()), Some("blue"));
-        for (name, value) in [("bad name", "v"), ("x-data-bin", "v"), ("x-ok", "line\nbreak")] {
+        assert_eq!(
+            map.get("x-tenant").and_then(|v| v.to_str().ok()),
+            Some("blue")
+        );
+        for (name, value) in [
+            ("bad name", "v"),
+            ("x-data-bin", "v"),
+            ("x-ok", "line\nbreak"),
+        ] {
             let e = headers(&pairs(name, value)).expect_err(name);
             assert!(e.to_string().contains(&format!("'{name}'")), "{e}");
         }

@@ -84,8 +84,21 @@ impl Pki {
         );
         std::fs::write(self.dir.path().join(&ext), extensions).expect("write the extensions");
         self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", &cert, "-days", "2", "-extfile", &ext,
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
         ]);
         Issued {
             cert: self.dir.path().join(cert),

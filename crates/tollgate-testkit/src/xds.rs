@@ -225,36 +225,42 @@ impl XdsServer {
 
     /// Waits for `node` to ACK `version` (on any stream) and returns the ACK.
     pub async fn wait_ack(&self, node: &str, version: &str) -> Recorded {
-        self.wait_for(&format!("ACK of version {version} from {node}"), |requests, sent| {
-            requests
-                .iter()
-                .find(|r| {
-                    r.node_id == node
-                        && !r.is_nack()
-                        && r.version_info == version
-                        && sent
-                            .iter()
-                            .any(|s| s.nonce == r.response_nonce && s.version == version)
-                })
-                .cloned()
-        })
+        self.wait_for(
+            &format!("ACK of version {version} from {node}"),
+            |requests, sent| {
+                requests
+                    .iter()
+                    .find(|r| {
+                        r.node_id == node
+                            && !r.is_nack()
+                            && r.version_info == version
+                            && sent
+                                .iter()
+                                .any(|s| s.nonce == r.response_nonce && s.version == version)
+                    })
+                    .cloned()
+            },
+        )
         .await
     }
 
     /// Waits for `node` to NACK the response that carried `version`; returns the NACK.
     pub async fn wait_nack(&self, node: &str, version: &str) -> Recorded {
-        self.wait_for(&format!("NACK of version {version} from {node}"), |requests, sent| {
-            requests
-                .iter()
-                .find(|r| {
-                    r.node_id == node
-                        && r.is_nack()
-                        && sent
-                            .iter()
-                            .any(|s| s.nonce == r.response_nonce && s.version == version)
-                })
-                .cloned()
-        })
+        self.wait_for(
+            &format!("NACK of version {version} from {node}"),
+            |requests, sent| {
+                requests
+                    .iter()
+                    .find(|r| {
+                        r.node_id == node
+                            && r.is_nack()
+                            && sent
+                                .iter()
+                                .any(|s| s.nonce == r.response_nonce && s.version == version)
+                    })
+                    .cloned()
+            },
+        )
         .await
     }
 
@@ -345,7 +351,9 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         _request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<DeltaResponses>, Status> {
-        Err(Status::unimplemented("this test server speaks State of the World only"))
+        Err(Status::unimplemented(
+            "this test server speaks State of the World only",
+        ))
     }
 }
 
@@ -420,7 +428,9 @@ impl Session {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(k, v)| match v.kind {
-                Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => Some((k, s)),
+                Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => {
+                    Some((k, s))
+                }
                 _ => None,
             })
             .collect();
