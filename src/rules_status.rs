@@ -117,7 +117,7 @@ mod tests {
             }
         );
         let strict = RulesStatus::new(true);
-        let mut changes = strict.subscribe();
+        let changes = strict.subscribe();
         assert!(!strict.readiness().healthy);
         let files = Source::Files {
             path: "/rules".into(),

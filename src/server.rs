@@ -40,7 +40,7 @@ enum Origin {
     /// Files, loaded already.
     Files { path: PathBuf, rules: Rules },
     /// An xDS management server, not contacted yet.
-    Xds(XdsConfig),
+    Xds(Box<XdsConfig>),
 }
 
 /// Runs the server until a signal stops it.
@@ -73,7 +73,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             for warning in warnings {
                 tracing::warn!("{warning}");
             }
-            Origin::Xds(config)
+            Origin::Xds(Box::new(config))
         }
     };
 
@@ -113,7 +113,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         Origin::Xds(config) => {
             let server = config.server.clone();
-            tokio::spawn(xds::run(config, rls.clone(), xds_stats));
+            tokio::spawn(xds::run(*config, rls.clone(), xds_stats));
             (None, Some(server))
         }
     };

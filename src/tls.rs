@@ -155,16 +155,12 @@ mod tests {
                 .starts_with(&format!("{}: cannot read", missing.display())),
             "{e}"
         );
-        let e = roots(Some(&text), "CA_SETTING")
-            .err()
-            .expect("no certificate");
+        let e = roots(Some(&text), "CA_SETTING").expect_err("no certificate");
         assert_eq!(
             e.to_string(),
             format!("{}: holds no PEM certificate", text.display())
         );
-        let e = roots(Some(&broken), "CA_SETTING")
-            .err()
-            .expect("bad base64");
+        let e = roots(Some(&broken), "CA_SETTING").expect_err("bad base64");
         assert!(
             e.to_string()
                 .starts_with(&format!("{}: not valid PEM", broken.display())),

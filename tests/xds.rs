@@ -844,7 +844,9 @@ descriptors:
     let from_yaml = Server::start(YAML);
     let (mut a, mut b) = (from_yaml.client().await, from_xds.client().await);
 
-    let sequence: Vec<(Vec<&[(&str, &str)]>, u32)> = vec![
+    // (descriptors, each a list of entries; the request's hits_addend)
+    type Step<'a> = (Vec<&'a [(&'a str, &'a str)]>, u32);
+    let sequence: Vec<Step> = vec![
         (vec![&[("user", "ann")]], 0),
         (vec![&[("user", "ann")]], 2),
         (vec![&[("user", "ann")]], 0),
