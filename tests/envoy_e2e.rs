@@ -347,8 +347,7 @@ async fn rules_pushed_over_xds_are_enforced_through_envoy() {
         "--http-addr",
         "127.0.0.1:0",
     ])
-    .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
-    .env("CONFIG_GRPC_XDS_SERVER_URL", xds.addr().to_string());
+    .envs(xds.client_env("default"));
     let tollgate =
         tokio::task::spawn_blocking(move || Server::spawn(cmd).unwrap_or_else(|exit| exit.fail()))
             .await

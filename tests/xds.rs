@@ -49,6 +49,14 @@ fn domain(name: &str, descriptors: Vec<RateLimitDescriptor>) -> Any {
     named(name, name, descriptors)
 }
 
+/// One domain with one limited key: the rules of most tests here.
+fn single(name: &str, key_name: &str, unit: RateLimitUnit, requests_per_unit: u32) -> Vec<Any> {
+    vec![domain(
+        name,
+        vec![key(key_name, per(unit, requests_per_unit))],
+    )]
+}
+
 fn named(resource_name: &str, domain: &str, descriptors: Vec<RateLimitDescriptor>) -> Any {
     resource(RateLimitConfig {
         name: resource_name.into(),
@@ -70,13 +78,8 @@ fn xds_command(xds: &XdsServer, env: &[(&str, &str)]) -> Command {
 fn xds_command_on(xds: &XdsServer, env: &[(&str, &str)], grpc: &str, http: &str) -> Command {
     let mut cmd = common::tollgate();
     cmd.args(["serve", "--grpc-addr", grpc, "--http-addr", http])
-        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
-        .env("CONFIG_GRPC_XDS_SERVER_URL", xds.addr().to_string())
-        .env("CONFIG_GRPC_XDS_NODE_ID", NODE)
-        .env("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "100ms")
-        .env("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms")
-        .env("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s");
-    cmd.envs(env.iter().copied());
+        .envs(xds.client_env(NODE))
+        .envs(env.iter().copied());
     cmd
 }
 
@@ -160,14 +163,7 @@ fn free_addr() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushes_replace_the_rules_and_are_acked_once_live() {
     let xds = XdsServer::start().await;
-    xds.set(
-        NODE,
-        "1",
-        vec![domain(
-            "shop",
-            vec![key("user", per(RateLimitUnit::Minute, 2))],
-        )],
-    );
+    xds.set(NODE, "1", single("shop", "user", RateLimitUnit::Minute, 2));
     let server = start(xds_command(
         &xds,
         &[
@@ -207,14 +203,7 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
 
     // A changed limit.
     let pushed = Instant::now();
-    xds.set(
-        NODE,
-        "2",
-        vec![domain(
-            "shop",
-            vec![key("user", per(RateLimitUnit::Minute, 5))],
-        )],
-    );
+    xds.set(NODE, "2", single("shop", "user", RateLimitUnit::Minute, 5));
     xds.wait_ack(NODE, "2").await;
     eprintln!(
         "push → ACK (rules live) of version 2 took {:?}",
@@ -285,14 +274,7 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
     let xds = XdsServer::start().await;
-    xds.set(
-        NODE,
-        "1",
-        vec![domain(
-            "shop",
-            vec![key("user", per(RateLimitUnit::Minute, 2))],
-        )],
-    );
+    xds.set(NODE, "1", single("shop", "user", RateLimitUnit::Minute, 2));
     let server = start(xds_command(&xds, &[])).await;
     xds.wait_ack(NODE, "1").await;
 
@@ -340,14 +322,7 @@ async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
     );
 
     // The next good version is taken.
-    xds.set(
-        NODE,
-        "3",
-        vec![domain(
-            "shop",
-            vec![key("user", per(RateLimitUnit::Minute, 9))],
-        )],
-    );
+    xds.set(NODE, "3", single("shop", "user", RateLimitUnit::Minute, 9));
     xds.wait_ack(NODE, "3").await;
     assert_eq!(
         ask(&server, "shop", "user", "bob").await,
@@ -360,14 +335,7 @@ async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_management_server_restart_keeps_the_rules_in_force() {
     let xds = XdsServer::start().await;
-    xds.set(
-        NODE,
-        "1",
-        vec![domain(
-            "shop",
-            vec![key("user", per(RateLimitUnit::Minute, 2))],
-        )],
-    );
+    xds.set(NODE, "1", single("shop", "user", RateLimitUnit::Minute, 2));
     let server = start(xds_command(&xds, &[])).await;
     let first = xds.wait_ack(NODE, "1").await;
 
@@ -390,14 +358,7 @@ async fn a_management_server_restart_keeps_the_rules_in_force() {
     let again = xds.wait_subscription(NODE, first.stream).await;
     assert_eq!(again.version_info, "1", "resumes from the version in force");
     assert_eq!(again.response_nonce, "");
-    xds.set(
-        NODE,
-        "2",
-        vec![domain(
-            "shop",
-            vec![key("user", per(RateLimitUnit::Minute, 4))],
-        )],
-    );
+    xds.set(NODE, "2", single("shop", "user", RateLimitUnit::Minute, 4));
     xds.wait_ack(NODE, "2").await;
     assert_eq!(
         ask(&server, "shop", "user", "bob").await,
@@ -419,14 +380,7 @@ async fn tls_with_a_client_certificate_and_a_server_name() {
         client_ca: pki.ca(),
     })
     .await;
-    xds.set(
-        NODE,
-        "1",
-        vec![domain(
-            "tls",
-            vec![key("user", per(RateLimitUnit::Hour, 1))],
-        )],
-    );
+    xds.set(NODE, "1", single("tls", "user", RateLimitUnit::Hour, 1));
     let path = |p: &std::path::Path| p.display().to_string();
     let (cert, key_file, ca) = (
         path(&client_cert.cert),
@@ -487,14 +441,7 @@ async fn without_force_start_nothing_is_served_before_the_first_rules() {
             "{addr} accepts connections before any rules"
         );
     }
-    xds.set(
-        NODE,
-        "1",
-        vec![domain(
-            "late",
-            vec![key("user", per(RateLimitUnit::Minute, 1))],
-        )],
-    );
+    xds.set(NODE, "1", single("late", "user", RateLimitUnit::Minute, 1));
     let server = starting
         .await
         .expect("start tollgate")
@@ -531,14 +478,7 @@ async fn force_start_answers_an_error_until_rules_arrive_and_health_follows_them
     assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 500);
     assert_eq!(grpc_health(&server).await, ServingStatus::NotServing);
 
-    xds.set(
-        NODE,
-        "1",
-        vec![domain(
-            "early",
-            vec![key("user", per(RateLimitUnit::Minute, 1))],
-        )],
-    );
+    xds.set(NODE, "1", single("early", "user", RateLimitUnit::Minute, 1));
     xds.wait_ack(NODE, "1").await;
     assert_eq!(
         ask(&server, "early", "user", "ann").await,

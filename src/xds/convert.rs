@@ -167,6 +167,11 @@ mod tests {
         })
     }
 
+    /// Resource `name` for `domain` with one descriptor limited per `unit`.
+    fn one(name: &str, domain: &str, k: &str, v: &str, unit: RateLimitUnit, n: u32) -> Any {
+        config(name, domain, vec![key(k, v, limit(unit, n))])
+    }
+
     fn key(key: &str, value: &str, rate_limit: Option<RateLimitPolicy>) -> RateLimitDescriptor {
         RateLimitDescriptor {
             key: key.into(),
@@ -248,16 +253,8 @@ mod tests {
     fn resources_compile_into_one_rule_set() {
         let compiled = compile(
             &[
-                config(
-                    "a",
-                    "alpha",
-                    vec![key("k", "", limit(RateLimitUnit::Second, 1))],
-                ),
-                config(
-                    "b",
-                    "beta",
-                    vec![key("k", "x", limit(RateLimitUnit::Year, 2))],
-                ),
+                one("a", "alpha", "k", "", RateLimitUnit::Second, 1),
+                one("b", "beta", "k", "x", RateLimitUnit::Year, 2),
             ],
             Defaults::default(),
             false,
@@ -288,11 +285,7 @@ mod tests {
         .expect("unlimited without a unit is valid");
         assert_eq!(ok.rules.dump(), "d.k: unlimited, shadow_mode=false\n");
 
-        let errors = problems(&[config(
-            "r",
-            "d",
-            vec![key("k", "", limit(RateLimitUnit::Unknown, 5))],
-        )]);
+        let errors = problems(&[one("r", "d", "k", "", RateLimitUnit::Unknown, 5)]);
         assert_eq!(
             errors,
             ["r: descriptors[0].rate_limit.unit: invalid rate limit unit 'UNKNOWN'"]
@@ -311,11 +304,7 @@ mod tests {
     #[test]
     fn every_problem_is_reported_and_named_by_its_resource() {
         let errors = problems(&[
-            config(
-                "first",
-                "d",
-                vec![key("", "", limit(RateLimitUnit::Second, 1))],
-            ),
+            one("first", "d", "", "", RateLimitUnit::Second, 1),
             Any {
                 type_url: "type.googleapis.com/other.Thing".into(),
                 value: vec![],
@@ -352,16 +341,8 @@ mod tests {
     #[test]
     fn same_domain_merges_only_when_asked() {
         let resources = [
-            config(
-                "one",
-                "shared",
-                vec![key("a", "", limit(RateLimitUnit::Minute, 1))],
-            ),
-            config(
-                "two",
-                "shared",
-                vec![key("b", "", limit(RateLimitUnit::Minute, 2))],
-            ),
+            one("one", "shared", "a", "", RateLimitUnit::Minute, 1),
+            one("two", "shared", "b", "", RateLimitUnit::Minute, 2),
         ];
         assert_eq!(
             problems(&resources),
@@ -370,16 +351,8 @@ mod tests {
         let merged = compile(&resources, Defaults::default(), true).expect("merged");
         assert_eq!(merged.rules.dump().lines().count(), 2);
         let clash = [
-            config(
-                "one",
-                "shared",
-                vec![key("a", "", limit(RateLimitUnit::Minute, 1))],
-            ),
-            config(
-                "two",
-                "shared",
-                vec![key("a", "", limit(RateLimitUnit::Hour, 1))],
-            ),
+            one("one", "shared", "a", "", RateLimitUnit::Minute, 1),
+            one("two", "shared", "a", "", RateLimitUnit::Hour, 1),
         ];
         let errors = compile(&clash, Defaults::default(), true).expect_err("same key twice");
         assert_eq!(errors.len(), 1, "{errors:#?}");

@@ -179,6 +179,22 @@ impl XdsServer {
         self.addr
     }
 
+    /// The environment of a Tollgate that takes its rules from this server as `node`,
+    /// reconnecting within 100 ms so that restarts are quick to test.
+    pub fn client_env(&self, node: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+            ("CONFIG_GRPC_XDS_SERVER_URL", self.addr.to_string()),
+            ("CONFIG_GRPC_XDS_NODE_ID", node.into()),
+            (
+                "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+                "100ms".into(),
+            ),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s".into()),
+        ]
+    }
+
     /// Serves `resources` as `version` to `node`, pushing them to its open streams.
     pub fn set(&self, node: &str, version: &str, resources: Vec<Any>) {
         let snapshot = Snapshot {
