@@ -820,3 +820,39 @@ descriptors:
         }
     }
 }
+
+/// XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES bounds what a response may weigh: a larger one breaks
+/// the stream (and is retried) while the rules in force stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_above_the_message_size_limit_are_refused() {
+    let xds = XdsServer::start().await;
+    xds.set(NODE, "1", single("small", "user", RateLimitUnit::Minute, 1));
+    let server = start(xds_command(
+        &xds,
+        &[("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "400")],
+    ))
+    .await;
+    xds.wait_ack(NODE, "1").await;
+    let many = (0..50)
+        .map(|i| key(&format!("key-{i}"), per(RateLimitUnit::Hour, i)))
+        .collect();
+    xds.set(NODE, "2", vec![domain("large", many)]);
+    let http = server.http_addr();
+    eventually("the oversized response breaks the stream", move || {
+        http_get(http, "/metrics")
+            .body
+            .lines()
+            .any(|l| l.starts_with("tollgate_xds_reconnects_total ") && !l.ends_with(" 0"))
+    })
+    .await;
+    assert_eq!(
+        ask(&server, "small", "user", "ann").await,
+        (Code::Ok, Some(1))
+    );
+    assert!(
+        xds.requests().iter().all(|r| r.version_info != "2"),
+        "version 2 was never taken"
+    );
+    let stderr = server.stop().stderr;
+    assert!(stderr.contains("message length too large"), "{stderr}");
+}
