@@ -127,6 +127,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (draining_tx, draining) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_rx_grace = stop_rx.clone();
+    // Health is answered from the first connection on: set it before anything is served.
+    set_health(&health, serving_status(rls.status.readiness(), false)).await;
     tokio::spawn(report_health(
         health,
         rls.status.subscribe(),
@@ -300,16 +302,19 @@ async fn report_health(
     mut draining: watch::Receiver<bool>,
 ) {
     loop {
-        let serving = rules.borrow_and_update().healthy && !*draining.borrow_and_update();
-        let status = match serving {
-            true => ServingStatus::Serving,
-            false => ServingStatus::NotServing,
-        };
+        let status = serving_status(*rules.borrow_and_update(), *draining.borrow_and_update());
         set_health(&health, status).await;
         tokio::select! {
             changed = rules.changed() => if changed.is_err() { return },
             changed = draining.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+fn serving_status(rules: Readiness, draining: bool) -> ServingStatus {
+    match rules.healthy && !draining {
+        true => ServingStatus::Serving,
+        false => ServingStatus::NotServing,
     }
 }
 

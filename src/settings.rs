@@ -569,12 +569,58 @@ mod tests {
     }
 
     #[test]
+    fn xds_settings_have_the_reference_defaults() {
+        let s = serve(&[]);
+        assert_eq!(s.source.config_type, ConfigType::File);
+        assert!(!s.source.force_start_without_initial_config);
+        assert!(!s.source.merge_domain_config);
+        let x = &s.source.xds;
+        assert_eq!(x.xds_server_url, "localhost:18000");
+        assert_eq!(x.xds_node_id, "default");
+        assert_eq!(x.xds_connect_retry_interval, Duration::from_secs(3));
+        assert_eq!(x.xds_backoff_initial_interval, Duration::from_secs(10));
+        assert_eq!(x.xds_backoff_max_interval, Duration::from_secs(60));
+        assert_eq!(x.xds_backoff_random_factor, 0.5);
+        assert!(x.xds_backoff_jitter && !x.xds_use_tls);
+        assert_eq!(x.xds_max_msg_size, 0);
+        assert!(x.xds_additional_headers.is_empty());
+
+        let s = serve(&[
+            "--config-type",
+            "GRPC_XDS_SOTW",
+            "--xds-additional-headers",
+            "X-Tenant:blue, zone:a:b",
+            "--xds-backoff-max-interval",
+            "1m30s",
+            "--xds-backoff-jitter",
+            "false",
+        ]);
+        assert_eq!(s.source.config_type, ConfigType::GrpcXdsSotw);
+        let x = &s.source.xds;
+        assert_eq!(
+            x.xds_additional_headers,
+            [
+                ("x-tenant".to_owned(), "blue".to_owned()),
+                ("zone".to_owned(), "a:b".to_owned())
+            ]
+        );
+        assert_eq!(x.xds_backoff_max_interval, Duration::from_secs(90));
+        assert!(!x.xds_backoff_jitter);
+        assert!(parse_header_map("no-colon").is_err());
+        assert!(parse_header_map(":v").is_err());
+    }
+
+    #[test]
     fn wrong_values_are_rejected() {
         for bad in [
             &["--precision", "0"][..],
             &["--grpc-port", "x"],
             &["--default-algorithm", "magic"],
             &["--max-counters", "0"],
+            &["--config-type", "file"],
+            &["--config-type", "GRPC_XDS_DELTA"],
+            &["--xds-backoff-random-factor", "2"],
+            &["--xds-connect-retry-interval", "0s"],
         ] {
             let argv = ["tollgate", "serve"].iter().chain(bad).copied();
             assert!(

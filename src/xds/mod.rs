@@ -93,12 +93,24 @@ impl XdsConfig {
                 .map_err(|e| XdsSetupError::TlsConfig(e.to_string()))?;
         }
         let (metadata, ignored) = node_metadata(&args.xds_node_metadata);
-        let warnings = ignored
+        let mut warnings: Vec<String> = ignored
             .into_iter()
             .map(|entry| {
                 format!("CONFIG_GRPC_XDS_NODE_METADATA: '{entry}' is not key=value; ignored")
             })
             .collect();
+        let tls_files = [
+            args.xds_client_tls_cert.is_some(),
+            args.xds_client_tls_key.is_some(),
+            args.xds_server_tls_cacert.is_some(),
+        ];
+        if !tls && tls_files.contains(&true) {
+            warnings.push(
+                "CONFIG_GRPC_XDS_* TLS files are set but CONFIG_GRPC_XDS_SERVER_USE_TLS is not \
+                 true: the connection to the xDS server is plaintext and they are not read"
+                    .into(),
+            );
+        }
         let node = Node {
             id: args.xds_node_id.clone(),
             metadata: Some(metadata),
