@@ -1,9 +1,7 @@
 //! The HTTP port: health for load balancers and orchestrators, `/json` decisions and the
-//! `/rlconfig` dump of the loaded rules.
+//! `/rlconfig` dump of the loaded rules and where they came from.
 
 use std::sync::Arc;
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::{FromRef, State};
@@ -11,6 +9,7 @@ use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use tokio::sync::watch;
 
 use crate::json;
 use crate::rls::Rls;
@@ -19,7 +18,7 @@ use crate::rls::Rls;
 #[derive(Clone)]
 pub(crate) struct Admin {
     pub(crate) rls: Arc<Rls>,
-    pub(crate) draining: Arc<AtomicBool>,
+    pub(crate) draining: watch::Receiver<bool>,
 }
 
 impl FromRef<Admin> for Arc<Rls> {
@@ -39,11 +38,17 @@ pub(crate) fn router(admin: Admin) -> Router {
         .with_state(admin)
 }
 
-/// 200 "OK"; 500 while draining for shutdown, or while the store is down and its failures
-/// are errors (`--on-store-error error`), so that traffic goes elsewhere.
+/// 200 "OK"; 500 while draining for shutdown, while the store is down and its failures
+/// are errors (`--on-store-error error`), so that traffic goes elsewhere, or while the
+/// rules have no domain under HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
 async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
-    if admin.draining.load(Ordering::Relaxed) {
+    if *admin.draining.borrow() {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+    } else if !admin.rls.status.readiness().healthy {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no rate limit configuration with a domain loaded",
+        )
     } else if !admin.rls.limiter.store().can_answer() {
         (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable")
     } else {
@@ -70,7 +75,8 @@ async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str)
     }
 }
 
-/// The loaded rules, one line per limit.
+/// Where the rules came from (`#` lines), then the rules, one line per limit.
 async fn rlconfig(State(rls): State<Arc<Rls>>) -> String {
-    rls.limiter.rules().dump()
+    let rules = rls.limiter.rules();
+    rls.status.describe(&rules) + &rules.dump()
 }

@@ -20,7 +20,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::{ProstCodec, ProstEncoder};
 
-use crate::rls::Rls;
+use crate::rls::{Rls, RlsError};
 
 /// The one method served.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -83,8 +83,12 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
                 .await
                 .map(Response::new)
                 .map_err(|e| match e {
-                    DecideError::InvalidArgument(why) => Status::invalid_argument(why.to_string()),
-                    DecideError::Store(e) => Status::unavailable(e.to_string()),
+                    // UNKNOWN, as the reference answers before its first config.
+                    RlsError::NoRules => Status::unknown(e.to_string()),
+                    RlsError::Decide(DecideError::InvalidArgument(why)) => {
+                        Status::invalid_argument(why.to_string())
+                    }
+                    RlsError::Decide(DecideError::Store(e)) => Status::unavailable(e.to_string()),
                 })
         })
     }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod client;
+mod compat;
 mod grpc;
 mod json;
 mod listen;
@@ -11,8 +12,11 @@ mod metrics;
 mod proto;
 mod reload;
 mod rls;
+mod rules_status;
 mod server;
 mod settings;
+mod tls;
+mod xds;
 
 use std::process::ExitCode;
 

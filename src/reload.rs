@@ -18,6 +18,7 @@ use tollgate_core::{ConfigError, ConfigErrors, Rules};
 use crate::settings::RuleArgs;
 
 use crate::rls::Rls;
+use crate::rules_status::Source;
 
 /// Writes closer together than this are one change (editors write in several steps).
 const SETTLE: Duration = Duration::from_millis(150);
@@ -74,8 +75,10 @@ impl Reload {
         match load(&self.path, self.settings.builder()).await {
             Ok(rules) => {
                 let domains = rules.domains().count();
-                self.rls.limiter.install(rules);
-                metrics.config_load_success.inc_by(1);
+                let source = Source::Files {
+                    path: self.path.clone(),
+                };
+                self.rls.install(rules, source);
                 tracing::info!(path = %self.path.display(), domains, "rules reloaded");
             }
             Err(problems) => {

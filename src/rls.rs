@@ -1,15 +1,16 @@
 //! The rate-limit service as its adapters (gRPC, `/json`) see it: the core limiter, how
-//! responses are shaped, and the request-level metrics.
+//! responses are shaped, the state of the rules, and the request-level metrics.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_core::headers::HeaderStyle;
-use tollgate_core::{DecideError, Limiter};
+use tollgate_core::{DecideError, Limiter, Rules};
 
 use crate::metrics::{Metrics, RuleMetrics};
 use crate::proto;
+use crate::rules_status::{RulesStatus, Source};
 
 /// The limiter that serves `ShouldRateLimit`, with metrics of every call.
 pub(crate) struct Rls {
@@ -18,6 +19,17 @@ pub(crate) struct Rls {
     pub(crate) headers: HeaderStyle,
     /// Answers carry the domain, descriptors and rule metadata as dynamic metadata.
     pub(crate) dynamic_metadata: bool,
+    pub(crate) status: RulesStatus,
+}
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RlsError {
+    /// No rules yet (xDS with FORCE_START_WITHOUT_INITIAL_CONFIG); the reference's words.
+    #[error("no rate limit configuration loaded")]
+    NoRules,
+    #[error(transparent)]
+    Decide(#[from] DecideError),
 }
 
 impl Rls {
@@ -25,11 +37,14 @@ impl Rls {
     pub(crate) async fn should_rate_limit(
         &self,
         req: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, DecideError> {
+    ) -> Result<RateLimitResponse, RlsError> {
         let started = Instant::now();
         self.metrics.request();
         let result = async {
-            let request = proto::request(req)?;
+            if !self.status.readiness().loaded {
+                return Err(RlsError::NoRules);
+            }
+            let request = proto::request(req).map_err(DecideError::from)?;
             let decision = self.limiter.decide(&request).await?;
             let mut response = proto::response(&decision, self.headers);
             if self.dynamic_metadata {
@@ -41,10 +56,20 @@ impl Rls {
         self.metrics.response_time.observe(started.elapsed());
         if let Err(e) = &result {
             self.metrics.error(match e {
-                DecideError::InvalidArgument(_) => "invalid_argument",
-                DecideError::Store(_) => "store",
+                RlsError::NoRules => "no_config",
+                RlsError::Decide(DecideError::InvalidArgument(_)) => "invalid_argument",
+                RlsError::Decide(DecideError::Store(_)) => "store",
             });
         }
         result
+    }
+
+    /// Serves `rules` from the next request on, records where they came from, and counts
+    /// the load.
+    pub(crate) fn install(&self, rules: Rules, source: Source) {
+        let domains = rules.domains().count();
+        self.limiter.install(rules);
+        self.status.record(source, domains);
+        self.metrics.config_load_success.inc_by(1);
     }
 }

@@ -1,8 +1,8 @@
 //! `tollgate serve`: load rules, open the store, bind the ports, serve until a signal, then
 //! drain: health checks fail first, in-flight calls finish.
 
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -10,17 +10,20 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::store::redis::{RedisConfig, RedisStore, RedisTarget};
-use tollgate_core::{Clock, Limiter, MemoryStore, Options, Store, SystemClock};
+use tollgate_core::{Clock, Limiter, MemoryStore, Options, Rules, Store, SystemClock};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::admin::{self, Admin};
+use crate::compat;
 use crate::grpc::GrpcService;
 use crate::listen::{self, Acceptor};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, XdsStats};
 use crate::reload::{self, Reload};
 use crate::rls::Rls;
-use crate::settings::{Backend, ConnArgs, HeaderFormat, ServeArgs};
+use crate::rules_status::{Readiness, RulesStatus, Source};
+use crate::settings::{Backend, ConfigType, ConnArgs, HeaderFormat, ServeArgs};
+use crate::xds::{self, XdsConfig};
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
@@ -31,14 +34,44 @@ const STREAM_WINDOW_BYTES: u32 = 64 << 10;
 const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How often startup says it is still waiting for the first xDS rules.
+const FIRST_RULES_NOTICE: Duration = Duration::from_secs(10);
 /// The gRPC health names Envoy and Kubernetes probes use.
 const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
+/// Where the rules come from, once the settings are checked.
+enum Origin {
+    /// Files, loaded already.
+    Files { path: PathBuf, rules: Rules },
+    /// An xDS management server, not contacted yet.
+    Xds(Box<XdsConfig>),
+}
+
 /// Runs the server until a signal stops it.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let path = args.config_path();
-    let rules = reload::load(&path, args.rules.builder()).await?;
-    tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
+    for warning in compat::warnings(|name| std::env::var(name).ok()) {
+        tracing::warn!("{warning}");
+    }
+    let origin = match args.source.config_type {
+        ConfigType::File => {
+            let path = args.config_path();
+            let rules = reload::load(&path, args.rules.builder()).await?;
+            tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
+            Origin::Files { path, rules }
+        }
+        ConfigType::GrpcXdsSotw => {
+            anyhow::ensure!(
+                args.config.is_none(),
+                "--config (TOLLGATE_CONFIG) names rules files, but CONFIG_TYPE=GRPC_XDS_SOTW \
+                 takes rules from the xDS server only; unset one of them"
+            );
+            let (config, warnings) = XdsConfig::new(&args.source.xds, &args.rules)?;
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
+            Origin::Xds(Box::new(config))
+        }
+    };
 
     let store = open_store(&args)?;
     let first_connect = args.store.store_startup_wait;
@@ -54,8 +87,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.answers.near_limit_ratio,
         args.ops.detailed_metric_limit,
     );
-    metrics.config_load_success.inc_by(1);
     metrics.watch_store(store.clone());
+    let xds_stats = Arc::new(XdsStats::default());
+    if let Origin::Xds(_) = origin {
+        metrics.watch_xds(xds_stats.clone());
+    }
     let options = Options {
         defaults: args.rules.defaults(),
         global_shadow_mode: args.answers.shadow_mode,
@@ -63,13 +99,52 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
     };
     let rls = Arc::new(Rls {
-        limiter: Limiter::with_recorder(rules, store, options, rule_metrics),
+        limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),
         metrics: Arc::new(metrics),
         headers: header_style(&args),
         dynamic_metadata: args.answers.response_dynamic_metadata,
+        status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
     });
-    let reload = Reload::new(rls.clone(), path, Arc::new(args.rules.clone()));
-    let _watch = reload::watch(reload.clone())?;
+    let (reload, xds_server) = match origin {
+        Origin::Files { path, rules } => {
+            rls.install(rules, Source::Files { path: path.clone() });
+            let settings = Arc::new(args.rules.clone());
+            (Some(Reload::new(rls.clone(), path, settings)), None)
+        }
+        Origin::Xds(config) => {
+            let server = config.server.clone();
+            tokio::spawn(xds::run(*config, rls.clone(), xds_stats));
+            (None, Some(server))
+        }
+    };
+    let _watch = reload.clone().map(reload::watch).transpose()?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let (draining_tx, draining) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_rx_grace = stop_rx.clone();
+    // Health is answered from the first connection on: set it before anything is served.
+    set_health(&health, serving_status(rls.status.readiness(), false)).await;
+    tokio::spawn(report_health(
+        health,
+        rls.status.subscribe(),
+        draining.clone(),
+    ));
+    tokio::spawn(handle_signals(
+        reload,
+        draining_tx,
+        args.ops.shutdown_delay,
+        stop_tx,
+    ));
+    if let Some(server) = xds_server
+        && !args.source.force_start_without_initial_config
+    {
+        // The reference's default: the ports open once there are rules to serve.
+        tokio::select! {
+            () = first_rules(rls.status.subscribe(), &server) => {}
+            () = stopped(stop_rx.clone()) => return Ok(()),
+        }
+    }
 
     let grpc = bind(args.grpc_addr(), "gRPC").await?;
     let http = bind(args.http_addr(), "HTTP").await?;
@@ -82,19 +157,6 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Tests and scripts wait for this line; with port 0 it is how they learn the ports.
     println!("tollgate listening grpc={grpc_addr} http={http_addr}");
     tracing::info!(%grpc_addr, %http_addr, "listening");
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    set_health(&health, ServingStatus::Serving).await;
-    let draining = Arc::new(AtomicBool::new(false));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_rx_grace = stop_rx.clone();
-    tokio::spawn(handle_signals(
-        reload,
-        health,
-        draining.clone(),
-        args.ops.shutdown_delay,
-        stop_tx,
-    ));
 
     let admin = Admin {
         rls: rls.clone(),
@@ -223,24 +285,62 @@ async fn set_health(health: &HealthReporter, status: ServingStatus) {
     }
 }
 
-/// SIGHUP reloads the rules; SIGTERM or Ctrl-C drains and stops.
-async fn handle_signals(
-    reload: Reload,
+/// Waits until the first rules are in force, saying so in the log now and then.
+async fn first_rules(mut readiness: watch::Receiver<Readiness>, server: &str) {
+    tracing::info!(%server, "waiting for the first rules from the xDS server before serving");
+    loop {
+        match tokio::time::timeout(FIRST_RULES_NOTICE, readiness.wait_for(|r| r.loaded)).await {
+            // A closed channel cannot happen while the service lives; either way, go on.
+            Ok(_) => return,
+            Err(_) => tracing::warn!(
+                %server,
+                "still no rules from the xDS server; not serving until some arrive \
+                 (FORCE_START_WITHOUT_INITIAL_CONFIG=true serves without them)"
+            ),
+        }
+    }
+}
+
+/// Keeps gRPC health in step with the rules (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) and
+/// the drain: serving while the rules are healthy and the server is not draining.
+async fn report_health(
     health: HealthReporter,
-    draining: Arc<AtomicBool>,
+    mut rules: watch::Receiver<Readiness>,
+    mut draining: watch::Receiver<bool>,
+) {
+    loop {
+        let status = serving_status(*rules.borrow_and_update(), *draining.borrow_and_update());
+        set_health(&health, status).await;
+        tokio::select! {
+            changed = rules.changed() => if changed.is_err() { return },
+            changed = draining.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+fn serving_status(rules: Readiness, draining: bool) -> ServingStatus {
+    match rules.healthy && !draining {
+        true => ServingStatus::Serving,
+        false => ServingStatus::NotServing,
+    }
+}
+
+/// SIGHUP reloads file rules; SIGTERM or Ctrl-C drains and stops.
+async fn handle_signals(
+    reload: Option<Reload>,
+    draining: watch::Sender<bool>,
     delay: Duration,
     stop: watch::Sender<bool>,
 ) {
-    wait_for_stop(&reload).await;
+    wait_for_stop(reload.as_ref()).await;
     tracing::info!(delay = ?delay, "draining: health checks fail, then listeners close");
-    draining.store(true, Ordering::Relaxed);
-    set_health(&health, ServingStatus::NotServing).await;
+    draining.send_replace(true);
     tokio::time::sleep(delay).await;
     let _ = stop.send(true);
 }
 
 #[cfg(unix)]
-async fn wait_for_stop(reload: &Reload) {
+async fn wait_for_stop(reload: Option<&Reload>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
@@ -253,16 +353,19 @@ async fn wait_for_stop(reload: &Reload) {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return,
             _ = term.recv() => return,
-            _ = hup.recv() => {
+            _ = hup.recv() => match reload {
                 // Off this loop, so that SIGTERM is heard while rules load.
-                let reload = reload.clone();
-                tokio::spawn(async move { reload.run().await });
-            }
+                Some(reload) => {
+                    let reload = reload.clone();
+                    tokio::spawn(async move { reload.run().await });
+                }
+                None => tracing::info!("SIGHUP: rules come from xDS; nothing to reload"),
+            },
         }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_stop(_reload: &Reload) {
+async fn wait_for_stop(_reload: Option<&Reload>) {
     let _ = tokio::signal::ctrl_c().await;
 }

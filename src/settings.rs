@@ -88,6 +88,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "MAX_COUNTER_MEMORY", default_value = "256MiB", value_parser = parse_bytes)]
     pub(crate) max_counter_memory: u64,
     #[command(flatten)]
+    pub(crate) source: SourceArgs,
+    #[command(flatten)]
     pub(crate) rules: RuleArgs,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
@@ -129,6 +131,105 @@ impl ServeArgs {
             root.join(&r.runtime_appdirectory)
         })
     }
+}
+
+/// Where rules come from and when they count as loaded.
+#[derive(Debug, Args)]
+pub(crate) struct SourceArgs {
+    /// Rules source: FILE (the rules path, watched) or GRPC_XDS_SOTW (pushed by an xDS
+    /// management server, as Envoy Gateway does).
+    #[arg(long, env = "CONFIG_TYPE", value_enum, default_value_t = ConfigType::File)]
+    pub(crate) config_type: ConfigType,
+    /// xDS: serve before the first rules arrive, answering ShouldRateLimit with an error
+    /// until then (otherwise the ports open only once rules are in force).
+    #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) force_start_without_initial_config: bool,
+    /// Health checks fail until rules with at least one domain are loaded, and again
+    /// whenever a load leaves none.
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) healthy_with_at_least_one_config_loaded: bool,
+    #[command(flatten)]
+    pub(crate) xds: XdsArgs,
+}
+
+/// The reference's `CONFIG_TYPE` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConfigType {
+    #[value(name = "FILE")]
+    File,
+    #[value(name = "GRPC_XDS_SOTW")]
+    GrpcXdsSotw,
+}
+
+/// The xDS client (CONFIG_TYPE=GRPC_XDS_SOTW), with the reference's settings.
+#[derive(Debug, Args)]
+pub(crate) struct XdsArgs {
+    /// Management server: host:port (http, or https with --xds-use-tls), or a URL.
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_SERVER_URL",
+        default_value = "localhost:18000"
+    )]
+    pub(crate) xds_server_url: String,
+    /// Node id sent to the management server (its snapshots are keyed by it).
+    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "default")]
+    pub(crate) xds_node_id: String,
+    /// Node metadata as key=value[,key=value…] (string fields of Node.metadata).
+    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_METADATA", default_value = "")]
+    pub(crate) xds_node_metadata: String,
+    /// Extra gRPC metadata on the stream, as key:value[,key:value…].
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", default_value = "", value_parser = parse_header_map)]
+    pub(crate) xds_additional_headers: HeaderMap,
+    /// Wait between attempts to reach the management server.
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = parse_timeout)]
+    pub(crate) xds_connect_retry_interval: Duration,
+    /// First wait before opening a new stream after one ended.
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", default_value = "10s", value_parser = parse_timeout)]
+    pub(crate) xds_backoff_initial_interval: Duration,
+    /// Longest wait between streams (the wait doubles from the initial one up to this).
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", default_value = "60s", value_parser = parse_timeout)]
+    pub(crate) xds_backoff_max_interval: Duration,
+    /// Spread of the jitter: each wait is drawn within ± this fraction of it.
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", default_value_t = 0.5, value_parser = parse_ratio)]
+    pub(crate) xds_backoff_random_factor: f64,
+    /// Randomise the waits (so that many instances do not reconnect in step).
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) xds_backoff_jitter: bool,
+    /// Largest xDS response accepted, in bytes; 0 keeps gRPC's 4 MiB.
+    #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value_t = 0)]
+    pub(crate) xds_max_msg_size: usize,
+    /// Talk TLS to the management server.
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) xds_use_tls: bool,
+    /// Client certificate (PEM) presented to the management server.
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")]
+    pub(crate) xds_client_tls_cert: Option<PathBuf>,
+    /// Key (PEM) of the client certificate.
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY")]
+    pub(crate) xds_client_tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) trusted for the management server, besides the system roots.
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")]
+    pub(crate) xds_server_tls_cacert: Option<PathBuf>,
+    /// Name the management server's certificate must carry [default: the URL's host]
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_SAN")]
+    pub(crate) xds_server_tls_san: Option<String>,
+}
+
+/// Header names and values, in the order given.
+pub(crate) type HeaderMap = Vec<(String, String)>;
+
+/// `key:value[,key:value…]`, the reference's (envconfig's) map form; empty is none.
+fn parse_header_map(text: &str) -> Result<HeaderMap, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.split_once(':') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Ok((key.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            }
+            _ => Err(format!("'{item}' is not a header like key:value")),
+        })
+        .collect()
 }
 
 /// How answers are shaped beyond what the rules say.
@@ -281,22 +382,69 @@ where
     PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
-/// Parses `10ms`, `250us`, `2s` or a bare number of milliseconds.
+/// Parses a duration the way Go's `time.ParseDuration` does (`10s`, `1m30s`, `1.5h`,
+/// `250us`, `0`), which is how the reference's settings are written; a bare number is
+/// milliseconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration like 10ms, 250us or 1s"))?;
-    match unit.trim() {
-        "" | "ms" => Ok(Duration::from_millis(n)),
-        "us" | "µs" => Ok(Duration::from_micros(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        _ => Err(format!("'{text}' has an unknown unit (use us, ms or s)")),
+    let invalid = || format!("'{text}' is not a duration like 10ms, 250us, 3s, 1m or 1h30m");
+    if text.is_empty() {
+        return Err(invalid());
     }
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
+    }
+    // Whole nanoseconds, so that `250us` is exactly 250 µs.
+    let mut rest = text;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_end);
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let unit_ns: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("'{text}' lacks a unit (use ns, us, ms, s, m or h)")),
+            _ => {
+                return Err(format!(
+                    "'{text}' has an unknown unit '{unit}' (use ns, us, ms, s, m or h)"
+                ));
+            }
+        };
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(invalid());
+        }
+        let digits = |s: &str| -> Result<u128, String> {
+            if s.is_empty() {
+                Ok(0)
+            } else {
+                s.parse().map_err(|_| invalid())
+            }
+        };
+        // Digits past nanoseconds cannot matter; dropping them keeps the power in range.
+        let fraction = &fraction[..fraction.len().min(18)];
+        let scale = 10u128.pow(fraction.len() as u32);
+        let part = digits(fraction)? * unit_ns / scale;
+        total = digits(whole)?
+            .checked_mul(unit_ns)
+            .and_then(|ns| ns.checked_add(part))
+            .and_then(|ns| total.checked_add(ns))
+            .ok_or_else(invalid)?;
+        rest = next;
+    }
+    u64::try_from(total)
+        .map(Duration::from_nanos)
+        .map_err(|_| invalid())
 }
 
 /// A size like `256MiB`, `1GiB`, `512KiB`, `100MB` or a bare number of bytes; at least 1 MiB.
@@ -388,6 +536,10 @@ pub(crate) struct RuleArgs {
     /// limit), for rules that cannot say so themselves, e.g. over xDS; `*` for all.
     #[arg(long, env = "BUDGET_DOMAINS", value_delimiter = ',')]
     pub(crate) budget_domains: Vec<String>,
+    /// Several files or xDS resources may hold the same domain: their descriptors merge
+    /// (a descriptor defined twice is still an error).
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) merge_domain_config: bool,
 }
 
 impl RuleArgs {
@@ -400,7 +552,9 @@ impl RuleArgs {
 
     /// An empty rule set to add rules to, as these settings want them compiled.
     pub(crate) fn builder(&self) -> RulesBuilder {
-        RulesBuilder::new(self.defaults()).budget_domains(self.budget_domains.clone())
+        RulesBuilder::new(self.defaults())
+            .budget_domains(self.budget_domains.clone())
+            .merge_domains(self.merge_domain_config)
     }
 }
 
@@ -510,7 +664,55 @@ mod tests {
         assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
         assert!(parse_bytes("10KiB").is_err(), "below the floor");
         assert!(parse_bytes("5 parsecs").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("5h"), Ok(Duration::from_secs(5 * 3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "1.2.3s", "s", "10x", "1d", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn xds_settings_have_the_reference_defaults() {
+        let s = serve(&[]);
+        assert_eq!(s.source.config_type, ConfigType::File);
+        assert!(!s.source.force_start_without_initial_config);
+        assert!(!s.rules.merge_domain_config);
+        let x = &s.source.xds;
+        assert_eq!(x.xds_server_url, "localhost:18000");
+        assert_eq!(x.xds_node_id, "default");
+        assert_eq!(x.xds_connect_retry_interval, Duration::from_secs(3));
+        assert_eq!(x.xds_backoff_initial_interval, Duration::from_secs(10));
+        assert_eq!(x.xds_backoff_max_interval, Duration::from_secs(60));
+        assert_eq!(x.xds_backoff_random_factor, 0.5);
+        assert!(x.xds_backoff_jitter && !x.xds_use_tls);
+        assert_eq!(x.xds_max_msg_size, 0);
+        assert!(x.xds_additional_headers.is_empty());
+
+        let s = serve(&[
+            "--config-type",
+            "GRPC_XDS_SOTW",
+            "--xds-additional-headers",
+            "X-Tenant:blue, zone:a:b",
+            "--xds-backoff-max-interval",
+            "1m30s",
+            "--xds-backoff-jitter",
+            "false",
+        ]);
+        assert_eq!(s.source.config_type, ConfigType::GrpcXdsSotw);
+        let x = &s.source.xds;
+        assert_eq!(
+            x.xds_additional_headers,
+            [
+                ("x-tenant".to_owned(), "blue".to_owned()),
+                ("zone".to_owned(), "a:b".to_owned())
+            ]
+        );
+        assert_eq!(x.xds_backoff_max_interval, Duration::from_secs(90));
+        assert!(!x.xds_backoff_jitter);
+        assert!(parse_header_map("no-colon").is_err());
+        assert!(parse_header_map(":v").is_err());
     }
 
     #[test]
@@ -520,6 +722,10 @@ mod tests {
             &["--grpc-port", "x"],
             &["--default-algorithm", "magic"],
             &["--max-counters", "0"],
+            &["--config-type", "file"],
+            &["--config-type", "GRPC_XDS_DELTA"],
+            &["--xds-backoff-random-factor", "2"],
+            &["--xds-connect-retry-interval", "0s"],
         ] {
             let argv = ["tollgate", "serve"].iter().chain(bad).copied();
             assert!(

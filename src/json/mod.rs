@@ -37,7 +37,7 @@ use self::scalars::{
 };
 use tollgate_core::DecideError;
 
-use crate::rls::Rls;
+use crate::rls::{Rls, RlsError};
 
 /// `POST /json`: decides a protojson request like the gRPC method does.
 pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Response {
@@ -54,8 +54,16 @@ pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Respons
             };
             (status, Json(ResponseJson::from_proto(&response))).into_response()
         }
-        Err(DecideError::InvalidArgument(why)) => text(StatusCode::BAD_REQUEST, why.to_string()),
-        Err(DecideError::Store(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(RlsError::NoRules) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            RlsError::NoRules.to_string(),
+        ),
+        Err(RlsError::Decide(DecideError::InvalidArgument(why))) => {
+            text(StatusCode::BAD_REQUEST, why.to_string())
+        }
+        Err(RlsError::Decide(DecideError::Store(e))) => {
+            text(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
     }
 }
 

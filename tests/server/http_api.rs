@@ -375,8 +375,16 @@ async fn rlconfig_dumps_the_loaded_rules() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     let content_type = reply.header("content-type").unwrap_or_default();
     assert!(content_type.starts_with("text/plain"), "{content_type}");
+    // Where the rules came from first, then one line per limit.
+    let (source, dump) = reply
+        .body
+        .split_at(reply.body.find("\nd.").map_or(0, |i| i + 1));
+    let source: Vec<&str> = source.lines().collect();
+    assert_eq!(source.len(), 2, "{source:?}");
+    assert!(source[0].starts_with("# source: files at /") && source[0].ends_with("/rules.yaml"));
+    assert!(source[1].starts_with("# domain d: file /") && source[1].ends_with("/rules.yaml"));
     assert_eq!(
-        reply.body,
+        dump,
         "\
 d.api_key_gold-key: unit=MINUTE requests_per_unit=600, name=gold, shadow_mode=false
 d.api_key: unit=MINUTE requests_per_unit=60, shadow_mode=false

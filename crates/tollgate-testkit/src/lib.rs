@@ -9,7 +9,10 @@
 //! - [`redis`] and [`envoy`]: the real components Tollgate talks to or sits behind;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
-//! - [`serial`]: the lock that keeps timing-sensitive tests apart.
+//! - [`serial`]: the lock that keeps timing-sensitive tests apart;
+//! - [`xds`]: an xDS management server (ADS, State of the World) that pushes rules to
+//!   Tollgate and records its ACKs and NACKs, and [`pki`]: a test CA and certificates
+//!   made with the `openssl` command.
 
 pub mod accuracy;
 pub mod envoy;
@@ -17,11 +20,13 @@ pub mod grpc;
 pub mod http;
 pub mod keys;
 pub mod load;
+pub mod pki;
 pub mod process;
 pub mod redis;
 pub mod serial;
 pub mod tollgate;
 pub mod wait;
+pub mod xds;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};

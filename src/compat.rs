@@ -1,0 +1,195 @@
+//! Settings of the reference service that Tollgate does not implement. Deployments made for
+//! the reference (Envoy Gateway's among them) set some of them; the ones that would change
+//! behaviour are warned about at startup rather than silently ignored. Those that are
+//! no-ops here (`USE_STATSD=false`, `RUNTIME_IGNOREDOTFILES=true`, `RUNTIME_WATCH_ROOT`,
+//! `PROMETHEUS_MAPPER_YAML`, `REDIS_SOCKET_TYPE=tcp`, …) are accepted without a word.
+
+/// When a variable matters.
+#[derive(Debug, Clone, Copy)]
+enum When {
+    /// Whenever it is set to anything.
+    Set,
+    /// When set to a true value (`true`, `1`, …, as Go's `strconv.ParseBool`).
+    True,
+    /// When set to a false value.
+    False,
+    /// When set to anything but this value (compared case-insensitively).
+    Not(&'static str),
+}
+
+/// The reference's variables that change its behaviour and that Tollgate ignores, with
+/// what the user gets instead.
+const UNSUPPORTED: &[(&str, When, &str)] = &[
+    (
+        "GRPC_SERVER_USE_TLS",
+        When::True,
+        "gRPC server TLS is not supported yet: the gRPC port serves plaintext",
+    ),
+    (
+        "GRPC_SERVER_TLS_CERT",
+        When::Set,
+        "gRPC server TLS is not supported yet: this certificate is not used",
+    ),
+    (
+        "GRPC_SERVER_TLS_KEY",
+        When::Set,
+        "gRPC server TLS is not supported yet: this key is not used",
+    ),
+    (
+        "GRPC_SERVER_TLS_CA_CERT",
+        When::Set,
+        "gRPC server TLS is not supported yet: clients are not verified",
+    ),
+    (
+        "GRPC_CLIENT_TLS_CACERT",
+        When::Set,
+        "gRPC client certificates are not verified (no server TLS yet)",
+    ),
+    (
+        "GRPC_CLIENT_TLS_SAN",
+        When::Set,
+        "gRPC client certificates are not verified (no server TLS yet)",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        When::Set,
+        "connections are not aged out; gRPC connections stay open",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        When::Set,
+        "connections are not aged out; gRPC connections stay open",
+    ),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        When::Set,
+        "Redis client certificates are not supported; the connection presents none",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        When::Set,
+        "Redis client certificates are not supported; the connection presents none",
+    ),
+    (
+        "REDIS_TLS_CACERT",
+        When::Set,
+        "trust a Redis CA through SSL_CERT_FILE instead; this file is not read",
+    ),
+    (
+        "REDIS_SOCKET_TYPE",
+        When::Not("tcp"),
+        "only TCP connections to Redis are supported",
+    ),
+    (
+        "REDIS_PERSECOND",
+        When::True,
+        "a second Redis for per-second limits is not supported; one store holds every counter",
+    ),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        When::True,
+        "not supported: denied requests are never counted here, see the README",
+    ),
+    (
+        "USE_STATSD",
+        When::True,
+        "statsd is not supported; metrics are Prometheus, on the HTTP port's /metrics",
+    ),
+    (
+        "USE_DOG_STATSD",
+        When::True,
+        "statsd is not supported; metrics are Prometheus, on the HTTP port's /metrics",
+    ),
+    (
+        "TRACING_ENABLED",
+        When::True,
+        "tracing is not supported; no spans are exported",
+    ),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        When::False,
+        "dot-files are always skipped when reading rules",
+    ),
+];
+
+/// One warning per unsupported setting found through `var`, naming it and its value.
+pub(crate) fn warnings(var: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    UNSUPPORTED
+        .iter()
+        .filter_map(|(name, when, consequence)| {
+            let value = var(name)?;
+            let applies = match when {
+                When::Set => !value.trim().is_empty(),
+                When::True => truthy(&value) == Some(true),
+                When::False => truthy(&value) == Some(false),
+                When::Not(expected) => !value.trim().eq_ignore_ascii_case(expected),
+            };
+            applies.then(|| format!("{name}={value} is not supported: {consequence}"))
+        })
+        .collect()
+}
+
+/// Go's `strconv.ParseBool`, which the reference's settings use.
+fn truthy(value: &str) -> Option<bool> {
+    match value.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn warnings_for(pairs: &[(&str, &str)]) -> Vec<String> {
+        let env: HashMap<&str, &str> = pairs.iter().copied().collect();
+        warnings(|name| env.get(name).map(|v| (*v).to_owned()))
+    }
+
+    #[test]
+    fn envoy_gateway_environment_warns_only_about_server_tls() {
+        let found = warnings_for(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("LOG_LEVEL", "info"),
+            ("USE_STATSD", "false"),
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+        ]);
+        let names: Vec<&str> = found.iter().filter_map(|w| w.split('=').next()).collect();
+        assert_eq!(
+            names,
+            [
+                "GRPC_SERVER_USE_TLS",
+                "GRPC_SERVER_TLS_CERT",
+                "GRPC_SERVER_TLS_KEY",
+                "GRPC_SERVER_TLS_CA_CERT"
+            ],
+            "{found:#?}"
+        );
+        assert!(found[0].contains("plaintext"), "{}", found[0]);
+    }
+
+    #[test]
+    fn values_decide_whether_a_setting_matters() {
+        assert!(warnings_for(&[("USE_STATSD", "false"), ("TRACING_ENABLED", "0")]).is_empty());
+        assert_eq!(warnings_for(&[("USE_STATSD", "True")]).len(), 1);
+        assert_eq!(warnings_for(&[("REDIS_SOCKET_TYPE", "unix")]).len(), 1);
+        assert!(warnings_for(&[("REDIS_SOCKET_TYPE", "TCP")]).is_empty());
+        assert!(warnings_for(&[("GRPC_SERVER_TLS_CERT", " ")]).is_empty());
+        assert_eq!(
+            warnings_for(&[("RUNTIME_IGNOREDOTFILES", "false")]).len(),
+            1
+        );
+    }
+}
