@@ -7,6 +7,7 @@
 //! tested. Needs Envoy and redis-server (`scripts/install-test-deps.sh` installs both);
 //! without them these tests fail, they do not skip.
 
+mod budgets;
 mod memory;
 mod redis;
 mod support;

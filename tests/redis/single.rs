@@ -487,3 +487,39 @@ async fn counter(server: &Server, name: &str) -> f64 {
         .await
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
+
+// ---------------------------------------------------------------------------
+// All-or-nothing counting across keys
+// ---------------------------------------------------------------------------
+
+/// With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request over its limit on one
+/// descriptor leaves its other descriptors' counters (other Redis keys) as they were: what
+/// they counted is given back.
+#[tokio::test]
+async fn a_request_over_on_one_descriptor_counts_nothing_on_the_others() {
+    let redis = RedisServer::start();
+    let server = single(&redis, &["--stop-cache-key-increment-when-overlimit"]).await;
+    let mut rls = server.client().await;
+    // Fill yearly=full (5 a year).
+    for _ in 0..YEARLY_LIMIT {
+        let status = rls.check(DOMAIN, &[("yearly", "full")]).await;
+        assert_eq!(code(&status), Code::Ok);
+    }
+    // Ten requests for [user=ann, yearly=full]: each is over on yearly, and user=ann (5 a
+    // minute) would have been exhausted by the first five of them.
+    let both =
+        tollgate_testkit::grpc::request(DOMAIN, &[&[("user", "ann")], &[("yearly", "full")]]);
+    for _ in 0..10 {
+        let resp = rls.ok(both.clone()).await;
+        assert_eq!(tollgate_testkit::grpc::overall(&resp), Code::OverLimit);
+        assert_eq!(code(&resp.statuses[0]), Code::Ok);
+    }
+    let got = round_robin(
+        std::slice::from_mut(&mut rls),
+        DOMAIN,
+        &[("user", "ann")],
+        USER_LIMIT + 1,
+    )
+    .await;
+    assert_eq!(got, exactly(USER_LIMIT, 1), "user=ann was never charged");
+}

@@ -1,5 +1,7 @@
 //! The upstream behind the test Envoys: an HTTP/1.1 server on 127.0.0.1 that answers every
-//! request 200 "upstream" and counts the requests that reached it.
+//! request 200 "upstream" and counts the requests that reached it. A request may ask it to
+//! report usage, as a model server reports tokens: the value of its [`REPORT_USAGE`] header
+//! comes back in the response's [`USAGE`] header.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,6 +17,10 @@ use tokio::task::JoinHandle;
 
 /// The upstream's response body.
 pub const BODY: &str = "upstream";
+/// A request header whose value the upstream reports back as its usage.
+pub const REPORT_USAGE: &str = "x-report-usage";
+/// The response header carrying the usage.
+pub const USAGE: &str = "x-usage";
 
 /// A running upstream; stops when dropped.
 pub struct Upstream {
@@ -34,10 +40,14 @@ impl Upstream {
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let counter = counter.clone();
-                let answer = service_fn(move |_request| {
+                let answer = service_fn(move |request: hyper::Request<_>| {
                     counter.fetch_add(1, Ordering::SeqCst);
                     let body = Full::new(Bytes::from_static(BODY.as_bytes()));
-                    async move { Ok::<_, Infallible>(hyper::Response::new(body)) }
+                    let mut response = hyper::Response::new(body);
+                    if let Some(usage) = request.headers().get(REPORT_USAGE) {
+                        response.headers_mut().insert(USAGE, usage.clone());
+                    }
+                    async move { Ok::<_, Infallible>(response) }
                 });
                 tokio::spawn(async move {
                     // A connection Envoy drops mid-request is of no interest.
