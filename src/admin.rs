@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{FromRef, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
@@ -27,6 +27,11 @@ impl FromRef<Admin> for Arc<Rls> {
     }
 }
 
+/// The largest `/json` body: a request at every limit on descriptors, entries and text
+/// (64 × 32 × 2 × 4 KiB) would be larger, but such a request is refused anyway, and this
+/// bounds what one HTTP/1 connection makes Tollgate buffer.
+const JSON_MAX_BODY_BYTES: usize = 256 << 10;
+
 /// The admin routes.
 pub(crate) fn router(admin: Admin) -> Router {
     Router::new()
@@ -35,6 +40,7 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/metrics", get(metrics))
         .route("/json", post(json::handler))
         .route("/rlconfig", get(rlconfig))
+        .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)
 }
 

@@ -86,11 +86,6 @@ const UNSUPPORTED: &[(&str, When, &str)] = &[
         "a second Redis for per-second limits is not supported; one store holds every counter",
     ),
     (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        When::True,
-        "not supported: denied requests are never counted here, see the README",
-    ),
-    (
         "USE_STATSD",
         When::True,
         "statsd is not supported; metrics are Prometheus, on the HTTP port's /metrics",

@@ -23,7 +23,7 @@ use crate::support::{
     assert_key_sequence, assert_limited, envoy, minute_now, timed_get, tollgate, within_one_minute,
 };
 
-/// How long limiting through Envoy may take to be exact again once Redis answers PING
+/// How long limiting through Envoy may take to be exact again once Redis answers
 /// after a restart.
 const RECOVERY: Duration = Duration::from_secs(5);
 

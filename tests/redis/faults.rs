@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use tollgate_testkit::grpc::{Code, Rls};
+use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::load::{
     Answer, Load, assert_all, assert_latency, await_exact_limiting, exactly, round_robin,
     sent_between, tally, timed_check,
@@ -18,6 +18,7 @@ use tollgate_testkit::load::{
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::{Server, start_all_without_store};
+use tollgate_testkit::wait;
 
 use crate::support::{DOMAIN, PROBE_LIMIT, USER_LIMIT, YEARLY_LIMIT, blocking, key, serve};
 
@@ -185,7 +186,7 @@ async fn kill_during_load(mode: &str) {
             format!("after-{r}")
         })
         .await;
-    eprintln!("{mode}: exact again {took:?} after Redis answered PING, {rounds} rounds");
+    eprintln!("{mode}: exact again {took:?} after Redis answered again, {rounds} rounds");
     let answers = load.finish().await;
 
     let outage = sent_between(&answers, killed, restarted);
@@ -267,4 +268,41 @@ async fn frozen_redis_costs_at_most_the_timeout() {
     assert_all(outage.iter().copied(), Ok(Code::Ok), "local, Redis frozen");
     assert_latency(&answers, 0.95, P95, "frozen Redis, whole run");
     report("frozen", &answers, outage.len());
+}
+
+/// Requests refused while Redis was frozen (`deny`, `error`) are not charged when Redis
+/// thaws and runs the scripts queued for them: a script past its request's deadline counts
+/// nothing. Before the fix, a client that was only ever refused was charged for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_answered_during_a_stall_are_not_counted_after_it() {
+    let _timing = serial::timing().await;
+    let mut redis = RedisServer::start();
+    for mode in ["deny", "error"] {
+        let server = connected(&redis, mode).await;
+        let mut rls = server.client().await;
+        let value = format!("stalled-{mode}");
+        let entries = [("user", value.as_str())];
+        blocking(|| redis.freeze());
+        for _ in 0..3 {
+            let answer = timed_check(&mut rls, DOMAIN, &entries).await;
+            assert_eq!(answer.result, outage_answer(mode), "{mode}, Redis frozen");
+        }
+        blocking(|| redis.thaw());
+        // The first answer from Redis comes after the queued scripts, on the same
+        // connection; answers that again missed the timeout are not counted either.
+        let status = wait::until_async("an answer from Redis", RECOVERY, async || {
+            let status = rls.check(DOMAIN, &entries).await;
+            match code(&status) {
+                Code::Ok => Ok(status),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+        .0;
+        assert_eq!(
+            status.limit_remaining as usize,
+            USER_LIMIT - 1,
+            "{mode}: only the request after the stall counts"
+        );
+    }
 }

@@ -323,8 +323,8 @@ async fn url_forms_and_auth() {
 // ---------------------------------------------------------------------------
 
 /// Each admission is one script call; a request the local view knows to be over the limit
-/// reaches Redis not at all. Background activity that does not depend on requests (a
-/// health PING) is tolerated at a low rate; everything else must be unchanged.
+/// reaches Redis not at all. Background activity that does not depend on requests (the
+/// health probe, a TIME) is tolerated at a low rate; everything else must be unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admissions_cost_one_script_call_and_denials_none() {
     let redis = RedisServer::start();
@@ -385,15 +385,15 @@ async fn admissions_cost_one_script_call_and_denials_none() {
         s1.scripts(),
         "{DENIALS} denials made script calls: {changed:?}"
     );
-    let pings = changed.get("ping").copied().unwrap_or(0);
-    let allowed_pings = 2 * elapsed.as_secs() + 2;
+    let probes = changed.get("time").copied().unwrap_or(0);
+    let allowed_probes = 2 * elapsed.as_secs() + 2;
     assert!(
-        pings <= allowed_pings,
-        "{pings} PINGs during {elapsed:?} of denials (background rate allows {allowed_pings})"
+        probes <= allowed_probes,
+        "{probes} TIMEs during {elapsed:?} of denials (background rate allows {allowed_probes})"
     );
     let others: Vec<_> = changed
         .iter()
-        .filter(|(name, _)| *name != "info" && *name != "ping")
+        .filter(|(name, _)| *name != "info" && *name != "time")
         .collect();
     assert!(
         others.is_empty(),

@@ -346,6 +346,18 @@ async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
 }
 
 #[tokio::test]
+async fn json_refuses_a_body_over_256_kib_with_413() {
+    let server = Serve::rules(RULES).start();
+    let value = "v".repeat(256 << 10);
+    let reply = post_json(&server, &one_user(&value, 1)).await;
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    // A body within the limit is read and judged on its merits.
+    let value = "v".repeat(4096);
+    let reply = post_json(&server, &one_user(&value, 1)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+#[tokio::test]
 async fn json_takes_only_post() {
     let server = Serve::rules(RULES).start();
     let reply = server.get("/json").await;

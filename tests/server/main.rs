@@ -7,5 +7,6 @@ mod cli;
 mod config_errors;
 mod grpc_api;
 mod http_api;
+mod limits;
 mod matching;
 mod operations;

@@ -145,6 +145,41 @@ async fn detailed_metric_labels_series_with_request_values() {
     );
 }
 
+/// A flood of distinct values cannot grow the metrics without bound: past
+/// `--detailed-metric-limit` label sets, values share the rule's `key2="other"` series.
+#[tokio::test]
+async fn detailed_metric_label_sets_are_capped() {
+    let server = start(
+        ConfigDir::with_file("rules.yaml", RULES),
+        &["--detailed-metric-limit", "2"],
+    );
+    let mut rls = server.client().await;
+    for value in ["a", "b", "c", "d", "a", "e"] {
+        assert_eq!(
+            code(&rls.check("ops", &[("detail", value)]).await),
+            Code::Ok
+        );
+    }
+    let hits = |labels: &str| {
+        format!("ratelimit_service_rate_limit_total_hits{{domain=\"ops\",{labels}}}")
+    };
+    for (labels, want) in [
+        (r#"key1="detail_a",key2="""#, 2.0),
+        (r#"key1="detail_b",key2="""#, 1.0),
+        (r#"key1="detail",key2="other""#, 3.0),
+    ] {
+        assert_eq!(server.metric(&hits(labels)).await, Some(want), "{labels}");
+    }
+    let page = server.get("/metrics").await.body;
+    let detail_series = page
+        .lines()
+        .filter(|l| {
+            l.starts_with("ratelimit_service_rate_limit_total_hits{") && l.contains("detail")
+        })
+        .count();
+    assert_eq!(detail_series, 3, "{page}");
+}
+
 #[tokio::test]
 async fn a_valid_change_applies_under_load_without_a_failed_call() {
     let config = ConfigDir::with_file("rules.yaml", RULES);
@@ -405,4 +440,87 @@ async fn a_configmap_symlink_swap_reloads() {
         Some(2.0),
         "one load at start, one after the swap: the dot-entries are not loaded"
     );
+}
+
+/// Opening and reading the rules (a `cat`, a second instance, a backup tool) is not a
+/// change: before the fix, each reload's own reads triggered the next one, forever.
+#[tokio::test]
+async fn reading_the_rules_does_not_reload_them() {
+    /// An absence can only be seen over time: several of the watcher's 150 ms settle
+    /// periods, in which the old loop reloaded again and again.
+    const QUIET: Duration = Duration::from_secs(1);
+    let config = ConfigDir::with_file("rules.yaml", RULES);
+    let file = config.file("rules.yaml");
+    let dir = config.path().to_owned();
+    let mut server = start(config, &[]);
+    let success = "ratelimit_service_config_load_success";
+    for _ in 0..20 {
+        std::fs::read_dir(&dir).expect("list").for_each(drop);
+        std::fs::read_to_string(&file).expect("read");
+    }
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(server.metric(success).await, Some(1.0), "reads reloaded");
+    // A reload reads every file itself.
+    server.signal(Signal::Hup);
+    await_metric(&server, success, 2.0).await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(server.metric(success).await, Some(2.0), "a reload reloaded");
+}
+
+/// A rules directory that a careless operator left hostile: a self-symlink, a FIFO and a
+/// link to `/dev/zero` named like rules. Each reload fails naming the path, promptly, and
+/// the old rules keep serving; `check-config` says the same and exits.
+#[cfg(unix)]
+#[tokio::test]
+async fn hostile_entries_in_the_rules_directory_fail_the_reload_not_the_server() {
+    use std::os::unix::fs::symlink;
+    let config = ConfigDir::with_file("rules.yaml", RULES);
+    let dir = config.path().to_owned();
+    let server = start(config, &[]);
+    let mut rls = server.client().await;
+
+    /// Makes one hostile entry at the path.
+    type Make = fn(&std::path::Path);
+    let hostile: [(&str, Make); 3] = [
+        ("loop", |p| symlink(".", p).expect("self-symlink")),
+        ("x.yaml", |p| {
+            let made = std::process::Command::new("mkfifo")
+                .arg(p)
+                .status()
+                .expect("mkfifo");
+            assert!(made.success());
+        }),
+        ("z.yaml", |p| {
+            symlink("/dev/zero", p).expect("link /dev/zero")
+        }),
+    ];
+    for (errors, (name, make)) in (1..).zip(hostile) {
+        let path = dir.join(name);
+        make(&path);
+        await_metric(
+            &server,
+            "ratelimit_service_config_load_error",
+            errors.into(),
+        )
+        .await;
+        assert_eq!(server.get("/healthcheck").await.status, 200);
+        let s = rls.check("ops", &[("user", name)]).await;
+        assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 2), "old rules");
+
+        let checked = tollgate_testkit::tollgate::check_config(&dir);
+        assert_eq!(checked.status.code(), Some(1), "{checked:?}");
+        assert!(
+            checked.stderr.contains(&path.display().to_string()),
+            "check-config names {}: {checked:?}",
+            path.display()
+        );
+        std::fs::remove_file(&path).expect("remove");
+        // The removal is a change too, and the directory is valid again.
+        await_metric(
+            &server,
+            "ratelimit_service_config_load_success",
+            (errors + 1).into(),
+        )
+        .await;
+    }
 }

@@ -5,7 +5,8 @@
 //! - [`wait`]: every wait is a condition polled under a deadline, never a bare sleep;
 //! - [`process`]: children that die with the test process, their output, signals;
 //! - [`tollgate`]: the binary under test, its rule directories, `serve` and `check-config`;
-//! - [`grpc`] and [`http`]: the clients, and [`keys`]: where counters live in Redis;
+//! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
+//!   send, and [`keys`]: where counters live in Redis;
 //! - [`redis`] and [`envoy`]: the real components Tollgate talks to or sits behind;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
@@ -22,6 +23,7 @@ pub mod keys;
 pub mod load;
 pub mod pki;
 pub mod process;
+pub mod raw_grpc;
 pub mod redis;
 pub mod serial;
 pub mod tollgate;

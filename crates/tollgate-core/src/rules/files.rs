@@ -160,3 +160,118 @@ fn cannot_read(path: &Path, e: &std::io::Error) -> ConfigError {
 fn cannot_read_dir(path: &Path, e: &std::io::Error) -> ConfigError {
     problem(path, format!("cannot read directory: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+    use std::process::Command;
+
+    use super::*;
+    use crate::rules::{Defaults, Rules};
+
+    /// Every problem of loading `dir`, one per line.
+    fn problems(dir: &Path) -> Vec<String> {
+        match Rules::load(dir, Defaults::default()) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.to_string().lines().map(str::to_owned).collect(),
+        }
+    }
+
+    fn rules_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        fs::write(dir.path().join("a.yaml"), "domain: one\n").expect("write");
+        dir
+    }
+
+    #[test]
+    fn self_symlinks_stop_the_walk_with_one_error() {
+        let dir = rules_dir();
+        symlink(".", dir.path().join("loop")).expect("link");
+        let got = problems(dir.path());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].contains("loop: is ") && got[0].contains(" again ("),
+            "{got:?}"
+        );
+
+        symlink(".", dir.path().join("loop2")).expect("link");
+        let got = problems(dir.path());
+        assert_eq!(got.len(), 1, "{got:?}");
+    }
+
+    #[test]
+    fn a_symlink_cycle_between_files_is_named() {
+        let dir = rules_dir();
+        symlink("y.yaml", dir.path().join("x.yaml")).expect("link");
+        symlink("x.yaml", dir.path().join("y.yaml")).expect("link");
+        let got = problems(dir.path());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].ends_with("x.yaml: is a symlink loop"), "{got:?}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_being_opened() {
+        let dir = rules_dir();
+        let fifo = dir.path().join("x.yaml");
+        let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(made.success());
+        let expected = format!(
+            "{}: is not a regular file (a FIFO, socket or device cannot hold rules)",
+            fifo.display()
+        );
+        assert_eq!(problems(dir.path()), std::slice::from_ref(&expected));
+        // Named directly, too: opening it would wait for a writer forever.
+        assert_eq!(problems(&fifo), [expected]);
+    }
+
+    #[test]
+    fn a_link_to_a_device_is_refused_without_reading() {
+        let dir = rules_dir();
+        let zero = dir.path().join("z.yaml");
+        symlink("/dev/zero", &zero).expect("link");
+        assert_eq!(
+            problems(dir.path()),
+            [format!(
+                "{}: is not a regular file (a FIFO, socket or device cannot hold rules)",
+                zero.display()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_file_past_the_size_limit_names_the_limit() {
+        let dir = rules_dir();
+        let big = dir.path().join("big.yaml");
+        let file = fs::File::create(&big).expect("create");
+        file.set_len(MAX_FILE_BYTES + 1).expect("grow");
+        assert_eq!(
+            problems(dir.path()),
+            [format!(
+                "{}: is larger than 16777216 bytes, the most a rules file may hold",
+                big.display()
+            )]
+        );
+        file.set_len(MAX_FILE_BYTES).expect("shrink");
+        let got = problems(dir.path());
+        assert!(
+            got.iter().all(|p| !p.contains("larger than")),
+            "a file of exactly the limit is read: {got:?}"
+        );
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_limit_is_an_error() {
+        let dir = rules_dir();
+        let mut deep = dir.path().to_owned();
+        for _ in 0..=MAX_DEPTH {
+            deep.push("d");
+        }
+        fs::create_dir_all(&deep).expect("nest");
+        let got = problems(dir.path());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].ends_with(": directories nested deeper than 32 levels"),
+            "{got:?}"
+        );
+    }
+}

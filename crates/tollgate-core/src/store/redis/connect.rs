@@ -224,14 +224,23 @@ impl Conn {
         }
     }
 
-    async fn ping(&mut self) -> redis::RedisResult<()> {
-        let cmd = redis::cmd("PING");
-        match self {
-            Self::Single(c) => cmd.query_async(c).await,
-            Self::Cluster(c) => cmd.query_async(c).await,
-        }
+    /// Redis's clock (`TIME`), in nanoseconds since the epoch: the health probe, which
+    /// also tells the local view the store's time before any script has run.
+    async fn time_ns(&mut self) -> redis::RedisResult<u64> {
+        let cmd = redis::cmd("TIME");
+        let (secs, micros): (u64, u64) = match self {
+            Self::Single(c) => cmd.query_async(c).await?,
+            Self::Cluster(c) => cmd.query_async(c).await?,
+        };
+        Ok(secs
+            .saturating_mul(1_000_000)
+            .saturating_add(micros)
+            .saturating_mul(1_000))
     }
 }
+
+/// Told the store's time whenever a probe reads it.
+pub(super) type TimeSink = Box<dyn Fn(u64) + Send + Sync>;
 
 /// The supervised connection: the current `Conn`, whether Redis answers, and a way for
 /// requests to report trouble.
@@ -248,10 +257,11 @@ pub(super) struct Link {
 }
 
 impl Link {
-    /// Starts the supervisor; the link is down until it first connects.
-    pub(super) fn start(target: RedisTarget) -> Arc<Self> {
+    /// Starts the supervisor, which reports Redis's time to `time`; the link is down until
+    /// it first connects.
+    pub(super) fn start(target: RedisTarget, time: TimeSink) -> Arc<Self> {
         let link = Arc::new(Self::default());
-        tokio::spawn(supervise(Arc::downgrade(&link), target));
+        tokio::spawn(supervise(Arc::downgrade(&link), target, time));
         link
     }
 
@@ -325,7 +335,7 @@ impl Link {
     }
 }
 
-async fn supervise(link: std::sync::Weak<Link>, target: RedisTarget) {
+async fn supervise(link: std::sync::Weak<Link>, target: RedisTarget, time: TimeSink) {
     loop {
         let Some(strong) = link.upgrade() else { return };
         // A Sentinel set may have moved the master: resolve it again whenever Redis is down.
@@ -341,15 +351,18 @@ async fn supervise(link: std::sync::Weak<Link>, target: RedisTarget) {
         let healthy = match strong.current.load_full() {
             Some(conn) => {
                 let mut conn = (*conn).clone();
-                match tokio::time::timeout(PROBE_TIMEOUT, conn.ping()).await {
-                    Ok(Ok(())) => true,
+                match tokio::time::timeout(PROBE_TIMEOUT, conn.time_ns()).await {
+                    Ok(Ok(now_ns)) => {
+                        time(now_ns);
+                        true
+                    }
                     Ok(Err(e)) => {
-                        failure.get_or_insert(format!("PING failed: {e}"));
+                        failure.get_or_insert(format!("TIME failed: {e}"));
                         false
                     }
                     Err(_) => {
                         failure
-                            .get_or_insert(format!("no answer to PING within {PROBE_TIMEOUT:?}"));
+                            .get_or_insert(format!("no answer to TIME within {PROBE_TIMEOUT:?}"));
                         false
                     }
                 }

@@ -110,13 +110,22 @@ impl RedisStore {
         let local = LocalView::new(config.local_capacity, clock);
         local.spawn_sweeper(sweep_period);
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(REFRESH_QUEUE);
-        let store = Arc::new(Self {
-            link: Link::start(config.target.clone()),
-            script: script::script(),
-            local,
-            config,
-            refresh_tx,
-            counts: Counts::default(),
+        let store = Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
+            let me = me.clone();
+            // From the first probe on, every request carries a deadline in Redis time.
+            let learn = move |now_ns| {
+                if let Some(store) = me.upgrade() {
+                    store.local.learn_time(now_ns);
+                }
+            };
+            Self {
+                link: Link::start(config.target.clone(), Box::new(learn)),
+                script: script::script(),
+                local,
+                config,
+                refresh_tx,
+                counts: Counts::default(),
+            }
         });
         tokio::spawn(refresher(Arc::downgrade(&store), refresh_rx));
         store
