@@ -5,6 +5,8 @@
 mod admin;
 mod client;
 mod compat;
+#[cfg(test)]
+mod fuzz;
 mod grpc;
 mod json;
 mod listen;

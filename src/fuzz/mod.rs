@@ -1,0 +1,187 @@
+//! Fuzzing of what comes from outside: rules files, requests over gRPC and `/json`, and
+//! the counter keys made of request values. Each target runs its seeds from
+//! `fuzz/corpus/<target>/`, then mutations of them (see [`mutate`]). An input whose outcome
+//! (a rough signature of the answer: which error, which status) is new joins the pool, so
+//! the run reaches past the seeds without coverage instrumentation, on stable Rust. A panic
+//! or a broken invariant saves the input under `fuzz/crashes/` and fails the test.
+//!
+//! The test suite runs a short pass of each target with a fixed seed. A long run, with a
+//! fresh seed and a report of executions per target:
+//!
+//! ```sh
+//! FUZZ_SECONDS=600 cargo test --release --bin tollgate fuzz:: -- --nocapture
+//! ```
+//!
+//! `FUZZ_SEED=N` replays a run; `FUZZ_ITERATIONS=N` runs a fixed number of mutations.
+
+mod mutate;
+mod targets;
+
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use mutate::{Rng, mutate};
+
+/// Mutations per target in the test suite, unless `FUZZ_SECONDS` or `FUZZ_ITERATIONS`.
+const SUITE_ITERATIONS: u64 = 2_000;
+/// The most inputs kept in the pool; past it, new ones replace random old ones.
+const POOL: usize = 4_096;
+
+/// How long a run lasts.
+enum Budget {
+    Iterations(u64),
+    Time(Duration),
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    let text = std::env::var(name).ok()?;
+    Some(
+        text.parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} is not a number")),
+    )
+}
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target)
+}
+
+/// Runs `check` on the seeds of `target`, then on mutations, within the budget the
+/// environment sets. `check` returns the outcome's signature, or the invariant it broke.
+fn fuzz(
+    target: &str,
+    dictionary: &[&[u8]],
+    mut check: impl FnMut(&[u8]) -> Result<String, String>,
+) {
+    let (budget, seed) = match (env_number("FUZZ_SECONDS"), env_number("FUZZ_ITERATIONS")) {
+        (Some(secs), _) => (Budget::Time(Duration::from_secs(secs)), None),
+        (None, Some(n)) => (Budget::Iterations(n), None),
+        (None, None) => (Budget::Iterations(SUITE_ITERATIONS), Some(0x5eed)),
+    };
+    let seed = env_number("FUZZ_SEED").or(seed).unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let mut rng = Rng::new(seed);
+    let mut pool = seeds(target);
+    assert!(
+        !pool.is_empty(),
+        "no seeds in {}",
+        corpus_dir(target).display()
+    );
+    let mut outcomes = HashSet::new();
+    let mut run_one = |input: &[u8], outcomes: &mut HashSet<String>| -> bool {
+        let result = catch_unwind(AssertUnwindSafe(|| check(input)));
+        let failure = match result {
+            Ok(Ok(signature)) => return outcomes.insert(signature),
+            Ok(Err(broken)) => broken,
+            Err(panic) => panic_message(&*panic),
+        };
+        let saved = save_crash(target, input);
+        panic!(
+            "fuzz {target} (seed {seed}): {failure}; input saved as {}",
+            saved.display()
+        );
+    };
+    for input in pool.clone() {
+        run_one(&input, &mut outcomes);
+    }
+    let started = Instant::now();
+    let mut executions = 0u64;
+    while match budget {
+        Budget::Iterations(n) => executions < n,
+        Budget::Time(limit) => started.elapsed() < limit,
+    } {
+        let mut input = rng.pick(&pool).clone();
+        let other = rng.pick(&pool).clone();
+        mutate(&mut rng, &mut input, dictionary, &other);
+        executions += 1;
+        if run_one(&input, &mut outcomes) {
+            if pool.len() < POOL {
+                pool.push(input);
+            } else {
+                let i = rng.below(pool.len());
+                pool[i] = input;
+            }
+        }
+    }
+    eprintln!(
+        "fuzz {target}: {executions} executions in {:.1?} ({:.0}/s), {} outcomes, seed {seed}",
+        started.elapsed(),
+        executions as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        outcomes.len(),
+    );
+}
+
+/// Every file of the target's corpus directory.
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    let dir = corpus_dir(target);
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("corpus entry").path())
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect()
+}
+
+fn save_crash(target: &str, input: &[u8]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/crashes");
+    // FNV-1a names the input after its contents, so one crash is saved once.
+    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let path = dir.join(format!("{target}-{hash:016x}"));
+    let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, input));
+    if let Err(e) = written {
+        eprintln!("cannot save {}: {e}", path.display());
+    }
+    path
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned());
+    format!("panicked: {}", text.unwrap_or_default())
+}
+
+/// The outcome's signature: `text` without digits (so that numbers do not make every
+/// answer new), at most 80 characters.
+fn signature(kind: &str, text: &str) -> String {
+    let plain: String = text
+        .chars()
+        .filter(|c| !c.is_ascii_digit())
+        .take(80)
+        .collect();
+    format!("{kind}: {plain}")
+}
+
+#[test]
+fn config() {
+    fuzz("config", targets::CONFIG_TOKENS, targets::config);
+}
+
+#[test]
+fn grpc() {
+    let service = targets::Service::new();
+    fuzz("grpc", targets::GRPC_TOKENS, |input| service.grpc(input));
+}
+
+#[test]
+fn json() {
+    let service = targets::Service::new();
+    fuzz("json", targets::JSON_TOKENS, |input| service.json(input));
+}
+
+#[test]
+fn counter_keys() {
+    fuzz("keys", targets::KEY_TOKENS, targets::counter_keys);
+}
