@@ -22,7 +22,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use mutate::{Rng, mutate};
+use mutate::mutate;
+use tollgate_testkit::rng::Rng;
 
 /// Mutations per target in the test suite, unless `FUZZ_SECONDS` or `FUZZ_ITERATIONS`.
 const SUITE_ITERATIONS: u64 = 2_000;

@@ -1,30 +1,7 @@
 //! Byte-level mutations in the manner of AFL's "havoc" stage: bit flips, interesting
 //! bytes and numbers, dictionary tokens, deletions, duplications and splices, stacked.
 
-/// xorshift64*: fast, seedable, good enough to pick mutations.
-pub(super) struct Rng(u64);
-
-impl Rng {
-    pub(super) fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number below `n` (which must not be 0).
-    pub(super) fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    pub(super) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
+use tollgate_testkit::rng::Rng;
 
 /// The largest input the mutator makes; larger ones are cut.
 const MAX_LEN: usize = 64 << 10;
@@ -95,7 +72,7 @@ pub(super) fn mutate(rng: &mut Rng, input: &mut Vec<u8>, dictionary: &[&[u8]], o
                 input.splice(from..end, rng.pick(INTERESTING_NUMBERS).iter().copied());
             }
             _ => {
-                let byte = rng.next() as u8;
+                let byte = rng.next_u64() as u8;
                 input.insert(at, byte);
             }
         }

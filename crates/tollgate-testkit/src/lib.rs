@@ -10,7 +10,8 @@
 //! - [`redis`] and [`envoy`]: the real components Tollgate talks to or sits behind;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
-//! - [`serial`]: the lock that keeps timing-sensitive tests apart;
+//! - [`serial`]: the lock that keeps timing-sensitive tests apart, and [`rng`]: seeded
+//!   randomness for fuzzing and chaos runs;
 //! - [`xds`]: an xDS management server (ADS, State of the World) that pushes rules to
 //!   Tollgate and records its ACKs and NACKs, and [`pki`]: a test CA and certificates
 //!   made with the `openssl` command.
@@ -25,6 +26,7 @@ pub mod pki;
 pub mod process;
 pub mod raw_grpc;
 pub mod redis;
+pub mod rng;
 pub mod serial;
 pub mod tollgate;
 pub mod wait;

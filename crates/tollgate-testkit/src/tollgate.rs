@@ -394,6 +394,11 @@ impl Server {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// How the server exited, if it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.process.exit_status()
+    }
+
     /// Kills the server and returns its output.
     pub fn stop(self) -> Finished {
         self.process.stop()

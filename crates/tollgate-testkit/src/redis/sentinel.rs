@@ -19,10 +19,17 @@ pub struct SentinelSet {
 
 impl SentinelSet {
     pub fn start() -> Self {
-        let master = RedisServer::start_with("master", &[]);
+        Self::start_with(&[])
+    }
+
+    /// A set whose data nodes take `extra` arguments too (e.g. persistence, so that a
+    /// master killed and restarted keeps its data).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let master = RedisServer::start_with("master", extra);
         let master_port = master.port.to_string();
-        let replica =
-            RedisServer::start_with("replica", &["--replicaof", "127.0.0.1", &master_port]);
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &master_port];
+        replica_args.extend_from_slice(extra);
+        let replica = RedisServer::start_with("replica", &replica_args);
         wait::until(
             "the replica in sync with the master",
             TOPOLOGY_TIMEOUT,
@@ -121,6 +128,53 @@ impl SentinelSet {
             self.sentinel_replicas(),
             self.sentinel.log_tail()
         )
+    }
+
+    /// The data node the sentinel names master now, and the other one; `None` while it
+    /// names neither (during a failover).
+    pub fn by_role(&mut self) -> Option<(&mut RedisServer, &mut RedisServer)> {
+        let port = self.master_port_by_sentinel()?;
+        if port == self.master.port {
+            Some((&mut self.master, &mut self.replica))
+        } else if port == self.replica.port {
+            Some((&mut self.replica, &mut self.master))
+        } else {
+            None
+        }
+    }
+
+    /// Waits until the topology has settled after a fault: the sentinel names a master
+    /// that says `role:master`, and the other node is its replica with the link up.
+    pub fn await_settled(&mut self, timeout: Duration) -> Duration {
+        let start = Instant::now();
+        wait::until("the sentinel set settled", timeout, || {
+            let Some(port) = self.master_port_by_sentinel() else {
+                return Err(self.describe());
+            };
+            let (master, replica) = if port == self.master.port {
+                (&self.master, &self.replica)
+            } else {
+                (&self.replica, &self.master)
+            };
+            let role = |node: &RedisServer| {
+                node.try_query::<String>(&["INFO", "replication"])
+                    .ok()
+                    .and_then(|info| super::info_value(&info, "role"))
+            };
+            let linked = replica
+                .try_query::<String>(&["INFO", "replication"])
+                .ok()
+                .and_then(|info| super::info_value(&info, "master_link_status"));
+            if role(master).as_deref() == Some("master")
+                && role(replica).as_deref() == Some("slave")
+                && linked.as_deref() == Some("up")
+            {
+                Ok(())
+            } else {
+                Err(self.describe())
+            }
+        });
+        start.elapsed()
     }
 
     /// Kills the master and waits until the sentinel has promoted the replica (it names
