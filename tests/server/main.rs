@@ -10,3 +10,4 @@ mod http_api;
 mod limits;
 mod matching;
 mod operations;
+mod xds;

@@ -64,6 +64,19 @@ pub fn command_at(binary: &Path) -> Command {
     cmd
 }
 
+/// `tollgate serve` on the given addresses and no rules path: the environment says where
+/// the rules come from (xDS).
+pub fn serve_on(grpc: &str, http: &str) -> Command {
+    let mut cmd = command();
+    cmd.args(["serve", "--grpc-addr", grpc, "--http-addr", http]);
+    cmd
+}
+
+/// [`serve_on`] on OS-assigned loopback ports.
+pub fn serve_from_env() -> Command {
+    serve_on("127.0.0.1:0", "127.0.0.1:0")
+}
+
 /// `tollgate check-config PATH`.
 pub fn check_config(path: &Path) -> Finished {
     let mut cmd = command();
@@ -246,6 +259,18 @@ pub struct Starting {
 }
 
 impl Starting {
+    /// Signals the process before it is ready (e.g. SIGTERM while it waits for rules).
+    pub fn signal(&mut self, signal: Signal) {
+        self.process.signal(signal);
+    }
+
+    /// Waits for the process to exit by itself and returns its output.
+    pub fn wait_exit(self, timeout: Duration) -> Finished {
+        self.process
+            .wait_exit(timeout)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Waits for the readiness line; `Err` with the output if the process exits first.
     /// Panics on a timeout or a malformed line.
     pub fn ready(self) -> Result<Server, Box<Finished>> {

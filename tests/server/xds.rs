@@ -2,19 +2,21 @@
 //! `tollgate-testkit` (ADS, State of the World, the real protocol), which pushes
 //! `RateLimitConfig` resources and records every ACK and NACK.
 
-mod common;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Code, ConfigDir, Server, code, http_get, request, serve_command};
 use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
 };
+use tollgate_testkit::grpc::{Code, DescriptorStatus, code, request};
+use tollgate_testkit::http;
 use tollgate_testkit::pki::Pki;
+use tollgate_testkit::process::{self, Finished, Signal};
+use tollgate_testkit::tollgate::{self, ConfigDir, Serve, Server};
+use tollgate_testkit::wait;
 use tollgate_testkit::xds::{ServerTls, XdsServer, resource};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -23,6 +25,8 @@ use tonic_health::pb::health_client::HealthClient;
 const NODE: &str = "tollgate-test";
 /// How long a condition polled over HTTP may take.
 const DEADLINE: Duration = Duration::from_secs(30);
+/// How long a `tollgate serve` that must refuse to start may take to exit.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------
 // Resources
@@ -76,18 +80,21 @@ fn xds_command(xds: &XdsServer, env: &[(&str, &str)]) -> Command {
 
 /// [`xds_command`] on the given gRPC and HTTP addresses.
 fn xds_command_on(xds: &XdsServer, env: &[(&str, &str)], grpc: &str, http: &str) -> Command {
-    let mut cmd = common::tollgate();
-    cmd.args(["serve", "--grpc-addr", grpc, "--http-addr", http])
-        .envs(xds.client_env(NODE))
-        .envs(env.iter().copied());
+    let mut cmd = tollgate::serve_on(grpc, http);
+    cmd.envs(xds.client_env(NODE)).envs(env.iter().copied());
     cmd
 }
 
 /// Starts `cmd` off the async workers (the readiness line may wait for a push).
 async fn start(cmd: Command) -> Server {
-    tokio::task::spawn_blocking(move || Server::spawn(cmd).unwrap_or_else(|exit| exit.fail()))
+    tokio::task::spawn_blocking(move || Serve::custom(cmd).start())
         .await
         .expect("start tollgate")
+}
+
+/// Runs `cmd`, which must exit by itself (refusing to start).
+fn run(cmd: Command) -> Finished {
+    process::run("tollgate serve", cmd, EXIT_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The status of one `key=value` descriptor of `domain`: its code and limit per unit.
@@ -110,31 +117,16 @@ async fn admitted(server: &Server, domain: &str, key: &str, value: &str, n: usiz
     ok
 }
 
-/// The value of the first metric line starting with `prefix`.
-fn metric(server: &Server, prefix: &str) -> Option<f64> {
-    let page = http_get(server.http_addr(), "/metrics");
-    page.body
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// Polls `check` (blocking HTTP, so on a blocking thread) until it holds.
-async fn eventually(what: &str, check: impl Fn() -> bool + Send + 'static) {
-    let what = what.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        while !check() {
-            assert!(
-                started.elapsed() < DEADLINE,
-                "{what}: not within {DEADLINE:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+/// Polls `/metrics` until `holds` is true of the value of `series`.
+async fn await_metric(server: &Server, series: &str, holds: impl Fn(Option<f64>) -> bool) {
+    let what = format!("{series} as expected");
+    wait::until_async(&what, DEADLINE, async || {
+        match server.metric(series).await {
+            value if holds(value) => Ok(()),
+            value => Err(format!("{series} is {value:?}")),
         }
     })
-    .await
-    .expect("poll");
+    .await;
 }
 
 async fn grpc_health(server: &Server) -> ServingStatus {
@@ -233,7 +225,7 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
     );
     assert_eq!(ask(&server, "web", "ip", "x").await, (Code::Ok, Some(100)));
 
-    let page = http_get(server.http_addr(), "/rlconfig").body;
+    let page = server.get("/rlconfig").await.body;
     let head: Vec<&str> = page.lines().take(3).collect();
     assert_eq!(
         head,
@@ -250,19 +242,24 @@ async fn pushes_replace_the_rules_and_are_acked_once_live() {
     );
     assert!(!page.contains("shop"), "{page}");
     assert_eq!(
-        metric(&server, "ratelimit_service_config_load_success "),
+        server.metric("ratelimit_service_config_load_success").await,
         Some(3.0)
     );
     assert_eq!(
-        metric(&server, "ratelimit_service_config_load_error "),
+        server.metric("ratelimit_service_config_load_error").await,
         Some(0.0)
     );
-    assert_eq!(metric(&server, "tollgate_xds_connected "), Some(1.0));
+    assert_eq!(server.metric("tollgate_xds_connected").await, Some(1.0));
     assert_eq!(
-        metric(&server, "tollgate_xds_config_info{version=\"3\"} "),
+        server
+            .metric("tollgate_xds_config_info{version=\"3\"}")
+            .await,
         Some(1.0)
     );
-    let age = metric(&server, "tollgate_xds_seconds_since_update ").expect("age of the rules");
+    let age = server
+        .metric("tollgate_xds_seconds_since_update")
+        .await
+        .expect("age of the rules");
     assert!((0.0..60.0).contains(&age), "{age}");
     // The entry that is not key=value was dropped with a warning.
     let stderr = server.stop().stderr;
@@ -312,12 +309,14 @@ async fn a_bad_push_is_nacked_and_the_old_rules_keep_serving() {
         "version 1 answers"
     );
     assert_eq!(
-        metric(&server, "ratelimit_service_config_load_error "),
+        server.metric("ratelimit_service_config_load_error").await,
         Some(1.0)
     );
-    assert_eq!(metric(&server, "tollgate_xds_nacks_total "), Some(1.0));
+    assert_eq!(server.metric("tollgate_xds_nacks_total").await, Some(1.0));
     assert_eq!(
-        metric(&server, "tollgate_xds_config_info{version=\"1\"} "),
+        server
+            .metric("tollgate_xds_config_info{version=\"1\"}")
+            .await,
         Some(1.0)
     );
 
@@ -341,13 +340,7 @@ async fn a_management_server_restart_keeps_the_rules_in_force() {
 
     let mut xds = xds;
     xds.stop().await;
-    let http = server.http_addr();
-    eventually("the stream is seen down", move || {
-        http_get(http, "/metrics")
-            .body
-            .contains("tollgate_xds_connected 0")
-    })
-    .await;
+    await_metric(&server, "tollgate_xds_connected", |v| v == Some(0.0)).await;
     assert_eq!(
         admitted(&server, "shop", "user", "ann", 3).await,
         2,
@@ -364,7 +357,12 @@ async fn a_management_server_restart_keeps_the_rules_in_force() {
         ask(&server, "shop", "user", "bob").await,
         (Code::Ok, Some(4))
     );
-    assert!(metric(&server, "tollgate_xds_reconnects_total ").is_some_and(|n| n >= 1.0));
+    assert!(
+        server
+            .metric("tollgate_xds_reconnects_total")
+            .await
+            .is_some_and(|n| n >= 1.0)
+    );
 }
 
 /// TLS to the management server with a client certificate it requires; the server's
@@ -403,7 +401,7 @@ async fn tls_with_a_client_certificate_and_a_server_name() {
     let wrong_key = path(&other.key);
     let mut env = tls_env.to_vec();
     env[2] = ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", wrong_key.as_str());
-    let failed = common::run(xds_command(&xds, &env));
+    let failed = run(xds_command(&xds, &env));
     assert_eq!(failed.status.code(), Some(1), "{}", failed.stderr);
     assert!(
         failed.stderr.contains(&format!(
@@ -415,7 +413,7 @@ async fn tls_with_a_client_certificate_and_a_server_name() {
     // A missing CA file is named too.
     env[2] = ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", key_file.as_str());
     env[3] = ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/nonexistent/ca.crt");
-    let failed = common::run(xds_command(&xds, &env));
+    let failed = run(xds_command(&xds, &env));
     assert!(
         failed.stderr.contains("/nonexistent/ca.crt: cannot read"),
         "{}",
@@ -430,7 +428,7 @@ async fn without_force_start_nothing_is_served_before_the_first_rules() {
     let xds = XdsServer::start().await;
     let (grpc, http) = (free_addr(), free_addr());
     let cmd = xds_command_on(&xds, &[], &grpc.to_string(), &http.to_string());
-    let starting = tokio::task::spawn_blocking(move || Server::spawn(cmd));
+    let starting = tokio::task::spawn_blocking(move || Serve::custom(cmd).try_start());
 
     xds.wait_subscription(NODE, 0).await;
     assert!(!starting.is_finished(), "ready before any rules");
@@ -445,11 +443,31 @@ async fn without_force_start_nothing_is_served_before_the_first_rules() {
     let server = starting
         .await
         .expect("start tollgate")
-        .unwrap_or_else(|exit| exit.fail());
+        .unwrap_or_else(|exit| panic!("{exit:?}"));
     assert_eq!(server.grpc_addr(), grpc);
     assert_eq!(
         ask(&server, "late", "user", "ann").await,
         (Code::Ok, Some(1))
+    );
+}
+
+/// SIGTERM while waiting for the first rules (nothing is served yet): the process exits at
+/// once, and cleanly, instead of waiting for rules that may never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_waiting_for_the_first_rules_exits() {
+    let xds = XdsServer::start().await;
+    let mut starting = Serve::custom(xds_command(&xds, &[]))
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    xds.wait_subscription(NODE, 0).await;
+    starting.signal(Signal::Term);
+    let finished = tokio::task::spawn_blocking(move || starting.wait_exit(EXIT_TIMEOUT))
+        .await
+        .expect("wait for the exit");
+    assert!(finished.status.success(), "{finished:?}");
+    assert!(
+        !finished.stdout.contains("tollgate listening"),
+        "nothing was served: {finished:?}"
     );
 }
 
@@ -475,7 +493,17 @@ async fn force_start_answers_an_error_until_rules_arrive_and_health_follows_them
         .expect_err("no rules yet");
     assert_eq!(status.code(), tonic::Code::Unknown);
     assert_eq!(status.message(), "no rate limit configuration loaded");
-    assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 500);
+    let json = http::post_json(
+        server.http_addr(),
+        "/json",
+        r#"{"domain":"early","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#,
+    )
+    .await;
+    assert_eq!(
+        (json.status, json.body.trim_end()),
+        (500, "no rate limit configuration loaded")
+    );
+    assert_eq!(server.get("/healthcheck").await.status, 500);
     assert_eq!(grpc_health(&server).await, ServingStatus::NotServing);
 
     xds.set(NODE, "1", single("early", "user", RateLimitUnit::Minute, 1));
@@ -484,13 +512,13 @@ async fn force_start_answers_an_error_until_rules_arrive_and_health_follows_them
         ask(&server, "early", "user", "ann").await,
         (Code::Ok, Some(1))
     );
-    assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 200);
+    assert_eq!(server.get("/healthcheck").await.status, 200);
     assert_eq!(grpc_health(&server).await, ServingStatus::Serving);
 
     // No resources at all: zero domains, unhealthy again.
     xds.set(NODE, "2", vec![]);
     xds.wait_ack(NODE, "2").await;
-    let reply = http_get(server.http_addr(), "/healthcheck");
+    let reply = server.get("/healthcheck").await;
     assert_eq!(reply.status, 500, "{}", reply.body);
     assert_eq!(grpc_health(&server).await, ServingStatus::NotServing);
     assert_eq!(ask(&server, "early", "user", "bob").await, (Code::Ok, None));
@@ -519,7 +547,7 @@ async fn resources_of_one_domain_merge_only_when_asked() {
     let merged = start(xds_command(&xds, &[("MERGE_DOMAIN_CONFIG", "true")])).await;
     assert_eq!(ask(&merged, "shared", "a", "x").await, (Code::Ok, Some(1)));
     assert_eq!(ask(&merged, "shared", "b", "x").await, (Code::Ok, Some(2)));
-    let page = http_get(merged.http_addr(), "/rlconfig").body;
+    let page = merged.get("/rlconfig").await.body;
     assert!(
         page.contains("# domain shared: resource part-a, part-b"),
         "{page}"
@@ -572,14 +600,7 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
         shared.key.display().to_string(),
         pki.ca().display().to_string(),
     );
-    let mut cmd = common::tollgate();
-    cmd.args([
-        "serve",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ]);
+    let mut cmd = tollgate::serve_from_env();
     cmd.envs([
         ("RUNTIME_ROOT", "/data"),
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
@@ -608,7 +629,7 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
     xds.wait_ack("envoy-ratelimit", "1").await;
     let (d, k) = ("default/eg/http", "rule-0-match-0");
     assert_eq!(admitted(&server, d, k, k, 3).await, 2);
-    assert_eq!(http_get(server.http_addr(), "/healthcheck").status, 200);
+    assert_eq!(server.get("/healthcheck").await.status, 200);
     let stderr = server.stop().stderr;
     assert!(
         stderr.contains("GRPC_SERVER_USE_TLS=true is not supported"),
@@ -633,20 +654,24 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
 async fn file_rules_honour_the_health_and_merge_settings() {
     let config = ConfigDir::new();
     config.write("empty/.keep", "");
-    let mut cmd = serve_command(&config.path().join("empty"));
-    cmd.env("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true");
-    let empty = Server::spawn(cmd).unwrap_or_else(|exit| exit.fail());
-    assert_eq!(http_get(empty.http_addr(), "/healthcheck").status, 500);
+    let empty = Serve::path(&config.path().join("empty"))
+        .env("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")
+        .start();
+    assert_eq!(empty.get("/healthcheck").await.status, 500);
     let file = config.write(
         "empty/a.yaml",
         "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 1}}\n",
     );
-    let addr = empty.http_addr();
-    eventually("healthy once a domain is loaded", move || {
-        http_get(addr, "/healthcheck").status == 200
-    })
+    wait::until_async(
+        "healthy once a domain is loaded",
+        DEADLINE,
+        async || match empty.get("/healthcheck").await.status {
+            200 => Ok(()),
+            other => Err(format!("{other}")),
+        },
+    )
     .await;
-    let page = http_get(empty.http_addr(), "/rlconfig").body;
+    let page = empty.get("/rlconfig").await.body;
     assert!(
         page.contains(&format!("# domain d: file {}", file.display())),
         "{page}"
@@ -661,16 +686,19 @@ async fn file_rules_honour_the_health_and_merge_settings() {
         "b.yaml",
         "domain: m\ndescriptors:\n  - {key: b, rate_limit: {unit: hour, requests_per_unit: 2}}\n",
     );
-    let refused = common::run(serve_command(merge.path()));
+    let refused = match Serve::path(merge.path()).try_start() {
+        Ok(server) => panic!("served duplicate domains on {:?}", server.addrs),
+        Err(finished) => finished,
+    };
     assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
     assert!(
         refused.stderr.contains("duplicate domain 'm'"),
         "{}",
         refused.stderr
     );
-    let mut cmd = serve_command(merge.path());
-    cmd.env("MERGE_DOMAIN_CONFIG", "true");
-    let merged = Server::spawn(cmd).unwrap_or_else(|exit| exit.fail());
+    let merged = Serve::path(merge.path())
+        .env("MERGE_DOMAIN_CONFIG", "true")
+        .start();
     assert_eq!(ask(&merged, "m", "a", "x").await, (Code::Ok, Some(1)));
     assert_eq!(ask(&merged, "m", "b", "x").await, (Code::Ok, Some(2)));
 }
@@ -678,9 +706,9 @@ async fn file_rules_honour_the_health_and_merge_settings() {
 /// CONFIG_TYPE takes the reference's two values only; file and xDS settings do not mix.
 #[test]
 fn config_type_is_checked_at_startup() {
-    let mut cmd = common::tollgate();
+    let mut cmd = tollgate::command();
     cmd.args(["serve"]).env("CONFIG_TYPE", "GRPC_XDS_DELTA");
-    let bad = common::run(cmd);
+    let bad = run(cmd);
     assert_eq!(bad.status.code(), Some(2), "{}", bad.stderr);
     assert!(
         bad.stderr.contains("invalid value 'GRPC_XDS_DELTA'")
@@ -691,9 +719,16 @@ fn config_type_is_checked_at_startup() {
         bad.stderr
     );
     let config = ConfigDir::with_file("r.yaml", "domain: d\n");
-    let mut cmd = serve_command(&config.file("r.yaml"));
-    cmd.env("CONFIG_TYPE", "GRPC_XDS_SOTW");
-    let both = common::run(cmd);
+    let both = match Serve::path(&config.file("r.yaml"))
+        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+        .try_start()
+    {
+        Ok(server) => panic!(
+            "served files with CONFIG_TYPE=GRPC_XDS_SOTW on {:?}",
+            server.addrs
+        ),
+        Err(finished) => finished,
+    };
     assert_eq!(both.status.code(), Some(1), "{}", both.stderr);
     assert!(
         both.stderr.contains("CONFIG_TYPE=GRPC_XDS_SOTW"),
@@ -781,7 +816,7 @@ descriptors:
     let xds = XdsServer::start().await;
     xds.set(NODE, "1", resources);
     let from_xds = start(xds_command(&xds, &[])).await;
-    let from_yaml = Server::start(YAML);
+    let from_yaml = Serve::rules(YAML).start();
     let (mut a, mut b) = (from_yaml.client().await, from_xds.client().await);
 
     // (descriptors, each a list of entries; the request's hits_addend)
@@ -811,7 +846,7 @@ descriptors:
                 (t.code, &t.current_limit, t.limit_remaining),
                 "request {i}: {yaml:?} vs {via_xds:?}"
             );
-            let reset = |st: &common::DescriptorStatus| st.duration_until_reset.map(|d| d.seconds);
+            let reset = |st: &DescriptorStatus| st.duration_until_reset.map(|d| d.seconds);
             let (r, q) = (reset(s), reset(t));
             assert!(
                 r == q || r.zip(q).is_some_and(|(r, q)| r.abs_diff(q) <= 1),
@@ -837,12 +872,9 @@ async fn responses_above_the_message_size_limit_are_refused() {
         .map(|i| key(&format!("key-{i}"), per(RateLimitUnit::Hour, i)))
         .collect();
     xds.set(NODE, "2", vec![domain("large", many)]);
-    let http = server.http_addr();
-    eventually("the oversized response breaks the stream", move || {
-        http_get(http, "/metrics")
-            .body
-            .lines()
-            .any(|l| l.starts_with("tollgate_xds_reconnects_total ") && !l.ends_with(" 0"))
+    // The oversized response breaks the stream.
+    await_metric(&server, "tollgate_xds_reconnects_total", |v| {
+        v.is_some_and(|n| n >= 1.0)
     })
     .await;
     assert_eq!(
