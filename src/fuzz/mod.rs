@@ -154,15 +154,28 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     format!("panicked: {}", text.unwrap_or_default())
 }
 
-/// The outcome's signature: `text` without digits (so that numbers do not make every
-/// answer new), at most 80 characters.
+/// The outcome's signature: `text` without digits and without what it quotes (so that
+/// numbers and echoed input, such as an unknown field's name, do not make every answer
+/// new), at most 80 characters.
 fn signature(kind: &str, text: &str) -> String {
-    let plain: String = text
+    let mut quote = None;
+    format!("{kind}: {text}")
         .chars()
-        .filter(|c| !c.is_ascii_digit())
+        .filter(|&c| match quote {
+            Some(open) => {
+                if c == open {
+                    quote = None;
+                }
+                false
+            }
+            None if matches!(c, '`' | '"' | '\'') => {
+                quote = Some(c);
+                true
+            }
+            None => !c.is_ascii_digit(),
+        })
         .take(80)
-        .collect();
-    format!("{kind}: {plain}")
+        .collect()
 }
 
 #[test]
