@@ -11,7 +11,7 @@
 use std::error::Error;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::load::{Answer, closed_loop, percentile};
 use tollgate_testkit::process::Process;
+use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -73,6 +74,18 @@ struct Args {
     /// Which servers to benchmark.
     #[arg(long, value_enum, default_value_t = Only::Both)]
     only: Only,
+    /// Rounds; each measures every server once, in turn, so that a disturbance of the
+    /// machine shows as spread rather than as a difference between servers.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    rounds: u64,
+    /// Count in a redis-server that the benchmark starts (on a free loopback port), and
+    /// report its CPU per request beside Tollgate's.
+    #[arg(long)]
+    redis: bool,
+    /// Another tollgate binary (an earlier build, say) measured in every round too, as
+    /// `baseline`.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
     /// Internal: run the no-op server instead of the benchmark.
     #[arg(long, hide = true)]
     noop_server: bool,
@@ -208,11 +221,11 @@ fn start_noop() -> Result<ServerProcess> {
     Ok(ServerProcess::Noop { process, grpc_addr })
 }
 
-fn start_tollgate(args: &Args) -> Result<ServerProcess> {
-    let binary = match &args.tollgate {
-        Some(path) => path.clone(),
-        None => tollgate::binary()?,
-    };
+fn start_tollgate(
+    binary: &Path,
+    args: &Args,
+    redis: Option<&RedisServer>,
+) -> Result<ServerProcess> {
     if !binary.is_file() {
         return Err(format!(
             "tollgate binary not found at {} (run `cargo build --release` or pass --tollgate)",
@@ -221,9 +234,13 @@ fn start_tollgate(args: &Args) -> Result<ServerProcess> {
         .into());
     }
     let rules = tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit));
-    let server = tollgate::Serve::with_binary(&binary, &rules.file("rules.yaml"))
+    let mut extra = args.tollgate_args.clone();
+    if let Some(redis) = redis {
+        extra.extend(["--redis-url".to_owned(), redis.url()]);
+    }
+    let server = tollgate::Serve::with_binary(binary, &rules.file("rules.yaml"))
         .keep(rules)
-        .args(&args.tollgate_args)
+        .args(&extra)
         .spawn()?
         .ready()
         .map_err(|exit| {
@@ -339,10 +356,17 @@ struct Workload {
 struct Measurement {
     stats: Stats,
     cpu_us: f64,
+    /// CPU time of the redis-server behind it, if any.
+    redis_cpu_us: Option<f64>,
     seconds: f64,
 }
 
-async fn measure(server: &ServerProcess, args: &Args, ticks_per_s: u64) -> Result<Measurement> {
+async fn measure(
+    server: &ServerProcess,
+    redis: Option<u32>,
+    args: &Args,
+    ticks_per_s: u64,
+) -> Result<Measurement> {
     let channels = connect(server.grpc_addr(), args.connections).await?;
     let now = tokio::time::Instant::now();
     let measure_start = now + Duration::from_secs(args.warmup);
@@ -363,14 +387,18 @@ async fn measure(server: &ServerProcess, args: &Args, ticks_per_s: u64) -> Resul
 
     tokio::time::sleep_until(measure_start).await;
     let cpu_before = cpu_ticks(server.pid())?;
+    let redis_before = redis.map(cpu_ticks).transpose()?;
     tokio::time::sleep_until(end).await;
     let cpu_after = cpu_ticks(server.pid())?;
+    let redis_after = redis.map(cpu_ticks).transpose()?;
 
     let answers = load.await?;
-    let cpu_ticks = cpu_after.saturating_sub(cpu_before);
+    let micros =
+        |before: u64, after: u64| after.saturating_sub(before) as f64 * 1e6 / ticks_per_s as f64;
     Ok(Measurement {
         stats: Stats::of(&answers),
-        cpu_us: cpu_ticks as f64 * 1e6 / ticks_per_s as f64,
+        cpu_us: micros(cpu_before, cpu_after),
+        redis_cpu_us: redis_before.zip(redis_after).map(|(b, a)| micros(b, a)),
         seconds: args.duration as f64,
     })
 }
@@ -449,7 +477,7 @@ fn unit_interval(x: u64) -> f64 {
 // Driver and report
 // ---------------------------------------------------------------------------
 
-/// One line of the report.
+/// One server in one round.
 struct Row {
     name: &'static str,
     rps: f64,
@@ -458,6 +486,7 @@ struct Row {
     errors: u64,
     over_limit: u64,
     cpu_us_per_req: f64,
+    redis_cpu_us_per_req: Option<f64>,
 }
 
 fn run_bench(args: &Args) -> Result<()> {
@@ -465,19 +494,63 @@ fn run_bench(args: &Args) -> Result<()> {
         .enable_all()
         .build()?;
     let ticks_per_s = clock_ticks_per_second();
-    let mut rows = Vec::new();
-    // One server at a time, so neither competes with the other for CPU.
+    let redis = args.redis.then(RedisServer::start);
+    let redis_pid = redis.as_ref().and_then(RedisServer::pid);
+    let tollgate = match &args.tollgate {
+        Some(path) => path.clone(),
+        None => tollgate::binary()?,
+    };
+    let mut servers: Vec<&'static str> = Vec::new();
     if args.only != Only::Tollgate {
-        let server = start_noop()?;
-        let m = runtime.block_on(measure(&server, args, ticks_per_s))?;
-        rows.push(summarize("noop", m));
+        servers.push("noop");
     }
     if args.only != Only::Noop {
-        let server = start_tollgate(args)?;
-        let m = runtime.block_on(measure(&server, args, ticks_per_s))?;
-        rows.push(summarize("tollgate", m));
+        servers.push("tollgate");
+        if args.baseline.is_some() {
+            servers.push("baseline");
+        }
     }
-    print_report(&rows);
+    let mut rows = Vec::new();
+    // One server at a time, so that none competes with another for CPU; in turn, round
+    // after round, so that a busy moment of the machine hits one round, not one server.
+    for round in 1..=args.rounds {
+        for &name in &servers {
+            let (server, behind) = match name {
+                "noop" => (start_noop()?, None),
+                "tollgate" => (start_tollgate(&tollgate, args, redis.as_ref())?, redis_pid),
+                _ => {
+                    let binary = args.baseline.as_deref().ok_or("no baseline binary")?;
+                    (start_tollgate(binary, args, redis.as_ref())?, redis_pid)
+                }
+            };
+            let m = runtime.block_on(measure(&server, behind, args, ticks_per_s))?;
+            let row = summarize(name, m);
+            print_row(round, &row);
+            check(&row, args)?;
+            rows.push(row);
+        }
+    }
+    print_summary(&servers, &rows);
+    Ok(())
+}
+
+/// Fails the run on any error, and on a denied share far from the one asked for: a fast
+/// wrong answer is not a result.
+fn check(row: &Row, args: &Args) -> Result<()> {
+    if row.errors > 0 {
+        return Err(format!("{}: {} requests failed", row.name, row.errors).into());
+    }
+    let answered = (row.rps * args.duration as f64).max(1.0);
+    let denied = row.over_limit as f64 / answered;
+    if row.name != "noop" && (denied - args.over_limit_fraction).abs() > 0.05 {
+        return Err(format!(
+            "{}: {:.1} % denied, expected about {:.1} %",
+            row.name,
+            denied * 100.0,
+            args.over_limit_fraction * 100.0
+        )
+        .into());
+    }
     Ok(())
 }
 
@@ -485,7 +558,7 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
     let stats = m.stats;
     let answered = stats.ok + stats.over_limit;
     // The server spent CPU on failed requests too, so they count here.
-    let completed = answered + stats.errors;
+    let completed = (answered + stats.errors).max(1) as f64;
     Row {
         name,
         rps: answered as f64 / m.seconds,
@@ -493,26 +566,73 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         p99_us: percentile(&stats.latencies_us, 0.99),
         errors: stats.errors,
         over_limit: stats.over_limit,
-        cpu_us_per_req: m.cpu_us / completed.max(1) as f64,
+        cpu_us_per_req: m.cpu_us / completed,
+        redis_cpu_us_per_req: m.redis_cpu_us.map(|us| us / completed),
     }
 }
 
-fn print_report(rows: &[Row]) {
+fn print_row(round: u64, r: &Row) {
+    let redis = r
+        .redis_cpu_us_per_req
+        .map_or(String::new(), |us| format!(" redis_cpu_us_per_req={us:.1}"));
     println!(
-        "{:<11} {:<9} {:<7} {:<7} {:<7} {:<11} cpu_us_per_req",
-        "server", "rps", "p50_us", "p99_us", "errors", "over_limit"
+        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{redis}",
+        r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
     );
-    for r in rows {
+}
+
+/// Median and range over the rounds, per server, and of each server's ratio to the
+/// do-nothing server of the same round.
+fn print_summary(servers: &[&'static str], rows: &[Row]) {
+    println!("\nmedian (min–max) over the rounds");
+    let of = |name: &'static str| rows.iter().filter(move |r| r.name == name);
+    for &name in servers {
+        let redis: Vec<f64> = of(name).filter_map(|r| r.redis_cpu_us_per_req).collect();
         println!(
-            "{:<11} {:<9.0} {:<7} {:<7} {:<7} {:<11} {:.1}",
-            r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
+            "{name:<9} rps {}  p99_us {}  cpu_us_per_req {}{}",
+            spread(of(name).map(|r| r.rps).collect(), 0),
+            spread(of(name).map(|r| f64::from(r.p99_us)).collect(), 0),
+            spread(of(name).map(|r| r.cpu_us_per_req).collect(), 1),
+            if redis.is_empty() {
+                String::new()
+            } else {
+                format!("  redis_cpu_us_per_req {}", spread(redis, 1))
+            },
         );
     }
-    if let [noop, tollgate] = rows {
+    for &name in servers.iter().filter(|&&n| n != "noop") {
+        let pairs: Vec<(&Row, &Row)> = of("noop").zip(of(name)).collect();
+        if pairs.is_empty() {
+            continue;
+        }
         println!(
-            "ratio tollgate/noop: throughput {:.2}, cpu per request {:.2}",
-            tollgate.rps / noop.rps.max(f64::MIN_POSITIVE),
-            tollgate.cpu_us_per_req / noop.cpu_us_per_req.max(f64::MIN_POSITIVE),
+            "{name}/noop throughput {}  cpu per request {}",
+            spread(
+                pairs
+                    .iter()
+                    .map(|(n, t)| t.rps / n.rps.max(f64::MIN_POSITIVE))
+                    .collect(),
+                2
+            ),
+            spread(
+                pairs
+                    .iter()
+                    .map(|(n, t)| t.cpu_us_per_req / n.cpu_us_per_req.max(f64::MIN_POSITIVE))
+                    .collect(),
+                2
+            ),
         );
+    }
+}
+
+/// `median (min–max)` of `values`, with `digits` decimals.
+fn spread(mut values: Vec<f64>, digits: usize) -> String {
+    values.sort_by(f64::total_cmp);
+    match (values.first(), values.last()) {
+        (Some(min), Some(max)) => {
+            let median = values[values.len() / 2];
+            format!("{median:.digits$} ({min:.digits$}–{max:.digits$})")
+        }
+        _ => "-".to_owned(),
     }
 }

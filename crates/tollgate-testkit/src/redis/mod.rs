@@ -97,6 +97,11 @@ impl RedisServer {
         self.port
     }
 
+    /// The redis-server's process id while it runs (benchmarks read its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Process::pid)
+    }
+
     /// `127.0.0.1:PORT`.
     pub fn host_port(&self) -> String {
         loopback(self.port).to_string()
