@@ -1,0 +1,362 @@
+//! The Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3`): Envoys report each
+//! bucket's usage every reporting interval; the usage is counted on the same counters as
+//! `ShouldRateLimit`, and what is left of each limit is divided among the streams that
+//! report the bucket, as token buckets. The logic lives in plain modules (`report`, `plan`,
+//! `share`, `table`); this one is the stream adapter.
+
+mod plan;
+mod report;
+mod share;
+mod table;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Kind, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy as ProtoStrategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tollgate_core::{Clock, Hits};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::rls::Rls;
+use plan::{Plan, plan};
+use report::{BucketKey, Usage};
+pub(crate) use table::Strategy;
+use table::{Action, Budget, Send, StreamId, Table};
+
+/// Answers queued for one stream; a client that reads none loses pushes, not memory (its
+/// next report is answered afresh).
+const STREAM_QUEUE: usize = 256;
+/// Buckets are serialised (count, then divide) through this many locks.
+const BUCKET_LOCKS: usize = 64;
+
+/// What the settings decide.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RlqsConfig {
+    /// A bucket with no request for this long is abandoned.
+    pub(crate) idle: Duration,
+    /// What a bucket that matches no rule gets.
+    pub(crate) no_rule: Strategy,
+}
+
+/// The service: the rate-limit service's rules and store, the subscription table, and the
+/// open streams' outboxes.
+pub(crate) struct Rlqs {
+    rls: Arc<Rls>,
+    config: RlqsConfig,
+    table: Mutex<Table>,
+    outboxes: Mutex<HashMap<StreamId, mpsc::Sender<Result<RateLimitQuotaResponse, Status>>>>,
+    /// Held from counting a bucket's usage to recording its division, so that each
+    /// division sees every count before it.
+    locks: Box<[tokio::sync::Mutex<()>]>,
+    hasher: RandomState,
+    next_stream: AtomicU64,
+}
+
+impl Rlqs {
+    /// The service, with its background tasks: idle sweeps and re-planning on new rules.
+    pub(crate) fn start(rls: Arc<Rls>, clock: Arc<dyn Clock>, config: RlqsConfig) -> Arc<Self> {
+        let rlqs = Arc::new(Self {
+            table: Mutex::new(Table::new(clock, config.idle)),
+            rls,
+            config,
+            outboxes: Mutex::default(),
+            locks: (0..BUCKET_LOCKS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            hasher: RandomState::new(),
+            next_stream: AtomicU64::new(1),
+        });
+        tokio::spawn(sweep(Arc::downgrade(&rlqs)));
+        tokio::spawn(follow_rules(Arc::downgrade(&rlqs)));
+        rlqs
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_for(&self, bucket: &BucketKey) -> &tokio::sync::Mutex<()> {
+        let slot = self.hasher.hash_one(bucket) as usize % self.locks.len();
+        &self.locks[slot]
+    }
+
+    /// Counts one report's usages and answers them (plus pushes to other streams).
+    async fn handle(&self, stream: StreamId, usages: Vec<Usage>) -> Result<(), Status> {
+        let rules = self.rls.limiter.rules();
+        let mut sends = Vec::new();
+        for usage in usages {
+            let plan = plan(&rules, &usage.bucket);
+            let _serial = self.lock_for(&usage.bucket).lock().await;
+            let budget = match self.budget(&plan, usage.allowed, usage.denied).await {
+                Ok(budget) => budget,
+                Err(e) => {
+                    // No answer: Envoy keeps its assignment until the TTL, then falls back.
+                    tracing::warn!(error = %e, "RLQS usage not counted: the counter store failed");
+                    continue;
+                }
+            };
+            let more = self
+                .table()
+                .report(stream, &usage.bucket, usage.allowed, usage.denied, budget)
+                .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+            sends.extend(more);
+        }
+        self.deliver(sends);
+        Ok(())
+    }
+
+    /// Counts `allowed` on the plan's counter and says what is left.
+    async fn budget(
+        &self,
+        plan: &Plan<'_>,
+        allowed: u64,
+        denied: u64,
+    ) -> Result<Budget, tollgate_core::StoreError> {
+        let (rule, key, limits) = match plan {
+            Plan::NoRule => return Ok(Budget::Fixed(self.config.no_rule)),
+            Plan::Fixed(strategy) => return Ok(Budget::Fixed(*strategy)),
+            Plan::Counted { rule, key, limits } => (rule, key, limits),
+        };
+        // Charged, not consumed: Envoy has admitted these requests already.
+        let verdict = self
+            .rls
+            .limiter
+            .store()
+            .apply(key, limits, Hits::Charge(allowed))
+            .await?;
+        let decision = verdict.decision;
+        let remaining = match decision.admitted {
+            true => decision.remaining,
+            false => 0,
+        };
+        let over = match decision.admitted {
+            true => 0,
+            false => allowed.saturating_sub(decision.remaining),
+        };
+        self.rls
+            .metrics
+            .rlqs
+            .usage(rule, allowed, denied, over, remaining);
+        if rule.shadow_mode() {
+            return Ok(Budget::Fixed(Strategy::AllowAll));
+        }
+        let window = limits
+            .get(verdict.limit_index)
+            .map_or(Duration::from_secs(1), |l| l.window());
+        Ok(Budget::Counted {
+            remaining,
+            window_ns: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Sends each stream its bucket actions, in order, as one response.
+    fn deliver(&self, sends: Vec<Send>) {
+        let mut by_stream: Vec<(StreamId, Vec<BucketAction>)> = Vec::new();
+        for send in sends {
+            let metrics = &self.rls.metrics.rlqs;
+            metrics.assignment(kind(&send.action));
+            let action = bucket_action(&send.bucket, send.action);
+            match by_stream.iter_mut().find(|(id, _)| *id == send.stream) {
+                Some((_, actions)) => actions.push(action),
+                None => by_stream.push((send.stream, vec![action])),
+            }
+        }
+        let outboxes = self.outboxes.lock().unwrap_or_else(|p| p.into_inner());
+        for (stream, actions) in by_stream {
+            if let Some(outbox) = outboxes.get(&stream) {
+                let response = RateLimitQuotaResponse {
+                    bucket_action: actions,
+                };
+                if outbox.try_send(Ok(response)).is_err() {
+                    tracing::debug!(stream, "RLQS stream not reading its answers; one dropped");
+                }
+            }
+        }
+        drop(outboxes);
+        self.update_gauges();
+    }
+
+    fn update_gauges(&self) {
+        let stats = self.table().stats();
+        let metrics = &self.rls.metrics.rlqs;
+        metrics
+            .streams
+            .set(i64::try_from(stats.streams).unwrap_or(i64::MAX));
+        metrics
+            .buckets
+            .set(i64::try_from(stats.buckets).unwrap_or(i64::MAX));
+    }
+
+    /// A stream ended: its buckets are divided among the others.
+    fn close(&self, stream: StreamId) {
+        self.outboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&stream);
+        let sends = self.table().close(stream);
+        self.deliver(sends);
+    }
+
+    /// New rules: every bucket is planned again and its streams told what changed.
+    async fn replan(&self) {
+        let rules = self.rls.limiter.rules();
+        let buckets = self.table().buckets();
+        let mut sends = Vec::new();
+        for bucket in buckets {
+            let plan = plan(&rules, &bucket);
+            let _serial = self.lock_for(&bucket).lock().await;
+            match self.budget(&plan, 0, 0).await {
+                Ok(budget) => sends.extend(self.table().replan(&bucket, budget)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "RLQS bucket not re-planned: the counter store failed")
+                }
+            }
+        }
+        self.deliver(sends);
+    }
+
+    /// Reads one stream until it ends or sends something invalid.
+    async fn serve(
+        &self,
+        stream: StreamId,
+        mut inbound: Streaming<RateLimitQuotaUsageReports>,
+    ) -> Result<(), Status> {
+        let mut domain = None;
+        loop {
+            let report = match inbound.message().await {
+                Ok(Some(report)) => report,
+                Ok(None) => return Ok(()),
+                Err(status) => {
+                    tracing::debug!(%status, stream, "RLQS stream broke");
+                    return Ok(());
+                }
+            };
+            self.rls.metrics.rlqs.reports.inc();
+            let (named, usages) = report::parse(report, domain.as_ref())
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            domain = Some(named);
+            self.handle(stream, usages).await?;
+        }
+    }
+}
+
+/// The gRPC face of [`Rlqs`].
+pub(crate) struct RlqsService(pub(crate) Arc<Rlqs>);
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for RlqsService {
+    type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let rlqs = self.0.clone();
+        let stream = rlqs.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        rlqs.outboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(stream, tx.clone());
+        rlqs.table().open(stream);
+        rlqs.update_gauges();
+        let inbound = request.into_inner();
+        tokio::spawn(async move {
+            let result = rlqs.serve(stream, inbound).await;
+            rlqs.close(stream);
+            if let Err(status) = result {
+                tracing::info!(%status, stream, "RLQS stream refused");
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Abandons idle buckets, a few times per idle period.
+async fn sweep(rlqs: std::sync::Weak<Rlqs>) {
+    let period = match rlqs.upgrade() {
+        Some(r) => (r.config.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(1)),
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(period);
+    loop {
+        ticks.tick().await;
+        let Some(rlqs) = rlqs.upgrade() else { return };
+        let sends = rlqs.table().sweep();
+        rlqs.deliver(sends);
+    }
+}
+
+/// Re-plans every bucket whenever rules are installed.
+async fn follow_rules(rlqs: std::sync::Weak<Rlqs>) {
+    let Some(mut changes) = rlqs.upgrade().map(|r| r.rls.status.subscribe()) else {
+        return;
+    };
+    while changes.changed().await.is_ok() {
+        let Some(rlqs) = rlqs.upgrade() else { return };
+        rlqs.replan().await;
+    }
+}
+
+fn kind(action: &Action) -> &'static str {
+    match action {
+        Action::Abandon => "abandon",
+        Action::Assign { strategy, .. } => match strategy {
+            Strategy::AllowAll => "allow_all",
+            Strategy::DenyAll => "deny_all",
+            Strategy::TokenBucket { .. } => "token_bucket",
+        },
+    }
+}
+
+fn bucket_action(bucket: &BucketKey, action: Action) -> BucketAction {
+    let kind = match action {
+        Action::Abandon => Kind::AbandonAction(AbandonAction {}),
+        Action::Assign { strategy, ttl_s } => Kind::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(seconds(ttl_s)),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(match strategy {
+                    Strategy::AllowAll => ProtoStrategy::BlanketRule(BlanketRule::AllowAll as i32),
+                    Strategy::DenyAll => ProtoStrategy::BlanketRule(BlanketRule::DenyAll as i32),
+                    Strategy::TokenBucket {
+                        max_tokens,
+                        tokens_per_fill,
+                        fill_interval_s,
+                    } => ProtoStrategy::TokenBucket(TokenBucket {
+                        max_tokens,
+                        tokens_per_fill: Some(UInt32Value {
+                            value: tokens_per_fill,
+                        }),
+                        fill_interval: Some(seconds(fill_interval_s)),
+                    }),
+                }),
+            }),
+        }),
+    };
+    BucketAction {
+        bucket_id: Some(bucket.to_proto()),
+        bucket_action: Some(kind),
+    }
+}
+
+fn seconds(s: u64) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(s).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
