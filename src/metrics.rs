@@ -295,12 +295,12 @@ impl RlqsMetrics {
         );
         r.register(
             "tollgate_rlqs_over_limit",
-            "Reported admitted requests that did not fit the limit when counted, per rule",
+            "Reported admissions beyond their grants that did not fit the limit when counted, per rule",
             self.over_limit.clone(),
         );
         r.register(
             "tollgate_rlqs_limit_gap",
-            "Limit minus counted usage at the rule's latest report",
+            "Room neither counted nor granted at the rule's latest report",
             self.gap.clone(),
         );
     }

@@ -1,11 +1,13 @@
 //! The Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3`): Envoys report each
 //! bucket's usage every reporting interval; the usage is counted on the same counters as
 //! `ShouldRateLimit`, and what is left of each limit is divided among the streams that
-//! report the bucket, as token buckets. The logic lives in plain modules (`report`, `plan`,
-//! `share`, `table`); this one is the stream adapter.
+//! report the bucket, as token buckets reserved in the counter until reported. The logic
+//! lives in plain modules (`report`, `plan`, `share`, `table`, `reserve`); this one is the
+//! stream adapter.
 
 mod plan;
 mod report;
+mod reserve;
 mod share;
 mod table;
 
@@ -28,14 +30,15 @@ use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_core::{Clock, Hits};
+use tollgate_core::{Clock, Rules};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::rls::Rls;
 use plan::{Plan, plan};
 use report::{BucketKey, Usage};
+use reserve::{Counter, reserve_grants};
 pub(crate) use table::Strategy;
-use table::{Action, Budget, Send, StreamId, Table};
+use table::{Action, Budget, Reservation, Send, StreamId, Table};
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
@@ -56,6 +59,8 @@ pub(crate) struct RlqsConfig {
 /// open streams' outboxes.
 pub(crate) struct Rlqs {
     rls: Arc<Rls>,
+    /// The table's clock: when grants were reserved.
+    clock: Arc<dyn Clock>,
     config: RlqsConfig,
     table: Mutex<Table>,
     outboxes: Mutex<HashMap<StreamId, mpsc::Sender<Result<RateLimitQuotaResponse, Status>>>>,
@@ -70,7 +75,8 @@ impl Rlqs {
     /// The service, with its background tasks: idle sweeps and re-planning on new rules.
     pub(crate) fn start(rls: Arc<Rls>, clock: Arc<dyn Clock>, config: RlqsConfig) -> Arc<Self> {
         let rlqs = Arc::new(Self {
-            table: Mutex::new(Table::new(clock, config.idle)),
+            table: Mutex::new(Table::new(clock.clone(), config.idle)),
+            clock,
             rls,
             config,
             outboxes: Mutex::default(),
@@ -101,7 +107,8 @@ impl Rlqs {
         for usage in usages {
             let plan = plan(&rules, &usage.bucket);
             let _serial = self.lock_for(&usage.bucket).lock().await;
-            let budget = match self.budget(&plan, usage.allowed, usage.denied).await {
+            let reservations = self.table().take_reservations(stream, &usage.bucket);
+            let budget = match self.budget(&plan, &reservations, &usage).await {
                 Ok(budget) => budget,
                 Err(e) => {
                     // No answer: Envoy keeps its assignment until the TTL, then falls back.
@@ -109,58 +116,57 @@ impl Rlqs {
                     continue;
                 }
             };
+            tracing::debug!(stream, ?usage, ?budget, "RLQS report");
             let more = self
                 .table()
                 .report(stream, &usage.bucket, usage.allowed, usage.denied, budget)
                 .map_err(|e| Status::resource_exhausted(e.to_string()))?;
-            sends.extend(more);
+            sends.extend(self.reserve(&rules, more).await);
         }
         self.deliver(sends);
         Ok(())
     }
 
-    /// Counts `allowed` on the plan's counter and says what is left.
+    /// Settles `usage` on the plan's counter and says what is left.
     async fn budget(
         &self,
         plan: &Plan<'_>,
-        allowed: u64,
-        denied: u64,
+        reservations: &[Reservation],
+        usage: &Usage,
     ) -> Result<Budget, tollgate_core::StoreError> {
-        let (rule, key, limits) = match plan {
+        let (rule, counter) = match plan {
             Plan::NoRule => return Ok(Budget::Fixed(self.config.no_rule)),
             Plan::Fixed(strategy) => return Ok(Budget::Fixed(*strategy)),
-            Plan::Counted { rule, key, limits } => (rule, key, limits),
+            Plan::Counted { rule, key, limits } => (rule, Counter { key, limits }),
         };
-        // Charged, not consumed: Envoy has admitted these requests already.
-        let verdict = self
-            .rls
-            .limiter
-            .store()
-            .apply(key, limits, Hits::Charge(allowed))
+        let store = self.rls.limiter.store();
+        let settled = counter
+            .settle(store, reservations, usage.allowed, self.clock.now_ns())
             .await?;
-        let decision = verdict.decision;
-        let remaining = match decision.admitted {
-            true => decision.remaining,
-            false => 0,
-        };
-        let over = match decision.admitted {
-            true => 0,
-            false => allowed.saturating_sub(decision.remaining),
-        };
-        self.rls
-            .metrics
-            .rlqs
-            .usage(rule, allowed, denied, over, remaining);
+        self.rls.metrics.rlqs.usage(
+            rule,
+            usage.allowed,
+            usage.denied,
+            settled.over,
+            settled.remaining,
+        );
         if rule.shadow_mode() {
             return Ok(Budget::Fixed(Strategy::AllowAll));
         }
-        let window = limits
-            .get(verdict.limit_index)
-            .map_or(Duration::from_secs(1), |l| l.window());
         Ok(Budget::Counted {
-            remaining,
-            window_ns: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+            remaining: settled.remaining,
+            window_ns: settled.window_ns,
         })
+    }
+
+    /// Reserves the token buckets among `sends` in their counters.
+    async fn reserve(&self, rules: &Rules, sends: Vec<Send>) -> Vec<Send> {
+        let counter_of = |bucket: &BucketKey| match plan(rules, bucket) {
+            Plan::Counted { key, limits, .. } => Some((key, limits)),
+            Plan::NoRule | Plan::Fixed(_) => None,
+        };
+        let revoke = |stream, bucket: &BucketKey| self.table().revoke(stream, bucket);
+        reserve_grants(self.rls.limiter.store(), sends, counter_of, revoke).await
     }
 
     /// Sends each stream its bucket actions, in order, as one response.
@@ -169,10 +175,11 @@ impl Rlqs {
         for send in sends {
             let metrics = &self.rls.metrics.rlqs;
             metrics.assignment(kind(&send.action));
-            let action = bucket_action(&send.bucket, send.action);
+            tracing::debug!(stream = send.stream, bucket = ?send.bucket.entries, action = ?send.action, "RLQS send");
+            let actions = bucket_actions(&send.bucket, send.action);
             match by_stream.iter_mut().find(|(id, _)| *id == send.stream) {
-                Some((_, actions)) => actions.push(action),
-                None => by_stream.push((send.stream, vec![action])),
+                Some((_, all)) => all.extend(actions),
+                None => by_stream.push((send.stream, actions)),
             }
         }
         let outboxes = self.outboxes.lock().unwrap_or_else(|p| p.into_inner());
@@ -202,12 +209,14 @@ impl Rlqs {
     }
 
     /// A stream ended: its buckets are divided among the others.
-    fn close(&self, stream: StreamId) {
+    async fn close(&self, stream: StreamId) {
         self.outboxes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&stream);
         let sends = self.table().close(stream);
+        let rules = self.rls.limiter.rules();
+        let sends = self.reserve(&rules, sends).await;
         self.deliver(sends);
     }
 
@@ -219,8 +228,16 @@ impl Rlqs {
         for bucket in buckets {
             let plan = plan(&rules, &bucket);
             let _serial = self.lock_for(&bucket).lock().await;
-            match self.budget(&plan, 0, 0).await {
-                Ok(budget) => sends.extend(self.table().replan(&bucket, budget)),
+            let read = Usage {
+                bucket: bucket.clone(),
+                allowed: 0,
+                denied: 0,
+            };
+            match self.budget(&plan, &[], &read).await {
+                Ok(budget) => {
+                    let more = self.table().replan(&bucket, budget);
+                    sends.extend(self.reserve(&rules, more).await);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "RLQS bucket not re-planned: the counter store failed")
                 }
@@ -277,7 +294,7 @@ impl RateLimitQuotaService for RlqsService {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let result = rlqs.serve(stream, inbound).await;
-            rlqs.close(stream);
+            rlqs.close(stream).await;
             if let Err(status) = result {
                 tracing::info!(%status, stream, "RLQS stream refused");
                 let _ = tx.send(Err(status)).await;
@@ -298,6 +315,8 @@ async fn sweep(rlqs: std::sync::Weak<Rlqs>) {
         ticks.tick().await;
         let Some(rlqs) = rlqs.upgrade() else { return };
         let sends = rlqs.table().sweep();
+        let rules = rlqs.rls.limiter.rules();
+        let sends = rlqs.reserve(&rules, sends).await;
         rlqs.deliver(sends);
     }
 }
@@ -324,33 +343,44 @@ fn kind(action: &Action) -> &'static str {
     }
 }
 
-fn bucket_action(bucket: &BucketKey, action: Action) -> BucketAction {
-    let kind = match action {
-        Action::Abandon => Kind::AbandonAction(AbandonAction {}),
-        Action::Assign { strategy, ttl_s } => Kind::QuotaAssignmentAction(QuotaAssignmentAction {
+/// The bucket actions that carry `action`. A token bucket goes after a deny-all for the
+/// same bucket in the same response: Envoy 1.40 starts a full token bucket only when the
+/// bucket's current strategy is not a token bucket (a token bucket replacing one keeps
+/// the old one's emptiness), and applies the actions in order before requests see them.
+fn bucket_actions(bucket: &BucketKey, action: Action) -> Vec<BucketAction> {
+    let assign = |strategy: ProtoStrategy, ttl_s: u64| BucketAction {
+        bucket_id: Some(bucket.to_proto()),
+        bucket_action: Some(Kind::QuotaAssignmentAction(QuotaAssignmentAction {
             assignment_time_to_live: Some(seconds(ttl_s)),
             rate_limit_strategy: Some(RateLimitStrategy {
-                strategy: Some(match strategy {
-                    Strategy::AllowAll => ProtoStrategy::BlanketRule(BlanketRule::AllowAll as i32),
-                    Strategy::DenyAll => ProtoStrategy::BlanketRule(BlanketRule::DenyAll as i32),
-                    Strategy::TokenBucket {
-                        max_tokens,
-                        tokens_per_fill,
-                        fill_interval_s,
-                    } => ProtoStrategy::TokenBucket(TokenBucket {
-                        max_tokens,
-                        tokens_per_fill: Some(UInt32Value {
-                            value: tokens_per_fill,
-                        }),
-                        fill_interval: Some(seconds(fill_interval_s)),
-                    }),
-                }),
+                strategy: Some(strategy),
             }),
-        }),
+        })),
     };
-    BucketAction {
-        bucket_id: Some(bucket.to_proto()),
-        bucket_action: Some(kind),
+    let deny_all = ProtoStrategy::BlanketRule(BlanketRule::DenyAll as i32);
+    match action {
+        Action::Abandon => vec![BucketAction {
+            bucket_id: Some(bucket.to_proto()),
+            bucket_action: Some(Kind::AbandonAction(AbandonAction {})),
+        }],
+        Action::Assign { strategy, ttl_s } => match strategy {
+            Strategy::AllowAll => vec![assign(
+                ProtoStrategy::BlanketRule(BlanketRule::AllowAll as i32),
+                ttl_s,
+            )],
+            Strategy::DenyAll => vec![assign(deny_all, ttl_s)],
+            Strategy::TokenBucket {
+                max_tokens,
+                fill_interval_s,
+            } => {
+                let bucket = ProtoStrategy::TokenBucket(TokenBucket {
+                    max_tokens,
+                    tokens_per_fill: Some(UInt32Value { value: 1 }),
+                    fill_interval: Some(seconds(fill_interval_s)),
+                });
+                vec![assign(deny_all, ttl_s), assign(bucket, ttl_s)]
+            }
+        },
     }
 }
 

@@ -1,6 +1,7 @@
 //! Who reports which bucket, what each was granted, and what to send: the RLQS state
 //! machine, on plain types with an injected clock. The stream adapter feeds it reports,
-//! closed streams, rule reloads and idle sweeps, and sends what it returns.
+//! closed streams, rule reloads and idle sweeps, reserves the grants it returns in the
+//! counter store (`reserve.rs`), and sends them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -30,11 +31,10 @@ const NS_PER_S: u64 = 1_000_000_000;
 pub(crate) enum Strategy {
     AllowAll,
     DenyAll,
-    /// Envoy's bucket starts full; it refills `tokens_per_fill` per `fill_interval_s`
-    /// (whole seconds: Envoy reads only the seconds).
+    /// `max_tokens` to spend, sent so that Envoy starts a full bucket; it refills one token
+    /// per `fill_interval_s` (whole seconds: Envoy reads only the seconds).
     TokenBucket {
         max_tokens: u32,
-        tokens_per_fill: u32,
         fill_interval_s: u64,
     },
 }
@@ -61,15 +61,23 @@ pub(crate) struct Send {
 pub(crate) enum Budget {
     /// The same answer whatever is counted: no rule, unlimited, a limit of 0, shadow mode.
     Fixed(Strategy),
-    /// A limit: `remaining` units not yet counted in a window of `window_ns`.
+    /// A limit: `remaining` units neither counted nor reserved, in a window of `window_ns`.
     Counted { remaining: u64, window_ns: u64 },
+}
+
+/// Tokens granted to a stream and reserved in the counter (counted as if spent) until the
+/// stream reports what it did with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub(crate) at_ns: u64,
+    pub(crate) tokens: u64,
 }
 
 /// One stream's part in one bucket.
 #[derive(Debug)]
 struct Sub {
-    /// Granted and not yet seen in a report: may be spent already.
-    outstanding: u64,
+    /// Granted since its last report.
+    reservations: Vec<Reservation>,
     demand: f64,
     last_report_ns: u64,
     /// Last report with any request in it (or the subscription).
@@ -77,18 +85,10 @@ struct Sub {
     assigned: Option<Strategy>,
 }
 
-/// A grant of a stream that is gone, held back because it may have been spent unreported.
-#[derive(Debug)]
-struct Orphan {
-    until_ns: u64,
-    tokens: u64,
-}
-
 #[derive(Debug)]
 struct Bucket {
     budget: Budget,
     subs: HashMap<StreamId, Sub>,
-    orphans: Vec<Orphan>,
 }
 
 #[derive(Debug, Default)]
@@ -133,9 +133,25 @@ impl Table {
         self.streams.entry(stream).or_default();
     }
 
-    /// One bucket's usage report from `stream`, with the budget after its allowed
-    /// requests were counted: the answer for it, then pushes to the bucket's other streams
-    /// that the change entitles to more.
+    /// What `stream` was granted in `bucket` since its last report, handed over to be
+    /// settled against the report's usage (the unused part given back) before
+    /// [`Table::report`].
+    pub(crate) fn take_reservations(
+        &mut self,
+        stream: StreamId,
+        bucket: &BucketKey,
+    ) -> Vec<Reservation> {
+        self.buckets
+            .get_mut(bucket)
+            .and_then(|b| b.subs.get_mut(&stream))
+            .map(|sub| std::mem::take(&mut sub.reservations))
+            .unwrap_or_default()
+    }
+
+    /// One bucket's usage report from `stream`, with the budget once its usage was
+    /// settled: the answer for it, then pushes to the bucket's other streams that the
+    /// change entitles to more. Every token bucket returned is a new grant, to be reserved
+    /// in the counter (or [`Table::revoke`]d).
     pub(crate) fn report(
         &mut self,
         stream: StreamId,
@@ -158,10 +174,8 @@ impl Table {
             .or_insert_with(|| Bucket {
                 budget,
                 subs: HashMap::new(),
-                orphans: Vec::new(),
             });
         entry.budget = budget;
-        entry.orphans.retain(|o| o.until_ns > now);
         let requests = allowed.saturating_add(denied);
         match entry.subs.get_mut(&stream) {
             Some(sub) => {
@@ -170,8 +184,6 @@ impl Table {
                     state.interval_ns = Some(gap);
                 }
                 sub.demand = smooth(Some(sub.demand), requests);
-                // What it spent is counted now; the answer replaces its token bucket.
-                sub.outstanding = 0;
                 sub.last_report_ns = now;
                 if requests > 0 {
                     sub.last_active_ns = now;
@@ -181,7 +193,7 @@ impl Table {
                 entry.subs.insert(
                     stream,
                     Sub {
-                        outstanding: 0,
+                        reservations: Vec::new(),
                         demand: smooth(None, requests),
                         last_report_ns: now,
                         last_active_ns: now,
@@ -191,8 +203,8 @@ impl Table {
             }
         }
         let ttl_s = ttl_s(state.interval_ns);
-        let strategy = entry.candidate(stream, allowed > 0);
-        entry.assign(stream, strategy);
+        let strategy = entry.candidate(stream);
+        entry.assign(stream, strategy, now);
         let mut out = vec![Send {
             stream,
             bucket: bucket.clone(),
@@ -202,15 +214,29 @@ impl Table {
         Ok(out)
     }
 
-    /// `stream` is gone: its buckets are shared among the streams left.
+    /// The counter refused the reservation of the grant last sent to `stream` (another
+    /// instance took the room first): it is denied instead, until its next report.
+    pub(crate) fn revoke(&mut self, stream: StreamId, bucket: &BucketKey) {
+        if let Some(sub) = self
+            .buckets
+            .get_mut(bucket)
+            .and_then(|b| b.subs.get_mut(&stream))
+        {
+            sub.reservations.pop();
+            sub.assigned = Some(Strategy::DenyAll);
+        }
+    }
+
+    /// `stream` is gone: its buckets are shared among the streams left. What it was
+    /// granted stays reserved (it may have been spent) until the counter's window forgets
+    /// it.
     pub(crate) fn close(&mut self, stream: StreamId) -> Vec<Send> {
         let Some(state) = self.streams.remove(&stream) else {
             return Vec::new();
         };
-        let now = self.clock.now_ns();
         let mut out = Vec::new();
         for bucket in state.buckets {
-            self.unsubscribe(&bucket, stream, now);
+            self.unsubscribe(&bucket, stream);
             out.extend(self.rebalance(&bucket, None, false));
         }
         out
@@ -232,7 +258,7 @@ impl Table {
             .collect();
         let mut out = Vec::new();
         for (bucket, stream) in idle {
-            self.unsubscribe(&bucket, stream, now);
+            self.unsubscribe(&bucket, stream);
             if let Some(state) = self.streams.get_mut(&stream) {
                 state.buckets.remove(&bucket);
             }
@@ -267,19 +293,11 @@ impl Table {
         }
     }
 
-    fn unsubscribe(&mut self, bucket: &BucketKey, stream: StreamId, now: u64) {
+    fn unsubscribe(&mut self, bucket: &BucketKey, stream: StreamId) {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return;
         };
-        if let (Some(sub), Budget::Counted { window_ns, .. }) =
-            (entry.subs.remove(&stream), entry.budget)
-            && sub.outstanding > 0
-        {
-            entry.orphans.push(Orphan {
-                until_ns: now.saturating_add(window_ns),
-                tokens: sub.outstanding,
-            });
-        }
+        entry.subs.remove(&stream);
         if entry.subs.is_empty() {
             self.buckets.remove(bucket);
         }
@@ -310,7 +328,7 @@ impl Table {
             let Some(assigned) = entry.subs.get(&id).and_then(|s| s.assigned) else {
                 continue;
             };
-            let candidate = entry.candidate(id, false);
+            let candidate = entry.candidate(id);
             let push = match (assigned, candidate) {
                 _ if replan => candidate != assigned,
                 (Strategy::DenyAll, Strategy::TokenBucket { .. }) => true,
@@ -325,7 +343,7 @@ impl Table {
                 _ => false,
             };
             if push {
-                entry.assign(id, candidate);
+                entry.assign(id, candidate, self.clock.now_ns());
                 let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
                 out.push(Send {
                     stream: id,
@@ -342,17 +360,16 @@ impl Table {
 }
 
 impl Bucket {
-    /// Units that grants may be using: every subscribed stream's and recent orphans'.
-    fn outstanding(&self) -> u64 {
-        let subs = self.subs.values().map(|s| s.outstanding);
-        let orphans = self.orphans.iter().map(|o| o.tokens);
-        subs.chain(orphans).fold(0, u64::saturating_add)
+    /// Tokens reserved for the subscribed streams and not reported yet.
+    fn reserved(&self) -> u64 {
+        self.subs
+            .values()
+            .flat_map(|s| &s.reservations)
+            .fold(0, |sum, r| sum.saturating_add(r.tokens))
     }
 
-    /// What `stream` would be assigned now. `spent`: it reported admitted requests, so a
-    /// token bucket equal to its current one must still be a new one (Envoy keeps an
-    /// unchanged bucket, emptied, instead of starting a full one).
-    fn candidate(&self, stream: StreamId, spent: bool) -> Strategy {
+    /// What `stream` would be assigned now.
+    fn candidate(&self, stream: StreamId) -> Strategy {
         let (remaining, window_ns) = match self.budget {
             Budget::Fixed(strategy) => return strategy,
             Budget::Counted {
@@ -363,75 +380,41 @@ impl Bucket {
         let Some(sub) = self.subs.get(&stream) else {
             return Strategy::DenyAll;
         };
+        // The streams' reservations are theirs to divide again; the rest of the limit is
+        // not (other instances' grants, ShouldRateLimit's counts).
+        let reserved = self.reserved();
         let split = Split {
-            remaining,
-            outstanding: self.outstanding(),
+            remaining: remaining.saturating_add(reserved),
+            outstanding: reserved,
             demand: sub.demand,
             total_demand: self.subs.values().map(|s| s.demand).sum(),
             streams: self.subs.len(),
         };
-        let grant = split.grant();
-        if grant == 0 {
-            return Strategy::DenyAll;
+        match split.grant() {
+            0 => Strategy::DenyAll,
+            grant => Strategy::TokenBucket {
+                max_tokens: u32::try_from(grant).unwrap_or(u32::MAX),
+                fill_interval_s: window_ns.div_ceil(NS_PER_S).max(1),
+            },
         }
-        let mut bucket = Strategy::TokenBucket {
-            max_tokens: u32::try_from(grant).unwrap_or(u32::MAX),
-            tokens_per_fill: 1,
-            fill_interval_s: window_ns.div_ceil(NS_PER_S).max(1),
-        };
-        if spent
-            && let (
-                Some(Strategy::TokenBucket {
-                    tokens_per_fill, ..
-                }),
-                Strategy::TokenBucket {
-                    tokens_per_fill: ours,
-                    ..
-                },
-            ) = (
-                sub.assigned.filter(|a| same_bucket(a, &bucket)),
-                &mut bucket,
-            )
-        {
-            *ours = 3 - tokens_per_fill.clamp(1, 2);
-        }
-        bucket
     }
 
-    /// Records that `stream` was told `strategy`. A new token bucket adds its tokens to
-    /// what the stream may spend unreported (after a report that is nothing; after a push,
-    /// its old bucket may have been spent from), an unchanged one is the same tokens.
-    fn assign(&mut self, stream: StreamId, strategy: Strategy) {
+    /// Records that `stream` was told `strategy`; a token bucket's tokens are reserved.
+    fn assign(&mut self, stream: StreamId, strategy: Strategy, now_ns: u64) {
         let Some(sub) = self.subs.get_mut(&stream) else {
             return;
         };
         if let Strategy::TokenBucket { max_tokens, .. } = strategy {
             let tokens = u64::from(max_tokens);
-            sub.outstanding = match sub.assigned == Some(strategy) {
-                true => sub.outstanding.max(tokens),
-                false => sub.outstanding.saturating_add(tokens),
-            };
+            sub.reservations.push(Reservation {
+                at_ns: now_ns,
+                tokens,
+            });
+            if let Budget::Counted { remaining, .. } = &mut self.budget {
+                *remaining = remaining.saturating_sub(tokens);
+            }
         }
         sub.assigned = Some(strategy);
-    }
-}
-
-/// Token buckets that differ at most in `tokens_per_fill`.
-fn same_bucket(a: &Strategy, b: &Strategy) -> bool {
-    match (a, b) {
-        (
-            Strategy::TokenBucket {
-                max_tokens: m1,
-                fill_interval_s: f1,
-                ..
-            },
-            Strategy::TokenBucket {
-                max_tokens: m2,
-                fill_interval_s: f2,
-                ..
-            },
-        ) => m1 == m2 && f1 == f2,
-        _ => false,
     }
 }
 

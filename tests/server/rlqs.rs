@@ -104,17 +104,36 @@ fn bucket_id(pairs: &[(&str, &str)]) -> BucketId {
     }
 }
 
-/// The strategy of a response's single assignment.
+/// The strategy a response assigns to its one bucket: its last action's (a token bucket
+/// comes after a deny-all, so that Envoy starts it full).
 fn assigned(response: &RateLimitQuotaResponse) -> Strategy {
-    let [action] = response.bucket_action.as_slice() else {
-        panic!("one bucket action expected: {response:?}");
-    };
-    match &action.bucket_action {
-        Some(Kind::QuotaAssignmentAction(a)) => a
-            .rate_limit_strategy
-            .and_then(|s| s.strategy)
-            .expect("a strategy"),
-        other => panic!("an assignment expected, got {other:?}"),
+    let strategies: Vec<Strategy> = response
+        .bucket_action
+        .iter()
+        .map(|action| match &action.bucket_action {
+            Some(Kind::QuotaAssignmentAction(a)) => a
+                .rate_limit_strategy
+                .and_then(|s| s.strategy)
+                .expect("a strategy"),
+            other => panic!("an assignment expected, got {other:?}"),
+        })
+        .collect();
+    let ids: Vec<_> = response
+        .bucket_action
+        .iter()
+        .map(|a| &a.bucket_id)
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] == w[1]),
+        "one bucket: {response:?}"
+    );
+    match strategies.as_slice() {
+        [one] => *one,
+        [first, Strategy::TokenBucket(bucket)] => {
+            assert_eq!(*first, blanket(BlanketRule::DenyAll), "{response:?}");
+            Strategy::TokenBucket(*bucket)
+        }
+        _ => panic!("one assignment expected: {response:?}"),
     }
 }
 
@@ -136,16 +155,14 @@ async fn the_first_report_subscribes_and_is_answered_with_a_token_bucket_and_a_t
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "ann")], 1, 0).await;
     let response = stream.next().await.expect("an assignment");
-    let action = &response.bucket_action[0];
+    let action = response.bucket_action.last().expect("an action");
     assert_eq!(action.bucket_id, Some(bucket_id(&[("user", "ann")])));
     let Some(Kind::QuotaAssignmentAction(assignment)) = &action.bucket_action else {
         panic!("an assignment expected: {response:?}");
     };
     let ttl = assignment.assignment_time_to_live.expect("a TTL");
     assert!(ttl.seconds >= 1, "a TTL of whole seconds: {ttl:?}");
-    let Some(Strategy::TokenBucket(bucket)) =
-        assignment.rate_limit_strategy.and_then(|s| s.strategy)
-    else {
+    let Strategy::TokenBucket(bucket) = assigned(&response) else {
         panic!("a token bucket expected: {response:?}");
     };
     // The one reported request was counted: 9 of 10 are left, all for the only stream.
@@ -173,8 +190,16 @@ async fn reported_usage_and_should_rate_limit_share_one_counter() {
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "bob")], 0, 0).await;
     assert_eq!(max_tokens(stream.strategy().await), 3);
-    // Envoy admitted 3 and says so: ShouldRateLimit sees the limit reached.
-    stream.report("quota", &[("user", "bob")], 3, 0).await;
+    // The 3 granted are reserved on the counter: ShouldRateLimit sees the limit reached.
+    assert_eq!(
+        code(&client.check("quota", &[("user", "bob")]).await),
+        Code::OverLimit
+    );
+    // Envoy used 1 of them: 2 come back, and are granted again.
+    stream.report("quota", &[("user", "bob")], 1, 0).await;
+    assert_eq!(max_tokens(stream.strategy().await), 2);
+    // It used both: nothing is left, through either API.
+    stream.report("quota", &[("user", "bob")], 2, 0).await;
     assert_eq!(stream.strategy().await, blanket(BlanketRule::DenyAll));
     assert_eq!(
         code(&client.check("quota", &[("user", "bob")]).await),
