@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tollgate_testkit::envoy::{Envoy, Upstream, render_rlqs};
 use tollgate_testkit::http;
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
 use tollgate_testkit::wait;
 
 const RLQS_ENVOY_YAML: &str = include_str!("../../examples/envoy/rlqs/envoy.yaml");
@@ -200,4 +200,49 @@ async fn a_zero_limit_answers_429_with_the_filters_deny_response() {
     // Another tenant is limited, not blocked; no tenant header, not limited at all.
     assert_eq!(envoy.get("/", &[("x-tenant", "acme")]).await.status, 200);
     assert_eq!(envoy.get("/", &[]).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_rule_change_is_enforced_by_envoy_without_waiting_for_a_report() {
+    let upstream = Upstream::start().await;
+    let config = ConfigDir::with_file("rules.yaml", RULES);
+    let file = config.file("rules.yaml");
+    let tollgate = Serve::path(&file).keep(config).start();
+    let envoy = rlqs_envoy(&upstream, &tollgate).await;
+    let get = async || envoy.get("/", &[("x-tenant", "acme")]).await.status;
+    wait::until_async(
+        "tenant acme admitted",
+        Duration::from_secs(10),
+        async || match get().await {
+            200 => Ok(()),
+            other => Err(format!("status {other}")),
+        },
+    )
+    .await;
+    let blocked = RULES.replace("requests_per_unit: 100", "requests_per_unit: 0");
+    std::fs::write(&file, blocked).expect("rewrite the rules");
+    // The reload pushes DENY_ALL at once: Envoy stops before it has spent the 99 tokens it
+    // was granted, without waiting for its next report.
+    let mut admitted = 0;
+    let ((), took) =
+        wait::until_async(
+            "tenant acme denied",
+            Duration::from_secs(10),
+            async || match get().await {
+                429 => Ok(()),
+                other => {
+                    admitted += 1;
+                    Err(format!("status {other}"))
+                }
+            },
+        )
+        .await;
+    println!("rule change enforced by Envoy after {took:?}, {admitted} requests later");
+    assert!(
+        admitted < 99,
+        "the grant was cut short: {admitted} admitted"
+    );
+    for _ in 0..5 {
+        assert_eq!(get().await, 429);
+    }
 }
