@@ -13,6 +13,7 @@ mod listen;
 mod metrics;
 mod proto;
 mod reload;
+mod rlqs;
 mod rls;
 mod rules_status;
 mod server;

@@ -14,7 +14,7 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use tollgate_core::{Descriptor, Histogram, HistogramSnapshot, Limited, Recorder, Rule, Store};
@@ -242,6 +242,87 @@ impl Recorder for RuleMetrics {
     }
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// The Rate Limit Quota Service's series.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RlqsMetrics {
+    pub(crate) streams: Gauge,
+    pub(crate) buckets: Gauge,
+    pub(crate) reports: Counter,
+    assignments: Family<KindLabels, Counter>,
+    allowed: Family<DescriptorLabels, Counter>,
+    denied: Family<DescriptorLabels, Counter>,
+    over_limit: Family<DescriptorLabels, Counter>,
+    gap: Family<DescriptorLabels, Gauge>,
+}
+
+impl RlqsMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let r = registry;
+        r.register(
+            "tollgate_rlqs_streams",
+            "Open StreamRateLimitQuotas streams",
+            self.streams.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_buckets",
+            "Buckets some stream reports",
+            self.buckets.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_reports",
+            "Usage reports received",
+            self.reports.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_assignments",
+            "Bucket actions sent, by kind (allow_all, deny_all, token_bucket, abandon)",
+            self.assignments.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_usage_allowed",
+            "Requests Envoys reported admitted, per rule",
+            self.allowed.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_usage_denied",
+            "Requests Envoys reported denied, per rule",
+            self.denied.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_over_limit",
+            "Reported admissions beyond their grants that did not fit the limit when counted, per rule",
+            self.over_limit.clone(),
+        );
+        r.register(
+            "tollgate_rlqs_limit_gap",
+            "Room neither counted nor granted at the rule's latest report",
+            self.gap.clone(),
+        );
+    }
+
+    /// Counts one bucket action sent.
+    pub(crate) fn assignment(&self, kind: &'static str) {
+        self.assignments.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// One report's usage under `rule`: `over` of the allowed did not fit; `gap` units of
+    /// the limit are left.
+    pub(crate) fn usage(&self, rule: &Rule, allowed: u64, denied: u64, over: u64, gap: u64) {
+        let labels = DescriptorLabels::new(rule.domain(), rule.path());
+        self.allowed.get_or_create(&labels).inc_by(allowed);
+        self.denied.get_or_create(&labels).inc_by(denied);
+        self.over_limit.get_or_create(&labels).inc_by(over);
+        self.gap
+            .get_or_create(&labels)
+            .set(i64::try_from(gap).unwrap_or(i64::MAX));
+    }
+}
+
 /// Request-level metrics and the registry that exports everything.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -252,6 +333,7 @@ pub(crate) struct Metrics {
     should_rate_limit: PlainCounter,
     errors: Family<ErrorLabels, PlainCounter>,
     pub(crate) response_time: AtomicHistogram,
+    pub(crate) rlqs: RlqsMetrics,
 }
 
 impl Metrics {
@@ -316,8 +398,11 @@ impl Metrics {
                 grpc_method: "ShouldRateLimit".to_owned(),
             })
             .clone();
+        let rlqs = RlqsMetrics::default();
+        rlqs.register(&mut registry);
         let metrics = Self {
             registry,
+            rlqs,
             config_load_success,
             config_load_error,
             should_rate_limit,

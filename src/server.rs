@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
@@ -20,9 +21,10 @@ use crate::grpc::GrpcService;
 use crate::listen::{self, Acceptor};
 use crate::metrics::{Metrics, XdsStats};
 use crate::reload::{self, Reload};
+use crate::rlqs::{Rlqs, RlqsConfig, RlqsService, Strategy};
 use crate::rls::Rls;
 use crate::rules_status::{Readiness, RulesStatus, Source};
-use crate::settings::{Backend, ConfigType, ConnArgs, HeaderFormat, ServeArgs};
+use crate::settings::{Backend, ConfigType, ConnArgs, HeaderFormat, NoRuleAction, ServeArgs};
 use crate::xds::{self, XdsConfig};
 
 /// How often expired counters are dropped from memory.
@@ -118,6 +120,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let _watch = reload.clone().map(reload::watch).transpose()?;
+    let rlqs = Rlqs::start(rls.clone(), Arc::new(SystemClock), rlqs_config(&args));
 
     let (health, health_service) = tonic_health::server::health_reporter();
     let (draining_tx, draining) = watch::channel(false);
@@ -169,6 +172,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             rls.clone(),
             args.conn.grpc_max_message_bytes,
         ))
+        .add_service(
+            RateLimitQuotaServiceServer::new(RlqsService(rlqs))
+                .max_decoding_message_size(args.conn.grpc_max_message_bytes),
+        )
         .serve_with_incoming_shutdown(
             Acceptor::new(grpc, limits).incoming(),
             stopped(stop_rx.clone()),
@@ -217,6 +224,16 @@ fn grpc_builder(conn: &ConnArgs) -> tonic::transport::Server {
         .http2_max_header_list_size(HEADER_LIST_BYTES)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+}
+
+fn rlqs_config(args: &ServeArgs) -> RlqsConfig {
+    RlqsConfig {
+        idle: args.rlqs.rlqs_bucket_idle_timeout,
+        no_rule: match args.rlqs.rlqs_no_rule_action {
+            NoRuleAction::Allow => Strategy::AllowAll,
+            NoRuleAction::Deny => Strategy::DenyAll,
+        },
+    }
 }
 
 fn header_style(args: &ServeArgs) -> HeaderStyle {

@@ -100,6 +100,8 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
     #[command(flatten)]
+    pub(crate) rlqs: RlqsArgs,
+    #[command(flatten)]
     pub(crate) log: LogArgs,
 }
 
@@ -287,6 +289,30 @@ pub(crate) struct OpsArgs {
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub(crate) shutdown_delay: Duration,
+}
+
+/// The Rate Limit Quota Service.
+#[derive(Debug, Args)]
+pub(crate) struct RlqsArgs {
+    /// A bucket that reports no request for this long is abandoned (Envoy forgets it and
+    /// subscribes again at its next request).
+    #[arg(long, env = "RLQS_BUCKET_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout)]
+    pub(crate) rlqs_bucket_idle_timeout: Duration,
+    /// What a bucket that matches no rule gets: allow (all requests) or deny (all).
+    #[arg(
+        long,
+        env = "RLQS_NO_RULE_ACTION",
+        value_enum,
+        ignore_case = true,
+        default_value = "allow"
+    )]
+    pub(crate) rlqs_no_rule_action: NoRuleAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum NoRuleAction {
+    Allow,
+    Deny,
 }
 
 /// What a connection may hold and how long it may idle, on every port.

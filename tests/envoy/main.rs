@@ -10,4 +10,5 @@
 mod budgets;
 mod memory;
 mod redis;
+mod rlqs;
 mod support;

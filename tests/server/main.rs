@@ -10,4 +10,5 @@ mod http_api;
 mod limits;
 mod matching;
 mod operations;
+mod rlqs;
 mod xds;

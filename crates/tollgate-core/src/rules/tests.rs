@@ -255,3 +255,56 @@ fn a_missing_path_is_a_clear_error() {
         .to_string();
     assert!(err.starts_with("/nonexistent/rules: cannot read"), "{err}");
 }
+
+#[test]
+fn unordered_entries_are_placed_in_the_order_rules_nest() {
+    let r = rules(
+        r#"
+domain: d
+descriptors:
+  - key: path
+    value: /health
+    rate_limit: {unit: second, requests_per_unit: 9}
+  - key: user
+    descriptors:
+      - key: path
+        value: /api/*
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 6}
+  - key: tenant
+    value: acme
+    rate_limit: {unit: second, requests_per_unit: 7}
+"#,
+    );
+    let d = r.domain("d").expect("domain d");
+    let find = |entries: &[(&'static str, &'static str)]| {
+        d.find_unordered(entries).map(|(order, rule)| {
+            let rpu = match &rule.policy {
+                Policy::Limited { limits, .. } => limits[0].requests_per_unit,
+                Policy::Unlimited { .. } => u32::MAX,
+            };
+            (order, rpu)
+        })
+    };
+    // `path` sorts before `user`, but only `user` → `path` places both: the walk backtracks.
+    assert_eq!(
+        find(&[("path", "/api/x"), ("user", "ann")]),
+        Some((vec![("user", "ann"), ("path", "/api/x")], 5))
+    );
+    // Wildcard, then the key-only default, as for ShouldRateLimit.
+    assert_eq!(
+        find(&[("user", "bob"), ("path", "/other")]).map(|(_, rpu)| rpu),
+        Some(6)
+    );
+    assert_eq!(find(&[("path", "/health")]).map(|(_, rpu)| rpu), Some(9));
+    // Every entry must find a level; a level without a limit is no match.
+    assert_eq!(find(&[("path", "/health"), ("extra", "x")]), None);
+    assert_eq!(find(&[("user", "ann")]), None);
+    assert_eq!(find(&[("tenant", "other")]), None);
+    // The order found is the descriptor ShouldRateLimit sends for the same rule.
+    let (order, _) = d
+        .find_unordered(&[("path", "/api/x"), ("user", "ann")])
+        .expect("a match");
+    assert!(d.find(order).is_some());
+}

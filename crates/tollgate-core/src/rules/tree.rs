@@ -67,6 +67,26 @@ impl Domain {
         node?.rule.as_ref()
     }
 
+    /// The rule for entries that come in no order (an RLQS bucket id, a map): they are
+    /// put in the order the rules nest — at each level an entry whose key the level names,
+    /// matched as [`Domain::find`] matches (exact, wildcard, key-only default) — and every
+    /// entry must find its level. Returns the entries in that order, which is the
+    /// descriptor `ShouldRateLimit` would send for the same rule, and the rule.
+    ///
+    /// Keys are tried in sorted order and the walk backtracks when a choice leaves an entry
+    /// without a level; each node of the tree is entered at most once, so the cost is bounded
+    /// by the size of the tree.
+    pub fn find_unordered<'e>(
+        &self,
+        entries: &[(&'e str, &'e str)],
+    ) -> Option<(Vec<(&'e str, &'e str)>, &Rule)> {
+        let mut left = entries.to_vec();
+        left.sort_unstable();
+        let mut placed = Vec::with_capacity(left.len());
+        let rule = place(&self.root, &mut left, &mut placed)?;
+        Some((placed, rule))
+    }
+
     /// The files or resources the domain's rules came from.
     pub fn origins(&self) -> &[String] {
         &self.origins
@@ -109,6 +129,32 @@ impl Domain {
             }
         }
     }
+}
+
+/// Places the `left` entries below `level` (see [`Domain::find_unordered`]).
+fn place<'r, 'e>(
+    level: &'r Level,
+    left: &mut Vec<(&'e str, &'e str)>,
+    placed: &mut Vec<(&'e str, &'e str)>,
+) -> Option<&'r Rule> {
+    for i in 0..left.len() {
+        let (key, value) = left[i];
+        let Some(node) = level.get(key, value) else {
+            continue;
+        };
+        left.remove(i);
+        placed.push((key, value));
+        let found = match left.is_empty() {
+            true => node.rule.as_ref(),
+            false => place(&node.children, left, placed),
+        };
+        if found.is_some() {
+            return found;
+        }
+        placed.pop();
+        left.insert(i, (key, value));
+    }
+    None
 }
 
 /// The descriptors that share one parent, by key.

@@ -22,12 +22,31 @@ pub struct Params {
 /// Each rewritten line must occur exactly once in the template; if an edit breaks that,
 /// this panics naming the line.
 pub fn render(template: &str, params: &Params) -> String {
+    let mut replacements = addresses(params.upstream, params.ratelimit);
+    replacements.extend([
+        (
+            "failure_mode_deny: false",
+            format!("failure_mode_deny: {}", params.failure_mode_deny),
+        ),
+        ("timeout: 0.25s", "timeout: 5s".to_owned()),
+    ]);
+    rewrite(template, replacements)
+}
+
+/// `template` (the example RLQS `envoy.yaml`) with the admin interface and the listener on
+/// 127.0.0.1 port 0 and the two clusters at `upstream` and `ratelimit`.
+pub fn render_rlqs(template: &str, upstream: SocketAddr, ratelimit: SocketAddr) -> String {
+    rewrite(template, addresses(upstream, ratelimit))
+}
+
+/// The rewrites of the admin and listener addresses and of the two clusters.
+fn addresses(upstream: SocketAddr, ratelimit: SocketAddr) -> Vec<(&'static str, String)> {
     let loopback = |addr: SocketAddr| {
         assert!(addr.ip().is_loopback(), "only loopback addresses: {addr}");
         format!("{{ address: {}, port_value: {} }}", addr.ip(), addr.port())
     };
     let any_port = "{ address: 127.0.0.1, port_value: 0 }";
-    let replacements = [
+    vec![
         (
             "{ address: 0.0.0.0, port_value: 9901 }",
             any_port.to_owned(),
@@ -38,18 +57,17 @@ pub fn render(template: &str, params: &Params) -> String {
         ),
         (
             "{ address: upstream, port_value: 5678 }",
-            loopback(params.upstream),
+            loopback(upstream),
         ),
         (
             "{ address: tollgate, port_value: 8081 }",
-            loopback(params.ratelimit),
+            loopback(ratelimit),
         ),
-        (
-            "failure_mode_deny: false",
-            format!("failure_mode_deny: {}", params.failure_mode_deny),
-        ),
-        ("timeout: 0.25s", "timeout: 5s".to_owned()),
-    ];
+    ]
+}
+
+/// Applies `replacements`, each of whose patterns must occur exactly once in `template`.
+fn rewrite(template: &str, replacements: Vec<(&'static str, String)>) -> String {
     let mut yaml = template.to_owned();
     for (from, to) in replacements {
         let count = yaml.matches(from).count();

@@ -1,0 +1,313 @@
+//! The Rate Limit Quota Service over a real stream: subscription on the first report, the
+//! assignment and its TTL, the counter shared with ShouldRateLimit, blanket rules, two
+//! streams dividing one limit, idle buckets abandoned, rule reloads pushed, and malformed
+//! reports refused with a reason.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
+use tonic::Streaming;
+
+const RULES: &str = r#"
+domain: quota
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: free
+    rate_limit: {unlimited: true}
+"#;
+
+/// How long an expected message may take.
+const ANSWER: Duration = Duration::from_secs(10);
+
+/// One `StreamRateLimitQuotas` call: reports go out through `tx`, answers come in.
+struct QuotaStream {
+    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
+    rx: Streaming<RateLimitQuotaResponse>,
+}
+
+impl QuotaStream {
+    async fn open(server: &Server) -> Self {
+        let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
+        let (tx, reports) = mpsc::channel(16);
+        let rx = client
+            .stream_rate_limit_quotas(ReceiverStream::new(reports))
+            .await
+            .expect("the stream opens")
+            .into_inner();
+        Self { tx, rx }
+    }
+
+    async fn send(&self, report: RateLimitQuotaUsageReports) {
+        self.tx.send(report).await.expect("the stream is open");
+    }
+
+    /// Reports `allowed` and `denied` for one bucket of `domain`.
+    async fn report(&self, domain: &str, bucket: &[(&str, &str)], allowed: u64, denied: u64) {
+        self.send(usage_report(domain, &[bucket], allowed, denied))
+            .await;
+    }
+
+    /// The next message, or the stream's error.
+    async fn next(&mut self) -> Result<RateLimitQuotaResponse, tonic::Status> {
+        tokio::time::timeout(ANSWER, self.rx.message())
+            .await
+            .expect("an answer in time")
+            .map(|m| m.expect("the stream goes on"))
+    }
+
+    /// The next assignment's strategy for the one bucket it is about.
+    async fn strategy(&mut self) -> Strategy {
+        let response = self.next().await.expect("an answer, not an error");
+        assigned(&response)
+    }
+}
+
+fn usage_report(
+    domain: &str,
+    buckets: &[&[(&str, &str)]],
+    allowed: u64,
+    denied: u64,
+) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: domain.into(),
+        bucket_quota_usages: buckets
+            .iter()
+            .map(|pairs| BucketQuotaUsage {
+                bucket_id: Some(bucket_id(pairs)),
+                time_elapsed: None,
+                num_requests_allowed: allowed,
+                num_requests_denied: denied,
+            })
+            .collect(),
+    }
+}
+
+fn bucket_id(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+/// The strategy a response assigns to its one bucket: its last action's (a token bucket
+/// comes after a deny-all, so that Envoy starts it full).
+fn assigned(response: &RateLimitQuotaResponse) -> Strategy {
+    let strategies: Vec<Strategy> = response
+        .bucket_action
+        .iter()
+        .map(|action| match &action.bucket_action {
+            Some(Kind::QuotaAssignmentAction(a)) => a
+                .rate_limit_strategy
+                .and_then(|s| s.strategy)
+                .expect("a strategy"),
+            other => panic!("an assignment expected, got {other:?}"),
+        })
+        .collect();
+    let ids: Vec<_> = response
+        .bucket_action
+        .iter()
+        .map(|a| &a.bucket_id)
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] == w[1]),
+        "one bucket: {response:?}"
+    );
+    match strategies.as_slice() {
+        [one] => *one,
+        [first, Strategy::TokenBucket(bucket)] => {
+            assert_eq!(*first, blanket(BlanketRule::DenyAll), "{response:?}");
+            Strategy::TokenBucket(*bucket)
+        }
+        _ => panic!("one assignment expected: {response:?}"),
+    }
+}
+
+fn max_tokens(strategy: Strategy) -> u32 {
+    match strategy {
+        Strategy::TokenBucket(bucket) => bucket.max_tokens,
+        Strategy::BlanketRule(rule) if rule == BlanketRule::DenyAll as i32 => 0,
+        other => panic!("a token bucket or deny-all expected, got {other:?}"),
+    }
+}
+
+fn blanket(rule: BlanketRule) -> Strategy {
+    Strategy::BlanketRule(rule as i32)
+}
+
+#[tokio::test]
+async fn the_first_report_subscribes_and_is_answered_with_a_token_bucket_and_a_ttl() {
+    let server = Serve::rules(RULES).start();
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "ann")], 1, 0).await;
+    let response = stream.next().await.expect("an assignment");
+    let action = response.bucket_action.last().expect("an action");
+    assert_eq!(action.bucket_id, Some(bucket_id(&[("user", "ann")])));
+    let Some(Kind::QuotaAssignmentAction(assignment)) = &action.bucket_action else {
+        panic!("an assignment expected: {response:?}");
+    };
+    let ttl = assignment.assignment_time_to_live.expect("a TTL");
+    assert!(ttl.seconds >= 1, "a TTL of whole seconds: {ttl:?}");
+    let Strategy::TokenBucket(bucket) = assigned(&response) else {
+        panic!("a token bucket expected: {response:?}");
+    };
+    // The one reported request was counted: 9 of 10 are left, all for the only stream.
+    assert_eq!(bucket.max_tokens, 9);
+    assert_eq!(bucket.fill_interval.map(|d| d.seconds), Some(60));
+    assert_eq!(
+        server.metric("tollgate_rlqs_reports_total").await,
+        Some(1.0)
+    );
+    let series = r#"tollgate_rlqs_usage_allowed_total{domain="quota",key1="user",key2=""}"#;
+    assert_eq!(server.metric(series).await, Some(1.0));
+    assert_eq!(server.metric("tollgate_rlqs_streams").await, Some(1.0));
+}
+
+#[tokio::test]
+async fn reported_usage_and_should_rate_limit_share_one_counter() {
+    let server = Serve::rules(RULES).start();
+    let mut client = server.client().await;
+    for _ in 0..7 {
+        assert_eq!(
+            code(&client.check("quota", &[("user", "bob")]).await),
+            Code::Ok
+        );
+    }
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "bob")], 0, 0).await;
+    assert_eq!(max_tokens(stream.strategy().await), 3);
+    // The 3 granted are reserved on the counter: ShouldRateLimit sees the limit reached.
+    assert_eq!(
+        code(&client.check("quota", &[("user", "bob")]).await),
+        Code::OverLimit
+    );
+    // Envoy used 1 of them: 2 come back, and are granted again.
+    stream.report("quota", &[("user", "bob")], 1, 0).await;
+    assert_eq!(max_tokens(stream.strategy().await), 2);
+    // It used both: nothing is left, through either API.
+    stream.report("quota", &[("user", "bob")], 2, 0).await;
+    assert_eq!(stream.strategy().await, blanket(BlanketRule::DenyAll));
+    assert_eq!(
+        code(&client.check("quota", &[("user", "bob")]).await),
+        Code::OverLimit
+    );
+}
+
+#[tokio::test]
+async fn zero_limits_deny_all_and_unlimited_or_unmatched_buckets_allow_all() {
+    let server = Serve::rules(RULES).start();
+    let mut stream = QuotaStream::open(&server).await;
+    for (bucket, want) in [
+        (("blocked", "x"), BlanketRule::DenyAll),
+        (("free", "x"), BlanketRule::AllowAll),
+        (("nothing", "x"), BlanketRule::AllowAll),
+    ] {
+        stream.report("quota", &[bucket], 1, 0).await;
+        assert_eq!(stream.strategy().await, blanket(want), "bucket {bucket:?}");
+    }
+    let strict = Serve::rules(RULES)
+        .env("RLQS_NO_RULE_ACTION", "deny")
+        .start();
+    let mut stream = QuotaStream::open(&strict).await;
+    stream.report("quota", &[("nothing", "x")], 1, 0).await;
+    assert_eq!(stream.strategy().await, blanket(BlanketRule::DenyAll));
+}
+
+#[tokio::test]
+async fn two_streams_divide_one_limit_and_more_room_is_pushed() {
+    let server = Serve::rules(RULES).start();
+    let mut a = QuotaStream::open(&server).await;
+    let mut b = QuotaStream::open(&server).await;
+    a.report("quota", &[("user", "cy")], 1, 0).await;
+    assert_eq!(max_tokens(a.strategy().await), 9);
+    // Stream a may have spent its 9 already: b gets nothing yet.
+    b.report("quota", &[("user", "cy")], 1, 0).await;
+    assert_eq!(b.strategy().await, blanket(BlanketRule::DenyAll));
+    // a reports 3 spent: 5 are left, a keeps its part by demand and b is pushed the rest
+    // without having reported.
+    a.report("quota", &[("user", "cy")], 3, 0).await;
+    let for_a = max_tokens(a.strategy().await);
+    let for_b = max_tokens(b.strategy().await);
+    assert!(
+        for_a > 0 && for_b > 0,
+        "both get a part: {for_a} and {for_b}"
+    );
+    assert!(
+        for_a + for_b <= 5,
+        "no more than is left: {for_a} + {for_b}"
+    );
+}
+
+#[tokio::test]
+async fn idle_buckets_are_abandoned() {
+    let server = Serve::rules(RULES)
+        .env("RLQS_BUCKET_IDLE_TIMEOUT", "1s")
+        .start();
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "dee")], 1, 0).await;
+    assert_eq!(max_tokens(stream.strategy().await), 9);
+    let abandoned = stream.next().await.expect("an abandon action");
+    let [action] = abandoned.bucket_action.as_slice() else {
+        panic!("one action expected: {abandoned:?}");
+    };
+    assert_eq!(action.bucket_id, Some(bucket_id(&[("user", "dee")])));
+    assert!(
+        matches!(action.bucket_action, Some(Kind::AbandonAction(_))),
+        "{abandoned:?}"
+    );
+    assert_eq!(server.metric("tollgate_rlqs_buckets").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn a_rule_reload_pushes_new_assignments_to_open_streams() {
+    let config = ConfigDir::with_file("rules.yaml", RULES);
+    let file = config.file("rules.yaml");
+    let server = Serve::path(&file).keep(config).start();
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "eve")], 1, 0).await;
+    assert_eq!(max_tokens(stream.strategy().await), 9);
+    let blocked = RULES.replace("requests_per_unit: 10", "requests_per_unit: 0");
+    std::fs::write(&file, blocked).expect("rewrite the rules");
+    // Pushed, without a report.
+    assert_eq!(stream.strategy().await, blanket(BlanketRule::DenyAll));
+}
+
+#[tokio::test]
+async fn malformed_reports_end_the_stream_with_invalid_argument_and_a_reason() {
+    let server = Serve::rules(RULES).start();
+    let no_domain = usage_report("", &[&[("user", "x")]], 1, 0);
+    let empty_id = usage_report("quota", &[&[]], 1, 0);
+    let empty_key = usage_report("quota", &[&[("", "x")]], 1, 0);
+    let mut no_id = usage_report("quota", &[&[("user", "x")]], 1, 0);
+    no_id.bucket_quota_usages[0].bucket_id = None;
+    for (report, reason) in [
+        (no_domain, "must name a domain"),
+        (empty_id, "empty bucket id"),
+        (empty_key, "empty key"),
+        (no_id, "has no bucket id"),
+    ] {
+        let mut stream = QuotaStream::open(&server).await;
+        stream.send(report).await;
+        let status = stream.next().await.expect_err("the stream is refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(reason), "{status:?}");
+    }
+    // The server goes on serving.
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("free", "x")], 1, 0).await;
+    assert_eq!(stream.strategy().await, blanket(BlanketRule::AllowAll));
+}
