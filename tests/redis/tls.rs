@@ -2,7 +2,8 @@
 //! `openssl` command, trusted by Tollgate through `SSL_CERT_FILE` (rustls' native roots).
 
 use tollgate_testkit::grpc::{Code, code, request};
-use tollgate_testkit::redis::tls::{Certificates, TlsRedis};
+use tollgate_testkit::pki::Pki;
+use tollgate_testkit::redis::tls::TlsRedis;
 use tollgate_testkit::tollgate::Serve;
 
 const RULES: &str =
@@ -18,16 +19,16 @@ fn serve(url: &str) -> Serve {
 
 #[tokio::test]
 async fn limits_over_tls_with_either_url_form() {
-    let certs = Certificates::make();
-    let redis = TlsRedis::start(&certs);
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki);
 
     let by_flag = serve(&redis.host_port())
         .args(["--redis-tls"])
-        .env("SSL_CERT_FILE", certs.ca())
+        .env("SSL_CERT_FILE", pki.ca())
         .start_connected()
         .await;
     let by_scheme = serve(&format!("rediss://{}", redis.host_port()))
-        .env("SSL_CERT_FILE", certs.ca())
+        .env("SSL_CERT_FILE", pki.ca())
         .start_connected()
         .await;
 
@@ -48,8 +49,8 @@ async fn limits_over_tls_with_either_url_form() {
 
 #[tokio::test]
 async fn an_untrusted_certificate_is_refused() {
-    let certs = Certificates::make();
-    let redis = TlsRedis::start(&certs);
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki);
     let server = serve(&format!("rediss://{}", redis.host_port())).start_without_store();
     // The store never comes up, and with --on-store-error error requests say so.
     assert_eq!(server.store_health().await, 503);

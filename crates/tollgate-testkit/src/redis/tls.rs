@@ -1,95 +1,13 @@
-//! Redis over TLS: a test CA and a certificate for 127.0.0.1 made with the `openssl`
-//! command at test time, and a redis-server that speaks only TLS.
+//! Redis over TLS: a redis-server that speaks only TLS, with a certificate for 127.0.0.1
+//! issued by a test CA ([`crate::pki`]).
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tempfile::TempDir;
-
 use super::{START_TIMEOUT, server_binary};
+use crate::pki::Pki;
 use crate::process::Process;
-use crate::{free_port, loopback, process, wait};
-
-/// A CA and a server certificate for 127.0.0.1 it signed, in a temporary directory.
-pub struct Certificates {
-    dir: TempDir,
-}
-
-impl Certificates {
-    pub fn make() -> Self {
-        let certs = Self {
-            dir: TempDir::new().expect("create a directory for certificates"),
-        };
-        certs.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tollgate-test-ca",
-        ]);
-        certs.openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        std::fs::write(
-            certs.dir.path().join("san.cnf"),
-            "subjectAltName=IP:127.0.0.1\n",
-        )
-        .expect("write san.cnf");
-        certs.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.cnf",
-        ]);
-        certs
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let mut cmd = Command::new("openssl");
-        cmd.args(args).current_dir(self.dir.path());
-        let out = process::run("openssl", cmd, START_TIMEOUT)
-            .unwrap_or_else(|e| panic!("{e} (scripts/install-test-deps.sh installs openssl)"));
-        assert!(out.status.success(), "openssl {args:?}: {}", out.stderr);
-    }
-
-    /// The CA certificate, for a client to trust.
-    pub fn ca(&self) -> PathBuf {
-        self.dir.path().join("ca.crt")
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
+use crate::{free_port, loopback, wait};
 
 /// A redis-server that speaks only TLS, on a free port; killed on drop.
 pub struct TlsRedis {
@@ -98,8 +16,11 @@ pub struct TlsRedis {
 }
 
 impl TlsRedis {
-    pub fn start(certs: &Certificates) -> Self {
+    /// Serves with a certificate for 127.0.0.1 that `pki` issues; clients must trust
+    /// `pki.ca()`.
+    pub fn start(pki: &Pki) -> Self {
         let port = free_port();
+        let server = pki.issue("redis", "IP:127.0.0.1");
         let mut cmd = Command::new(server_binary());
         cmd.args([
             "--port",
@@ -109,15 +30,21 @@ impl TlsRedis {
             "--bind",
             "127.0.0.1",
         ])
+        .arg("--tls-cert-file")
+        .arg(&server.cert)
+        .arg("--tls-key-file")
+        .arg(&server.key)
+        .arg("--tls-ca-cert-file")
+        .arg(pki.ca())
         .args([
-            "--tls-cert-file",
-            "server.crt",
-            "--tls-key-file",
-            "server.key",
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
         ])
-        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"])
-        .args(["--save", "", "--appendonly", "no"])
-        .current_dir(certs.path());
+        .current_dir(pki.dir());
         let mut process =
             Process::start("redis-server (TLS)", cmd).unwrap_or_else(|e| panic!("{e}"));
         wait::until("the TLS port accepting connections", START_TIMEOUT, || {
