@@ -21,46 +21,6 @@ enum When {
 /// what the user gets instead.
 const UNSUPPORTED: &[(&str, When, &str)] = &[
     (
-        "GRPC_SERVER_USE_TLS",
-        When::True,
-        "gRPC server TLS is not supported yet: the gRPC port serves plaintext",
-    ),
-    (
-        "GRPC_SERVER_TLS_CERT",
-        When::Set,
-        "gRPC server TLS is not supported yet: this certificate is not used",
-    ),
-    (
-        "GRPC_SERVER_TLS_KEY",
-        When::Set,
-        "gRPC server TLS is not supported yet: this key is not used",
-    ),
-    (
-        "GRPC_SERVER_TLS_CA_CERT",
-        When::Set,
-        "gRPC server TLS is not supported yet: clients are not verified",
-    ),
-    (
-        "GRPC_CLIENT_TLS_CACERT",
-        When::Set,
-        "gRPC client certificates are not verified (no server TLS yet)",
-    ),
-    (
-        "GRPC_CLIENT_TLS_SAN",
-        When::Set,
-        "gRPC client certificates are not verified (no server TLS yet)",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE",
-        When::Set,
-        "connections are not aged out; gRPC connections stay open",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        When::Set,
-        "connections are not aged out; gRPC connections stay open",
-    ),
-    (
         "REDIS_TLS_CLIENT_CERT",
         When::Set,
         "Redis client certificates are not supported; the connection presents none",
@@ -145,7 +105,7 @@ mod tests {
     }
 
     #[test]
-    fn envoy_gateway_environment_warns_only_about_server_tls() {
+    fn envoy_gateway_environment_needs_no_warning() {
         let found = warnings_for(&[
             ("RUNTIME_ROOT", "/data"),
             ("RUNTIME_SUBDIRECTORY", "ratelimit"),
@@ -161,18 +121,7 @@ mod tests {
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
         ]);
-        let names: Vec<&str> = found.iter().filter_map(|w| w.split('=').next()).collect();
-        assert_eq!(
-            names,
-            [
-                "GRPC_SERVER_USE_TLS",
-                "GRPC_SERVER_TLS_CERT",
-                "GRPC_SERVER_TLS_KEY",
-                "GRPC_SERVER_TLS_CA_CERT"
-            ],
-            "{found:#?}"
-        );
-        assert!(found[0].contains("plaintext"), "{}", found[0]);
+        assert!(found.is_empty(), "{found:#?}");
     }
 
     #[test]
@@ -181,7 +130,7 @@ mod tests {
         assert_eq!(warnings_for(&[("USE_STATSD", "True")]).len(), 1);
         assert_eq!(warnings_for(&[("REDIS_SOCKET_TYPE", "unix")]).len(), 1);
         assert!(warnings_for(&[("REDIS_SOCKET_TYPE", "TCP")]).is_empty());
-        assert!(warnings_for(&[("GRPC_SERVER_TLS_CERT", " ")]).is_empty());
+        assert!(warnings_for(&[("REDIS_TLS_CACERT", " ")]).is_empty());
         assert_eq!(
             warnings_for(&[("RUNTIME_IGNOREDOTFILES", "false")]).len(),
             1

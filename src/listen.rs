@@ -1,7 +1,8 @@
 //! Connections as a hostile client would use them, bounded: a connection that stays silent
-//! past the idle timeout is closed, HTTP/1 request headers must arrive in time, and each
-//! port holds at most so many connections, so idle or slow clients cannot take every file
-//! descriptor and starve the other port.
+//! past the idle timeout is closed, HTTP/1 request headers and TLS handshakes must arrive
+//! in time, and each port holds at most so many connections, so idle or slow clients
+//! cannot take every file descriptor and starve the other port. Handshakes run off the
+//! accept loop, so a slow one delays nobody else.
 
 use std::future::Future;
 use std::io;
@@ -15,8 +16,16 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::server::TlsStream;
+
+use crate::tls::{Port, ServerTls};
+
+/// A TLS handshake must finish within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections handshaken and not yet taken by the gRPC server.
+const READY_QUEUE: usize = 64;
 
 /// How long connections may idle or dawdle, and how many a port holds.
 #[derive(Debug, Clone, Copy)]
@@ -27,23 +36,28 @@ pub(crate) struct ConnLimits {
     pub(crate) header_read: Duration,
     /// Connections open at once per port; more wait in the backlog.
     pub(crate) max_connections: usize,
+    /// A connection still open this long after it was accepted is cut, whatever it is
+    /// doing (the gRPC port's age plus grace; the polite close comes first, from tonic).
+    pub(crate) lifetime: Option<Duration>,
 }
 
-/// A connection that fails once nothing has moved in either direction for `idle`; it
-/// holds one of its port's connection slots until dropped.
+/// A connection that fails once nothing has moved in either direction for `idle`, or
+/// once its lifetime is over; it holds one of its port's connection slots until dropped.
 pub(crate) struct IdleIo<T> {
     inner: T,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    cutoff: Option<Pin<Box<Sleep>>>,
     _slot: OwnedSemaphorePermit,
 }
 
 impl<T> IdleIo<T> {
-    fn new(inner: T, idle: Duration, slot: OwnedSemaphorePermit) -> Self {
+    fn new(inner: T, limits: &ConnLimits, slot: OwnedSemaphorePermit) -> Self {
         Self {
             inner,
-            idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
+            idle: limits.idle,
+            deadline: Box::pin(tokio::time::sleep(limits.idle)),
+            cutoff: limits.lifetime.map(|l| Box::pin(tokio::time::sleep(l))),
             _slot: slot,
         }
     }
@@ -52,8 +66,16 @@ impl<T> IdleIo<T> {
         self.deadline.as_mut().reset(Instant::now() + self.idle);
     }
 
-    /// While `inner` is pending: an error once the deadline has passed.
+    /// While `inner` is pending: an error once a deadline has passed.
     fn check_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if let Some(cutoff) = &mut self.cutoff
+            && cutoff.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection past its maximum age and grace",
+            ));
+        }
         ready!(self.deadline.as_mut().poll(cx));
         Poll::Ready(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -105,12 +127,68 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleIo<T> {
     }
 }
 
-impl tonic::transport::server::Connected for IdleIo<TcpStream> {
+/// A served connection: plaintext, or TLS over it.
+pub(crate) enum Conn {
+    Plain(IdleIo<TcpStream>),
+    Tls(Box<TlsStream<IdleIo<TcpStream>>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Self::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(io) => Pin::new(io).poll_write(cx, data),
+            Self::Tls(io) => Pin::new(io).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(io) => Pin::new(io).poll_flush(cx),
+            Self::Tls(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Self::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        match self {
+            Self::Plain(io) => io.inner.connect_info(),
+            Self::Tls(io) => io.get_ref().0.inner.connect_info(),
+        }
     }
+}
+
+/// A port's TLS: the shared configuration and which port's variant to use.
+#[derive(Clone)]
+pub(crate) struct PortTls {
+    pub(crate) tls: Arc<ServerTls>,
+    pub(crate) port: Port,
 }
 
 /// Accepts connections within `limits`: waits for a free slot before accepting, so excess
@@ -119,14 +197,16 @@ pub(crate) struct Acceptor {
     listener: TcpListener,
     slots: Arc<Semaphore>,
     limits: ConnLimits,
+    tls: Option<PortTls>,
 }
 
 impl Acceptor {
-    pub(crate) fn new(listener: TcpListener, limits: ConnLimits) -> Self {
+    pub(crate) fn new(listener: TcpListener, limits: ConnLimits, tls: Option<PortTls>) -> Self {
         Self {
             listener,
             slots: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
+            tls,
         }
     }
 
@@ -141,7 +221,7 @@ impl Acceptor {
                 Ok((stream, _)) => {
                     // Latency matters more than packet count for small RPCs.
                     let _ = stream.set_nodelay(true);
-                    return IdleIo::new(stream, self.limits.idle, slot);
+                    return IdleIo::new(stream, &self.limits, slot);
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
@@ -151,14 +231,50 @@ impl Acceptor {
         }
     }
 
-    /// The connections as a stream, for tonic.
-    pub(crate) fn incoming(
-        self,
-    ) -> impl futures_util::Stream<Item = io::Result<IdleIo<TcpStream>>> {
-        futures_util::stream::unfold(self, |acceptor| async move {
-            let io = acceptor.accept().await;
-            Some((Ok(io), acceptor))
-        })
+    /// The connections as a stream for tonic, each once its handshake is done. Accepting
+    /// stops when tonic drops the stream.
+    pub(crate) fn incoming(self) -> impl futures_util::Stream<Item = io::Result<Conn>> {
+        let (ready, mut queue) = mpsc::channel(READY_QUEUE);
+        tokio::spawn(async move {
+            loop {
+                let io = tokio::select! {
+                    io = self.accept() => io,
+                    () = ready.closed() => return,
+                };
+                let (ready, tls) = (ready.clone(), self.tls.clone());
+                tokio::spawn(async move {
+                    if let Some(conn) = secure(io, tls.as_ref()).await {
+                        // Only fails once the server stopped; the connection closes.
+                        let _ = ready.send(Ok(conn)).await;
+                    }
+                });
+            }
+        });
+        futures_util::stream::poll_fn(move |cx| queue.poll_recv(cx))
+    }
+}
+
+/// The connection as served: after the TLS handshake if the port has TLS. A failed or
+/// slow handshake (a client without a valid certificate, say) ends the connection.
+async fn secure(io: IdleIo<TcpStream>, tls: Option<&PortTls>) -> Option<Conn> {
+    let Some(tls) = tls else {
+        return Some(Conn::Plain(io));
+    };
+    let peer = io.inner.peer_addr().ok();
+    let handshake = tls.tls.acceptor(tls.port).accept(io);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(stream)) => Some(Conn::Tls(Box::new(stream))),
+        Ok(Err(e)) => {
+            tracing::debug!(?peer, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(
+                ?peer,
+                "TLS handshake took longer than {HANDSHAKE_TIMEOUT:?}"
+            );
+            None
+        }
     }
 }
 
@@ -181,12 +297,15 @@ pub(crate) async fn serve_http(
             io = acceptor.accept() => io,
             () = &mut stop => break,
         };
+        let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), acceptor.tls.clone());
         let service = TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-        let connection = graceful.watch(connection.into_owned());
         tokio::spawn(async move {
+            let Some(conn) = secure(io, tls.as_ref()).await else {
+                return;
+            };
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(conn), service);
             // A client that goes away or times out ends its connection; nothing to report.
-            let _ = connection.await;
+            let _ = watcher.watch(connection.into_owned()).await;
         });
     }
     graceful.shutdown().await;
@@ -203,6 +322,7 @@ mod tests {
             idle: Duration::from_millis(idle_ms),
             header_read: Duration::from_secs(1),
             max_connections,
+            lifetime: None,
         }
     }
 
@@ -210,7 +330,7 @@ mod tests {
     async fn a_silent_connection_is_closed_and_a_busy_one_is_not() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
-        let acceptor = Acceptor::new(listener, limits(1_000, 8));
+        let acceptor = Acceptor::new(listener, limits(1_000, 8), None);
         let mut client = TcpStream::connect(addr).await.expect("connect");
         let mut server = acceptor.accept().await;
         // Traffic keeps it open past the idle time.
@@ -226,11 +346,33 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_cut_at_the_end_of_its_lifetime() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let lifetime = ConnLimits {
+            lifetime: Some(Duration::from_secs(2)),
+            ..limits(1_000, 8)
+        };
+        let acceptor = Acceptor::new(listener, lifetime, None);
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        let mut server = acceptor.accept().await;
+        let mut byte = [0u8; 1];
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            client.write_all(b"x").await.expect("write");
+            server.read_exact(&mut byte).await.expect("read");
+        }
+        let err = server.read(&mut byte).await.expect_err("past its lifetime");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(err.to_string().contains("maximum age"), "{err}");
+    }
+
     #[tokio::test]
     async fn a_full_port_accepts_again_when_a_connection_ends() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
-        let acceptor = Acceptor::new(listener, limits(60_000, 1));
+        let acceptor = Acceptor::new(listener, limits(60_000, 1), None);
         let _first_client = TcpStream::connect(addr).await.expect("connect");
         let first = acceptor.accept().await;
         let _second_client = TcpStream::connect(addr).await.expect("connect");

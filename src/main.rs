@@ -19,6 +19,7 @@ mod rules_status;
 mod server;
 mod settings;
 mod tls;
+mod watch;
 mod xds;
 
 use std::process::ExitCode;
@@ -70,7 +71,7 @@ fn load_now(
 }
 
 fn serve(args: settings::ServeArgs) -> anyhow::Result<()> {
-    // Redis TLS uses rustls; ring is its one crypto provider here. Installing can only
+    // Server, Redis and xDS TLS use rustls; ring is its one crypto provider. Installing can only
     // fail if one is installed already, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
     init_logging(&args.log)?;

@@ -4,14 +4,10 @@
 //! ones serving.
 
 use std::path::{Path, PathBuf};
-
-use anyhow::Context as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{EventKind, MetadataKind, ModifyKind};
-use notify::{RecursiveMode, Watcher};
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::Mutex;
 use tollgate_core::rules::RulesBuilder;
 use tollgate_core::{ConfigError, ConfigErrors, Rules};
 
@@ -19,9 +15,8 @@ use crate::settings::RuleArgs;
 
 use crate::rls::Rls;
 use crate::rules_status::Source;
+use crate::watch::{self, FileWatch, Watched};
 
-/// Writes closer together than this are one change (editors write in several steps).
-const SETTLE: Duration = Duration::from_millis(150);
 /// The longest one load may take; a slower one is abandoned and counted as failed.
 const LOAD_BUDGET: Duration = Duration::from_secs(30);
 
@@ -92,102 +87,11 @@ impl Reload {
     }
 }
 
-/// Keeps the watch alive; dropping it stops watching.
-pub(crate) struct RulesWatch {
-    _watcher: notify::RecommendedWatcher,
-}
-
-/// Runs `reload` after every settled change at its path, from a background task.
-pub(crate) fn watch(reload: Reload) -> anyhow::Result<RulesWatch> {
-    let path = reload.path.clone();
-    let (target, mode, only) = if path.is_dir() {
-        (path.clone(), RecursiveMode::Recursive, None)
-    } else {
-        // Watch the directory: editors and ConfigMaps replace files rather than write them.
-        let parent = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        (
-            parent.to_owned(),
-            RecursiveMode::NonRecursive,
-            path.file_name().map(PathBuf::from),
-        )
-    };
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match (&event, &only) {
-            (Ok(e), _) if !changes_content(&e.kind) => false,
-            (Ok(e), Some(name)) => {
-                e.paths.is_empty()
-                    || e.paths
-                        .iter()
-                        .any(|p| p.file_name() == Some(name.as_os_str()))
-            }
-            _ => true,
-        };
-        if relevant {
-            // The receiver lives as long as the watch; a send can only fail after it.
-            let _ = tx.send(());
-        }
+/// Runs `reload` after every settled change under its path.
+pub(crate) fn watch(reload: Reload) -> anyhow::Result<FileWatch> {
+    let watched = vec![Watched::path(&reload.path)];
+    watch::watch(watched, move || {
+        let reload = reload.clone();
+        async move { reload.run().await }
     })
-    .with_context(|| format!("cannot watch {}", path.display()))?;
-    watcher
-        .watch(&target, mode)
-        .with_context(|| format!("cannot watch {}", target.display()))?;
-    tokio::spawn(async move {
-        while rx.recv().await.is_some() {
-            // Let the burst of writes finish, then reload once.
-            loop {
-                match tokio::time::timeout(SETTLE, rx.recv()).await {
-                    Ok(Some(())) => continue,
-                    Ok(None) => return,
-                    Err(_) => break,
-                }
-            }
-            reload.run().await;
-        }
-    });
-    Ok(RulesWatch { _watcher: watcher })
-}
-
-/// Whether an event can change what a load reads. Reading files (the loader's own reads,
-/// a `cat`, another instance) produces access events; reacting to those would reload
-/// forever.
-fn changes_content(kind: &EventKind) -> bool {
-    match kind {
-        EventKind::Access(_) => false,
-        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
-        EventKind::Any
-        | EventKind::Create(_)
-        | EventKind::Modify(_)
-        | EventKind::Remove(_)
-        | EventKind::Other => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, RenameMode};
-
-    use super::*;
-
-    #[test]
-    fn reads_are_not_changes() {
-        for quiet in [
-            EventKind::Access(AccessKind::Open(AccessMode::Read)),
-            EventKind::Access(AccessKind::Close(AccessMode::Read)),
-            EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)),
-        ] {
-            assert!(!changes_content(&quiet), "{quiet:?}");
-        }
-        for change in [
-            EventKind::Create(CreateKind::File),
-            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
-            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
-            EventKind::Remove(notify::event::RemoveKind::File),
-        ] {
-            assert!(changes_content(&change), "{change:?}");
-        }
-    }
 }

@@ -18,13 +18,14 @@ use tonic_health::server::HealthReporter;
 use crate::admin::{self, Admin};
 use crate::compat;
 use crate::grpc::GrpcService;
-use crate::listen::{self, Acceptor};
+use crate::listen::{self, Acceptor, PortTls};
 use crate::metrics::{Metrics, XdsStats};
 use crate::reload::{self, Reload};
 use crate::rlqs::{Rlqs, RlqsConfig, RlqsService, Strategy};
 use crate::rls::Rls;
 use crate::rules_status::{Readiness, RulesStatus, Source};
 use crate::settings::{Backend, ConfigType, ConnArgs, HeaderFormat, NoRuleAction, ServeArgs};
+use crate::tls::{Port, ServerTls};
 use crate::xds::{self, XdsConfig};
 
 /// How often expired counters are dropped from memory.
@@ -74,6 +75,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Origin::Xds(Box::new(config))
         }
     };
+
+    // Before anything else starts: a bad certificate or key stops startup here.
+    let server_tls = match args.tls.files()? {
+        Some(files) => Some(ServerTls::load(files)?),
+        None => None,
+    };
+    let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
 
     let store = open_store(&args)?;
     let first_connect = args.store.store_startup_wait;
@@ -166,6 +174,16 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         draining,
     };
     let limits = args.conn.limits();
+    let grpc_tls = server_tls.clone().map(|tls| PortTls {
+        tls,
+        port: Port::Grpc,
+    });
+    let http_tls = server_tls
+        .filter(|_| args.tls.http_server_use_tls)
+        .map(|tls| PortTls {
+            tls,
+            port: Port::Http,
+        });
     let grpc_server = grpc_builder(&args.conn)
         .add_service(health_service)
         .add_service(GrpcService::new(
@@ -177,12 +195,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .max_decoding_message_size(args.conn.grpc_max_message_bytes),
         )
         .serve_with_incoming_shutdown(
-            Acceptor::new(grpc, limits).incoming(),
+            Acceptor::new(grpc, args.conn.grpc_limits(), grpc_tls).incoming(),
             stopped(stop_rx.clone()),
         );
     let http_stop = stopped(stop_rx.clone());
+    let http_acceptor = Acceptor::new(http, limits, http_tls.clone());
     let http_server = async {
-        listen::serve_http(Acceptor::new(http, limits), admin::router(admin), http_stop).await;
+        listen::serve_http(http_acceptor, admin::router(admin), http_stop).await;
         Ok::<(), anyhow::Error>(())
     };
     let prometheus_server = async {
@@ -193,7 +212,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     axum::routing::get(admin::metrics),
                 )
                 .with_state(rls);
-            listen::serve_http(Acceptor::new(listener, limits), router, stopped(stop_rx)).await;
+            let acceptor = Acceptor::new(listener, limits, http_tls);
+            listen::serve_http(acceptor, router, stopped(stop_rx)).await;
         }
         Ok::<(), anyhow::Error>(())
     };
@@ -217,13 +237,19 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The gRPC server with its per-connection limits: streams, header size, buffered bytes.
+/// The gRPC server with its per-connection limits (streams, header size, buffered bytes)
+/// and lifetime (age, keepalive).
 fn grpc_builder(conn: &ConnArgs) -> tonic::transport::Server {
     tonic::transport::Server::builder()
         .max_concurrent_streams(conn.grpc_max_concurrent_streams)
         .http2_max_header_list_size(HEADER_LIST_BYTES)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        // Only the age: tonic 0.14 with a grace set skips the polite GOAWAY and cuts the
+        // connection at age + grace. The cut is the acceptor's (`ConnArgs::grpc_limits`).
+        .max_connection_age(conn.grpc_max_connection_age)
+        .http2_keepalive_interval(Some(conn.grpc_keepalive_time))
+        .http2_keepalive_timeout(Some(conn.grpc_keepalive_timeout))
 }
 
 fn rlqs_config(args: &ServeArgs) -> RlqsConfig {

@@ -12,3 +12,4 @@ mod memory;
 mod redis;
 mod rlqs;
 mod support;
+mod tls;

@@ -11,4 +11,5 @@ mod limits;
 mod matching;
 mod operations;
 mod rlqs;
+mod tls;
 mod xds;

@@ -11,10 +11,11 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
 };
-use tollgate_testkit::grpc::{Code, DescriptorStatus, code, request};
+use tollgate_testkit::grpc::{Code, DescriptorStatus, Rls, code, request};
 use tollgate_testkit::http;
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::process::{self, Finished, Signal};
+use tollgate_testkit::tls;
 use tollgate_testkit::tollgate::{self, ConfigDir, Serve, Server};
 use tollgate_testkit::wait;
 use tollgate_testkit::xds::{ServerTls, XdsServer, resource};
@@ -568,13 +569,17 @@ async fn resources_of_one_domain_merge_only_when_asked() {
 }
 
 /// Envoy Gateway's ratelimit Deployment environment, as it sets it (paths and address
-/// pointed at this test's certificates and server): Tollgate comes up, warns about the
-/// gRPC server TLS it does not do yet, and serves what is pushed.
+/// pointed at this test's certificates and server): Tollgate comes up without a warning,
+/// serves what is pushed over mutual TLS (Envoy Gateway's CA setting enforced), and
+/// refuses a client without a certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_environment_serves_pushed_rules() {
     let pki = Pki::new();
     // One certificate for both ends, as EG mounts one secret at /certs.
-    let shared = pki.issue("envoy-rate-limit", "IP:127.0.0.1,DNS:envoy-gateway");
+    let shared = pki.issue(
+        "envoy-rate-limit",
+        "IP:127.0.0.1,DNS:envoy-gateway,DNS:localhost",
+    );
     let xds = XdsServer::start_tls(ServerTls {
         cert: shared.cert.clone(),
         key: shared.key.clone(),
@@ -628,14 +633,27 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
     let server = start(cmd).await;
     xds.wait_ack("envoy-ratelimit", "1").await;
     let (d, k) = ("default/eg/http", "rule-0-match-0");
-    assert_eq!(admitted(&server, d, k, k, 3).await, 2);
+    let channel = tls::grpc_channel(server.grpc_addr(), &pki.ca(), Some(&shared))
+        .await
+        .expect("mutual TLS with Envoy Gateway's certificate");
+    let mut client = Rls::new(channel);
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        codes.push(code(&client.check(d, &[(k, k)]).await));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    let anonymous = match tls::grpc_channel(server.grpc_addr(), &pki.ca(), None).await {
+        Ok(channel) => Rls::new(channel)
+            .call(request(d, &[&[(k, k)]]))
+            .await
+            .is_err(),
+        Err(_) => true,
+    };
+    assert!(anonymous, "a client without a certificate was answered");
     assert_eq!(server.get("/healthcheck").await.status, 200);
     let stderr = server.stop().stderr;
-    assert!(
-        stderr.contains("GRPC_SERVER_USE_TLS=true is not supported"),
-        "{stderr}"
-    );
     for quiet in [
+        "not supported",
         "USE_STATSD",
         "RUNTIME_WATCH_ROOT",
         "PROMETHEUS_MAPPER_YAML",

@@ -85,49 +85,65 @@ pub async fn send(
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
-        // The connection is driven beside the request; it ends when the sender is dropped.
-        let driver = tokio::spawn(connection);
-        let mut request = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, addr.to_string());
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .map_err(|e| format!("build the request: {e}"))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(name, value)| {
-                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-                (name.as_str().to_owned(), value)
-            })
-            .collect();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("read the body: {e}"))?
-            .to_bytes();
-        drop(sender);
-        driver.abort();
-        Ok(Response {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
+        send_on(stream, &addr.to_string(), method, path, headers, body).await
     };
     tokio::time::timeout(TIMEOUT, exchange)
         .await
         .map_err(|_| format!("no complete response within {TIMEOUT:?}"))?
+}
+
+/// One request on `stream`, a connection to `host` (plain or TLS); the failure as a
+/// message. The caller bounds the time.
+pub async fn send_on<S>(
+    stream: S,
+    host: &str,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Response, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    // The connection is driven beside the request; it ends when the sender is dropped.
+    let driver = tokio::spawn(connection);
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, host);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .map_err(|e| format!("build the request: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            (name.as_str().to_owned(), value)
+        })
+        .collect();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("read the body: {e}"))?
+        .to_bytes();
+    drop(sender);
+    driver.abort();
+    Ok(Response {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
 }

@@ -13,8 +13,8 @@
 //! - [`serial`]: the lock that keeps timing-sensitive tests apart, and [`rng`]: seeded
 //!   randomness for fuzzing and chaos runs;
 //! - [`xds`]: an xDS management server (ADS, State of the World) that pushes rules to
-//!   Tollgate and records its ACKs and NACKs, and [`pki`]: a test CA and certificates
-//!   made with the `openssl` command.
+//!   Tollgate and records its ACKs and NACKs, [`pki`]: a test CA and certificates
+//!   made with the `openssl` command, and [`tls`]: the clients that use them.
 
 pub mod accuracy;
 pub mod envoy;
@@ -28,6 +28,7 @@ pub mod raw_grpc;
 pub mod redis;
 pub mod rng;
 pub mod serial;
+pub mod tls;
 pub mod tollgate;
 pub mod wait;
 pub mod xds;

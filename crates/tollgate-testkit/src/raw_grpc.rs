@@ -24,6 +24,7 @@ pub struct Ended {
 /// One HTTP/2 connection to a gRPC port.
 pub struct RawGrpc {
     send: SendRequest<Bytes>,
+    connection: tokio::task::JoinHandle<Result<(), h2::Error>>,
 }
 
 impl RawGrpc {
@@ -34,9 +35,14 @@ impl RawGrpc {
             .expect("connect to the gRPC port");
         let (send, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
         // The connection ends when the test drops its handle or the server closes it.
-        tokio::spawn(connection);
+        let connection = tokio::spawn(connection);
         let send = send.ready().await.expect("connection ready");
-        Self { send }
+        Self { send, connection }
+    }
+
+    /// Whether the server closes the connection within `timeout`.
+    pub async fn closed_within(self, timeout: std::time::Duration) -> bool {
+        tokio::time::timeout(timeout, self.connection).await.is_ok()
     }
 
     /// The concurrent streams the server allows this connection (its

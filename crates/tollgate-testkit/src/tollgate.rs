@@ -355,6 +355,11 @@ impl Server {
         self.process.pid()
     }
 
+    /// What the server wrote to stderr so far and still writes (its log).
+    pub fn stderr(&self) -> &crate::process::Lines {
+        self.process.stderr()
+    }
+
     /// Lines on stdout other than the readiness line (there should be none).
     pub fn other_stdout(&self) -> Vec<String> {
         let mut lines = self.process.stdout().all();

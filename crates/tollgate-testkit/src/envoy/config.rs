@@ -22,7 +22,14 @@ pub struct Params {
 /// Each rewritten line must occur exactly once in the template; if an edit breaks that,
 /// this panics naming the line.
 pub fn render(template: &str, params: &Params) -> String {
+    render_with(template, params, Vec::new())
+}
+
+/// [`render`], plus the template's own `(test rewrites)` lines (file paths, say), each of
+/// which must also occur exactly once.
+pub fn render_with(template: &str, params: &Params, extra: Vec<(&'static str, String)>) -> String {
     let mut replacements = addresses(params.upstream, params.ratelimit);
+    replacements.extend(extra);
     replacements.extend([
         (
             "failure_mode_deny: false",

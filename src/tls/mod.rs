@@ -1,7 +1,12 @@
 //! TLS material from PEM files, read into rustls and tonic types. Every failure names the
 //! file and what is wrong with it, so that a bad mount stops startup with a message a
-//! person can act on rather than a handshake error later. The xDS client uses it; the
-//! gRPC server's TLS can load its certificate and client CA the same way.
+//! person can act on rather than a handshake error later. The xDS client and the ports'
+//! server TLS (`server`) load their certificates and CAs here.
+
+mod client_auth;
+mod server;
+
+pub(crate) use server::{Port, ServerTls, ServerTlsFiles};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,6 +45,7 @@ pub(crate) enum TlsError {
 pub(crate) struct KeyPair {
     cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
+    certified: CertifiedKey,
 }
 
 impl KeyPair {
@@ -59,7 +65,7 @@ impl KeyPair {
             },
         })?;
         let provider = provider();
-        CertifiedKey::from_der(chain, private, &provider).map_err(|e| match e {
+        let certified = CertifiedKey::from_der(chain, private, &provider).map_err(|e| match e {
             rustls::Error::InconsistentKeys(_) => TlsError::Mismatch {
                 cert: cert.to_owned(),
                 key: key.to_owned(),
@@ -70,7 +76,16 @@ impl KeyPair {
                 message: format!("unusable private key: {e}"),
             },
         })?;
-        Ok(Self { cert_pem, key_pem })
+        Ok(Self {
+            cert_pem,
+            key_pem,
+            certified,
+        })
+    }
+
+    /// The pair as rustls presents it.
+    pub(crate) fn certified(&self) -> &CertifiedKey {
+        &self.certified
     }
 
     /// The pair as tonic presents it.
@@ -88,17 +103,29 @@ pub(crate) fn roots(ca: Option<&Path>, setting: &'static str) -> Result<RootCert
     let system = rustls_native_certs::load_native_certs();
     store.add_parsable_certificates(system.certs);
     if let Some(path) = ca {
-        for cert in certificates(path, &read(path)?)? {
-            store.add(cert).map_err(|e| TlsError::Unusable {
-                path: path.to_owned(),
-                message: format!("not a usable CA certificate: {e}"),
-            })?;
-        }
+        add_cas(&mut store, path)?;
     }
     if store.is_empty() {
         return Err(TlsError::NoRoots { setting });
     }
     Ok(store)
+}
+
+/// The certificates in `ca` only.
+pub(crate) fn ca_only(ca: &Path) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    add_cas(&mut store, ca)?;
+    Ok(store)
+}
+
+fn add_cas(store: &mut RootCertStore, path: &Path) -> Result<(), TlsError> {
+    for cert in certificates(path, &read(path)?)? {
+        store.add(cert).map_err(|e| TlsError::Unusable {
+            path: path.to_owned(),
+            message: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
