@@ -7,8 +7,6 @@
 /// When a variable matters.
 #[derive(Debug, Clone, Copy)]
 enum When {
-    /// Whenever it is set to anything.
-    Set,
     /// When set to a true value (`true`, `1`, …, as Go's `strconv.ParseBool`).
     True,
     /// When set to a false value.
@@ -20,21 +18,6 @@ enum When {
 /// The reference's variables that change its behaviour and that Tollgate ignores, with
 /// what the user gets instead.
 const UNSUPPORTED: &[(&str, When, &str)] = &[
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        When::Set,
-        "Redis client certificates are not supported; the connection presents none",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        When::Set,
-        "Redis client certificates are not supported; the connection presents none",
-    ),
-    (
-        "REDIS_TLS_CACERT",
-        When::Set,
-        "trust a Redis CA through SSL_CERT_FILE instead; this file is not read",
-    ),
     (
         "REDIS_SOCKET_TYPE",
         When::Not("tcp"),
@@ -74,7 +57,6 @@ pub(crate) fn warnings(var: impl Fn(&str) -> Option<String>) -> Vec<String> {
         .filter_map(|(name, when, consequence)| {
             let value = var(name)?;
             let applies = match when {
-                When::Set => !value.trim().is_empty(),
                 When::True => truthy(&value) == Some(true),
                 When::False => truthy(&value) == Some(false),
                 When::Not(expected) => !value.trim().eq_ignore_ascii_case(expected),
@@ -130,7 +112,7 @@ mod tests {
         assert_eq!(warnings_for(&[("USE_STATSD", "True")]).len(), 1);
         assert_eq!(warnings_for(&[("REDIS_SOCKET_TYPE", "unix")]).len(), 1);
         assert!(warnings_for(&[("REDIS_SOCKET_TYPE", "TCP")]).is_empty());
-        assert!(warnings_for(&[("REDIS_TLS_CACERT", " ")]).is_empty());
+        assert!(warnings_for(&[("USE_DOG_STATSD", " ")]).is_empty());
         assert_eq!(
             warnings_for(&[("RUNTIME_IGNOREDOTFILES", "false")]).len(),
             1

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
-use tollgate_core::store::redis::{RedisConfig, RedisStore, RedisTarget};
+use tollgate_core::store::redis::{RedisConfig, RedisStore, RedisTarget, RedisTls};
 use tollgate_core::{Clock, Limiter, MemoryStore, Options, Rules, Store, SystemClock};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -24,8 +24,10 @@ use crate::reload::{self, Reload};
 use crate::rlqs::{Rlqs, RlqsConfig, RlqsService, Strategy};
 use crate::rls::Rls;
 use crate::rules_status::{Readiness, RulesStatus, Source};
-use crate::settings::{Backend, ConfigType, ConnArgs, HeaderFormat, NoRuleAction, ServeArgs};
-use crate::tls::{Port, ServerTls};
+use crate::settings::{
+    Backend, ConfigType, ConnArgs, HeaderFormat, NoRuleAction, ServeArgs, StoreArgs,
+};
+use crate::tls::{self, Port, ServerTls};
 use crate::xds::{self, XdsConfig};
 
 /// How often expired counters are dropped from memory.
@@ -296,8 +298,10 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
                 settings.redis_auth.as_deref(),
                 settings.redis_tls,
             )?;
+            let tls = redis_tls(settings, &target)?;
             let config = RedisConfig {
                 target,
+                tls,
                 key_prefix: settings.cache_key_prefix.clone(),
                 timeout: settings.store_timeout,
                 on_error: settings.on_store_error,
@@ -306,6 +310,42 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
             Ok(Store::Redis(RedisStore::start(config, clock, SWEEP_PERIOD)))
         }
     }
+}
+
+/// The Redis TLS settings, read and checked; settings that would be silently unused are
+/// errors.
+fn redis_tls(settings: &StoreArgs, target: &RedisTarget) -> anyhow::Result<RedisTls> {
+    let client = match (
+        &settings.redis_tls_client_cert,
+        &settings.redis_tls_client_key,
+    ) {
+        (Some(cert), Some(key)) => Some(tls::KeyPair::load(cert, key)?.into_pem()),
+        (None, None) => None,
+        _ => anyhow::bail!("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together; give both"),
+    };
+    let ca = settings
+        .redis_tls_cacert
+        .as_deref()
+        .map(tls::ca_pem)
+        .transpose()?;
+    let skip = settings.redis_tls_skip_hostname_verification;
+    let custom = client.is_some() || ca.is_some() || skip;
+    anyhow::ensure!(
+        !custom || target.uses_tls(),
+        "REDIS_TLS_CLIENT_CERT, REDIS_TLS_CACERT and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION \
+         apply to TLS connections: set REDIS_TLS=true or use rediss:// addresses"
+    );
+    anyhow::ensure!(
+        !(skip && matches!(target, RedisTarget::Sentinel { .. })),
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is not available with REDIS_TYPE=sentinel (the \
+         Redis client cannot turn it off for the master it discovers); give the servers \
+         certificates that name the addresses Sentinel announces"
+    );
+    Ok(RedisTls {
+        client,
+        ca,
+        skip_hostname_verification: skip,
+    })
 }
 
 async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListener> {

@@ -477,6 +477,18 @@ pub(crate) struct StoreArgs {
     /// Connect to Redis over TLS (host:port forms; a rediss:// URL implies it).
     #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) redis_tls: bool,
+    /// Client certificate (PEM) presented to Redis over TLS (`tls-auth-clients yes`).
+    #[arg(long, env = "REDIS_TLS_CLIENT_CERT")]
+    pub(crate) redis_tls_client_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "REDIS_TLS_CLIENT_KEY")]
+    pub(crate) redis_tls_client_key: Option<PathBuf>,
+    /// CA (PEM) that signed Redis's certificates, trusted instead of the system's roots.
+    #[arg(long, env = "REDIS_TLS_CACERT")]
+    pub(crate) redis_tls_cacert: Option<PathBuf>,
+    /// Verify Redis's certificate chain but not the name in it (single and cluster).
+    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) redis_tls_skip_hostname_verification: bool,
     /// Prefix of every Redis key.
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub(crate) cache_key_prefix: String,

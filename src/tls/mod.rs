@@ -88,6 +88,11 @@ impl KeyPair {
         &self.certified
     }
 
+    /// The PEM files' contents: chain, key.
+    pub(crate) fn into_pem(self) -> (Vec<u8>, Vec<u8>) {
+        (self.cert_pem, self.key_pem)
+    }
+
     /// The pair as tonic presents it.
     pub(crate) fn identity(&self) -> tonic::transport::Identity {
         tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem)
@@ -109,6 +114,12 @@ pub(crate) fn roots(ca: Option<&Path>, setting: &'static str) -> Result<RootCert
         return Err(TlsError::NoRoots { setting });
     }
     Ok(store)
+}
+
+/// The PEM of the CA file at `ca`, checked to hold usable certificates.
+pub(crate) fn ca_pem(ca: &Path) -> Result<Vec<u8>, TlsError> {
+    ca_only(ca)?;
+    read(ca)
 }
 
 /// The certificates in `ca` only.

@@ -1,8 +1,10 @@
 //! Redis over TLS: a redis-server with a certificate from a test CA made with the
-//! `openssl` command, trusted by Tollgate through `SSL_CERT_FILE` (rustls' native roots).
+//! `openssl` command, trusted by Tollgate through `SSL_CERT_FILE` (rustls' native roots)
+//! or `REDIS_TLS_CACERT`; client certificates for `tls-auth-clients yes`; hostname checks
+//! skipped while the chain is still checked; the settings' startup errors.
 
 use tollgate_testkit::grpc::{Code, code, request};
-use tollgate_testkit::pki::Pki;
+use tollgate_testkit::pki::{Issued, Pki};
 use tollgate_testkit::redis::tls::TlsRedis;
 use tollgate_testkit::tollgate::Serve;
 
@@ -60,4 +62,110 @@ async fn an_untrusted_certificate_is_refused() {
         .await
         .expect_err("no store, no answer");
     assert_eq!(err.code(), tonic::Code::Unavailable);
+}
+
+/// `serve(url)` trusting `ca` through the setting, presenting `client` if given.
+fn serve_trusting(url: &str, ca: &std::path::Path, client: Option<&Issued>) -> Serve {
+    let serve = serve(url).env("REDIS_TLS_CACERT", ca);
+    match client {
+        Some(issued) => serve
+            .env("REDIS_TLS_CLIENT_CERT", &issued.cert)
+            .env("REDIS_TLS_CLIENT_KEY", &issued.key),
+        None => serve,
+    }
+}
+
+async fn assert_limits(server: &tollgate_testkit::tollgate::Server, user: &str) {
+    let mut rls = server.client().await;
+    let codes = [
+        code(&rls.check("tls", &[("user", user)]).await),
+        code(&rls.check("tls", &[("user", user)]).await),
+        code(&rls.check("tls", &[("user", user)]).await),
+    ];
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+#[tokio::test]
+async fn a_redis_that_authenticates_clients_takes_the_client_certificate() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start_with(&pki, "IP:127.0.0.1", true);
+    let url = format!("rediss://{}", redis.host_port());
+    let client = pki.issue("tollgate", "DNS:tollgate");
+
+    let with_certificate = serve_trusting(&url, &pki.ca(), Some(&client))
+        .start_connected()
+        .await;
+    assert_limits(&with_certificate, "ann").await;
+
+    let without = serve_trusting(&url, &pki.ca(), None).start_without_store();
+    assert_eq!(
+        without.store_health().await,
+        503,
+        "no certificate, no Redis"
+    );
+}
+
+#[tokio::test]
+async fn hostname_checks_can_be_skipped_but_the_chain_is_still_checked() {
+    let pki = Pki::new();
+    // The certificate names a host the test does not connect to.
+    let redis = TlsRedis::start_with(&pki, "DNS:redis.internal", false);
+    let url = format!("rediss://{}", redis.host_port());
+
+    let checked = serve_trusting(&url, &pki.ca(), None).start_without_store();
+    assert_eq!(
+        checked.store_health().await,
+        503,
+        "127.0.0.1 is not redis.internal"
+    );
+
+    let skipped = serve_trusting(&url, &pki.ca(), None)
+        .env("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true")
+        .start_connected()
+        .await;
+    assert_limits(&skipped, "bob").await;
+
+    let stranger = Pki::new();
+    let untrusted = serve_trusting(&url, &stranger.ca(), None)
+        .env("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true")
+        .start_without_store();
+    assert_eq!(untrusted.store_health().await, 503, "another CA's chain");
+}
+
+#[test]
+fn redis_tls_settings_that_cannot_apply_stop_startup() {
+    let pki = Pki::new();
+    let client = pki.issue("tollgate", "DNS:tollgate");
+    let cases = [
+        (
+            serve("rediss://127.0.0.1:1").env("REDIS_TLS_CLIENT_CERT", &client.cert),
+            "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together",
+        ),
+        (
+            serve("redis://127.0.0.1:1").env("REDIS_TLS_CACERT", pki.ca()),
+            "set REDIS_TLS=true or use rediss:// addresses",
+        ),
+        (
+            serve("rediss://127.0.0.1:1").env("REDIS_TLS_CACERT", pki.dir().join("none.crt")),
+            "none.crt: cannot read",
+        ),
+        (
+            serve("master,127.0.0.1:1")
+                .args(["--redis-type", "sentinel", "--redis-tls"])
+                .env("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+            "not available with REDIS_TYPE=sentinel",
+        ),
+    ];
+    for (serve, reason) in cases {
+        let refused = match serve.try_start() {
+            Ok(server) => panic!("served on {:?}; want {reason:?}", server.addrs),
+            Err(finished) => finished,
+        };
+        assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
+        assert!(
+            refused.stderr.contains(reason),
+            "want {reason:?} in\n{}",
+            refused.stderr
+        );
+    }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use axum::Router;
 use tollgate_testkit::http::{self, Method};
 use tollgate_testkit::redis::RedisServer;
-use tollgate_tower::core::store::redis::{RedisConfig, RedisKind, RedisStore, RedisTarget};
+use tollgate_tower::core::store::redis::{
+    RedisConfig, RedisKind, RedisStore, RedisTarget, RedisTls,
+};
 use tollgate_tower::core::{Capacity, Limiter, OnStoreError, Rules, Store, SystemClock};
 use tollgate_tower::{RateLimitLayer, extract};
 
@@ -130,6 +132,7 @@ async fn replica(redis: &RedisServer) -> SocketAddr {
     let config = RedisConfig {
         target: RedisTarget::parse(&redis.url(), RedisKind::Single, None, false)
             .expect("a Redis URL"),
+        tls: RedisTls::default(),
         key_prefix: "tower:".into(),
         timeout: Duration::from_secs(1),
         on_error: OnStoreError::Error,

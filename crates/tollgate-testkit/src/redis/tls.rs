@@ -19,8 +19,14 @@ impl TlsRedis {
     /// Serves with a certificate for 127.0.0.1 that `pki` issues; clients must trust
     /// `pki.ca()`.
     pub fn start(pki: &Pki) -> Self {
+        Self::start_with(pki, "IP:127.0.0.1", false)
+    }
+
+    /// Serves with a certificate for `names` (openssl's form) that `pki` issues; with
+    /// `auth_clients`, clients must present a certificate of `pki` too.
+    pub fn start_with(pki: &Pki, names: &str, auth_clients: bool) -> Self {
         let port = free_port();
-        let server = pki.issue("redis", "IP:127.0.0.1");
+        let server = pki.issue("redis", names);
         let mut cmd = Command::new(server_binary());
         cmd.args([
             "--port",
@@ -38,7 +44,7 @@ impl TlsRedis {
         .arg(pki.ca())
         .args([
             "--tls-auth-clients",
-            "no",
+            if auth_clients { "yes" } else { "no" },
             "--save",
             "",
             "--appendonly",

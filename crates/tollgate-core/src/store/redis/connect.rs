@@ -9,8 +9,8 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{IntoConnectionInfo, RedisConnectionInfo};
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 use tokio::sync::Notify;
 
 use crate::limit::UnknownName;
@@ -59,6 +59,51 @@ impl std::str::FromStr for RedisKind {
     }
 }
 
+/// TLS for `rediss://` connections beyond the defaults (the system's roots, hostnames
+/// checked): managed Redis services often need a client certificate or their own CA.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// A client certificate chain and its key (PEM), for `tls-auth-clients yes`.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    /// The CA (PEM) that signed the servers' certificates; trusted instead of the
+    /// system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// Check the chain but not the name in the certificate (servers reached by an
+    /// address their certificate does not name). Not available for Sentinel.
+    pub skip_hostname_verification: bool,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("RedisTls")
+            .field("client", &self.client.as_ref().map(|_| "<certificate>"))
+            .field("ca", &self.ca.as_ref().map(|_| "<CA>"))
+            .field(
+                "skip_hostname_verification",
+                &self.skip_hostname_verification,
+            )
+            .finish()
+    }
+}
+
+impl RedisTls {
+    /// Whether anything differs from the defaults.
+    fn is_custom(&self) -> bool {
+        self.client.is_some() || self.ca.is_some()
+    }
+
+    fn certificates(&self) -> TlsCertificates {
+        TlsCertificates {
+            client_tls: self.client.as_ref().map(|(cert, key)| ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            root_cert: self.ca.clone(),
+        }
+    }
+}
+
 /// Where Redis is: one deployment and its addresses, as URLs the client understands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
@@ -103,6 +148,16 @@ pub enum TargetError {
 }
 
 impl RedisTarget {
+    /// Whether connections use TLS (`rediss://`).
+    pub fn uses_tls(&self) -> bool {
+        let tls = |url: &String| url.starts_with("rediss://");
+        match self {
+            Self::Single { url } => tls(url),
+            Self::Cluster { nodes } => nodes.iter().any(tls),
+            Self::Sentinel { sentinels, .. } => sentinels.iter().any(tls),
+        }
+    }
+
     /// Parses `REDIS_URL` in any of the reference's forms: `redis://[user:password@]host:port`,
     /// `rediss://…`, `host:port`; for a Cluster a comma-separated node list; for Sentinel
     /// `master-name,sentinel-host:port,…`. `auth` (`password` or `user:password`) applies
@@ -259,9 +314,9 @@ pub(super) struct Link {
 impl Link {
     /// Starts the supervisor, which reports Redis's time to `time`; the link is down until
     /// it first connects.
-    pub(super) fn start(target: RedisTarget, time: TimeSink) -> Arc<Self> {
+    pub(super) fn start(target: RedisTarget, tls: RedisTls, time: TimeSink) -> Arc<Self> {
         let link = Arc::new(Self::default());
-        tokio::spawn(supervise(Arc::downgrade(&link), target, time));
+        tokio::spawn(supervise(Arc::downgrade(&link), target, tls, time));
         link
     }
 
@@ -335,14 +390,19 @@ impl Link {
     }
 }
 
-async fn supervise(link: std::sync::Weak<Link>, target: RedisTarget, time: TimeSink) {
+async fn supervise(
+    link: std::sync::Weak<Link>,
+    target: RedisTarget,
+    tls: RedisTls,
+    time: TimeSink,
+) {
     loop {
         let Some(strong) = link.upgrade() else { return };
         // A Sentinel set may have moved the master: resolve it again whenever Redis is down.
         let sentinel = matches!(target, RedisTarget::Sentinel { .. });
         let mut failure = None;
         if strong.current.load().is_none() || (!strong.is_up() && sentinel) {
-            match tokio::time::timeout(PROBE_TIMEOUT * 4, connect(&target)).await {
+            match tokio::time::timeout(PROBE_TIMEOUT * 4, connect(&target, &tls)).await {
                 Ok(Ok(conn)) => strong.current.store(Some(Arc::new(conn))),
                 Ok(Err(e)) => failure = Some(format!("cannot connect: {e}")),
                 Err(_) => failure = Some(format!("no connection within {:?}", PROBE_TIMEOUT * 4)),
@@ -383,7 +443,7 @@ async fn supervise(link: std::sync::Weak<Link>, target: RedisTarget, time: TimeS
     }
 }
 
-async fn connect(target: &RedisTarget) -> redis::RedisResult<Conn> {
+async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Conn> {
     let manager_config = || {
         ConnectionManagerConfig::new()
             .set_connection_timeout(Some(PROBE_TIMEOUT))
@@ -396,35 +456,62 @@ async fn connect(target: &RedisTarget) -> redis::RedisResult<Conn> {
             sentinels,
             credentials,
         } => {
-            let mut info = RedisConnectionInfo::default();
+            let sentinels = sentinels
+                .iter()
+                .map(|url| Ok(url.as_str().into_connection_info()?.addr().clone()))
+                .collect::<redis::RedisResult<Vec<_>>>()?;
+            let over_tls = sentinels
+                .iter()
+                .any(|addr| matches!(addr, redis::ConnectionAddr::TcpTls { .. }));
+            let mut builder =
+                SentinelClientBuilder::new(sentinels, master.clone(), SentinelServerType::Master)?;
             if let Some(login) = credentials {
                 if let Some(user) = &login.user {
-                    info = info.set_username(user);
+                    builder = builder.set_client_to_redis_username(user);
                 }
-                info = info.set_password(&login.password);
+                builder = builder.set_client_to_redis_password(&login.password);
             }
-            let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
-            let mut sentinel = SentinelClient::build(
-                sentinels.clone(),
-                master.clone(),
-                Some(node),
-                SentinelServerType::Master,
-            )?;
-            let client = sentinel.async_get_client().await?;
+            if over_tls {
+                // The master is reached the way the Sentinels are.
+                builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+                if tls.is_custom() {
+                    builder = builder
+                        .set_client_to_sentinel_certificates(tls.certificates())
+                        .set_client_to_redis_certificates(tls.certificates());
+                }
+            }
+            let client = builder.build()?.async_get_client().await?;
             Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
                 client,
                 manager_config(),
             )?))
         }
         RedisTarget::Cluster { nodes } => {
-            let client = ClusterClient::builder(nodes.clone())
+            let mut builder = ClusterClient::builder(nodes.clone())
                 .connection_timeout(PROBE_TIMEOUT)
                 .retries(2)
-                .build()?;
-            Ok(Conn::Cluster(client.get_async_connection().await?))
+                .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
+            if tls.is_custom() {
+                builder = builder.certs(tls.certificates());
+            }
+            Ok(Conn::Cluster(
+                builder.build()?.get_async_connection().await?,
+            ))
         }
         RedisTarget::Single { url } => {
-            let client = redis::Client::open(url.as_str())?;
+            let client = match tls.is_custom() && url.starts_with("rediss://") {
+                true => redis::Client::build_with_tls(url.as_str(), tls.certificates())?,
+                false => redis::Client::open(url.as_str())?,
+            };
+            let client = match tls.skip_hostname_verification {
+                true => {
+                    let info = client.get_connection_info().clone();
+                    let mut addr = info.addr().clone();
+                    addr.set_danger_accept_invalid_hostnames(true);
+                    redis::Client::open(info.set_addr(addr))?
+                }
+                false => client,
+            };
             Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
                 client,
                 manager_config(),

@@ -10,7 +10,7 @@ mod connect;
 mod differential;
 mod script;
 
-pub use connect::{Credentials, RedisKind, RedisTarget, TargetError};
+pub use connect::{Credentials, RedisKind, RedisTarget, RedisTls, TargetError};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +31,8 @@ use crate::stats::Histogram;
 pub struct RedisConfig {
     /// Where Redis is.
     pub target: RedisTarget,
+    /// TLS beyond the defaults, for `rediss://` targets.
+    pub tls: RedisTls,
     /// Prefix of every key.
     pub key_prefix: String,
     /// Longest a request waits for Redis.
@@ -119,7 +121,7 @@ impl RedisStore {
                 }
             };
             Self {
-                link: Link::start(config.target.clone(), Box::new(learn)),
+                link: Link::start(config.target.clone(), config.tls.clone(), Box::new(learn)),
                 script: script::script(),
                 local,
                 config,
