@@ -39,11 +39,6 @@ const UNSUPPORTED: &[(&str, When, &str)] = &[
         "statsd is not supported; metrics are Prometheus, on the HTTP port's /metrics",
     ),
     (
-        "TRACING_ENABLED",
-        When::True,
-        "tracing is not supported; no spans are exported",
-    ),
-    (
         "RUNTIME_IGNOREDOTFILES",
         When::False,
         "dot-files are always skipped when reading rules",
@@ -108,7 +103,7 @@ mod tests {
 
     #[test]
     fn values_decide_whether_a_setting_matters() {
-        assert!(warnings_for(&[("USE_STATSD", "false"), ("TRACING_ENABLED", "0")]).is_empty());
+        assert!(warnings_for(&[("USE_STATSD", "false"), ("REDIS_PERSECOND", "0")]).is_empty());
         assert_eq!(warnings_for(&[("USE_STATSD", "True")]).len(), 1);
         assert_eq!(warnings_for(&[("REDIS_SOCKET_TYPE", "unix")]).len(), 1);
         assert!(warnings_for(&[("REDIS_SOCKET_TYPE", "TCP")]).is_empty());

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
 use tollgate_core::DecideError;
@@ -19,24 +20,30 @@ use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::{ProstCodec, ProstEncoder};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::rls::{Rls, RlsError};
+use crate::trace;
 
 /// The one method served.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Serves [`Rls`] to Envoy; messages larger than `max_message_bytes` are refused.
+/// Serves [`Rls`] to Envoy; messages larger than `max_message_bytes` are refused. With
+/// `traced`, each call is a span in the trace the caller propagated.
 #[derive(Clone)]
 pub(crate) struct GrpcService {
     rls: Arc<Rls>,
     max_message_bytes: usize,
+    traced: bool,
 }
 
 impl GrpcService {
-    pub(crate) fn new(rls: Arc<Rls>, max_message_bytes: usize) -> Self {
+    pub(crate) fn new(rls: Arc<Rls>, max_message_bytes: usize, traced: bool) -> Self {
         Self {
             rls,
             max_message_bytes,
+            traced,
         }
     }
 }
@@ -60,7 +67,10 @@ impl tower_service::Service<http::Request<Body>> for GrpcService {
         if req.uri().path() != SHOULD_RATE_LIMIT {
             return Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) });
         }
-        let method = ShouldRateLimit(self.rls.clone());
+        let method = ShouldRateLimit {
+            rls: self.rls.clone(),
+            traced: self.traced,
+        };
         let max = self.max_message_bytes;
         Box::pin(async move {
             let mut grpc = Grpc::new(RequestCodec).apply_max_message_size_config(Some(max), None);
@@ -70,28 +80,62 @@ impl tower_service::Service<http::Request<Body>> for GrpcService {
 }
 
 /// The method, as tonic's unary machinery calls it.
-struct ShouldRateLimit(Arc<Rls>);
+struct ShouldRateLimit {
+    rls: Arc<Rls>,
+    traced: bool,
+}
 
 impl UnaryService<RateLimitRequest> for ShouldRateLimit {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 
     fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
-        let rls = self.0.clone();
+        let rls = self.rls.clone();
+        if !self.traced {
+            return Box::pin(async move { answer(&rls, request.get_ref()).await });
+        }
+        let req = request.get_ref();
+        let span = tracing::debug_span!(
+            "ShouldRateLimit",
+            domain = %req.domain,
+            descriptors = req.descriptors.len(),
+            decision = tracing::field::Empty,
+        );
+        if let Some(parent) = trace::incoming(request.metadata()) {
+            // Fails only if the span is not exported (not sampled); then there is nothing to link.
+            let _ = span.set_parent(parent);
+        }
         Box::pin(async move {
-            rls.should_rate_limit(request.get_ref())
-                .await
-                .map(Response::new)
-                .map_err(|e| match e {
-                    // UNKNOWN, as the reference answers before its first config.
-                    RlsError::NoRules => Status::unknown(e.to_string()),
-                    RlsError::Decide(DecideError::InvalidArgument(why)) => {
-                        Status::invalid_argument(why.to_string())
-                    }
-                    RlsError::Decide(DecideError::Store(e)) => Status::unavailable(e.to_string()),
-                })
+            let answer = answer(&rls, request.get_ref())
+                .instrument(span.clone())
+                .await;
+            let decision = match &answer {
+                Ok(resp) => match resp.get_ref().overall_code() {
+                    Code::OverLimit => "OVER_LIMIT",
+                    Code::Ok => "OK",
+                    Code::Unknown => "UNKNOWN",
+                },
+                Err(status) => status.code().description(),
+            };
+            span.record("decision", decision);
+            answer
         })
     }
+}
+
+/// The gRPC answer to one request.
+async fn answer(rls: &Rls, req: &RateLimitRequest) -> Result<Response<RateLimitResponse>, Status> {
+    rls.should_rate_limit(req)
+        .await
+        .map(Response::new)
+        .map_err(|e| match e {
+            // UNKNOWN, as the reference answers before its first config.
+            RlsError::NoRules => Status::unknown(e.to_string()),
+            RlsError::Decide(DecideError::InvalidArgument(why)) => {
+                Status::invalid_argument(why.to_string())
+            }
+            RlsError::Decide(DecideError::Store(e)) => Status::unavailable(e.to_string()),
+        })
 }
 
 /// Protobuf both ways, with undecodable requests reported as the caller's fault.

@@ -19,6 +19,7 @@ mod rules_status;
 mod server;
 mod settings;
 mod tls;
+mod trace;
 mod watch;
 mod xds;
 
@@ -26,6 +27,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tollgate_core::Rules;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{Layer, Registry};
 
 use crate::settings::{Cli, Command, LogArgs, LogFormat};
 
@@ -74,24 +78,45 @@ fn serve(args: settings::ServeArgs) -> anyhow::Result<()> {
     // Server, Redis and xDS TLS use rustls; ring is its one crypto provider. Installing can only
     // fail if one is installed already, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    init_logging(&args.log)?;
-    runtime()?.block_on(server::run(args))
+    let runtime = runtime()?;
+    let (tracing, span_layer) = match args.tracing.tracing_enabled {
+        true => {
+            let _inside = runtime.enter();
+            let (tracing, layer) = trace::Tracing::start(&args.tracing)?;
+            (Some(tracing), Some(layer))
+        }
+        false => (None, None),
+    };
+    init_logging(&args.log, span_layer)?;
+    let result = runtime.block_on(server::run(args));
+    if let Some(tracing) = tracing {
+        // Off the workers: the exporter may still need them to send the last spans.
+        let flush = async { tokio::task::spawn_blocking(move || tracing.shutdown()).await };
+        let _ = runtime.block_on(flush);
+    }
+    result
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Runtime::new().map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))
 }
 
-fn init_logging(log: &LogArgs) -> anyhow::Result<()> {
+/// A layer of the process's one subscriber.
+type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// Logs to stderr under LOG_LEVEL; `spans`, when tracing is on, sees spans under its own
+/// filter.
+fn init_logging(log: &LogArgs, spans: Option<BoxedLayer>) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
         .map_err(|e| anyhow::anyhow!("invalid LOG_LEVEL '{}': {e}", log.log_level))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match log.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let logs: BoxedLayer = match log.log_format {
+        LogFormat::Text => Box::new(fmt.with_filter(filter)),
+        LogFormat::Json => Box::new(fmt.json().with_filter(filter)),
+    };
+    let layers: Vec<BoxedLayer> = std::iter::once(logs).chain(spans).collect();
+    tracing_subscriber::registry().with(layers).init();
     Ok(())
 }

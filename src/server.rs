@@ -191,6 +191,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .add_service(GrpcService::new(
             rls.clone(),
             args.conn.grpc_max_message_bytes,
+            args.tracing.tracing_enabled,
         ))
         .add_service(
             RateLimitQuotaServiceServer::new(RlqsService(rlqs))

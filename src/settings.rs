@@ -106,6 +106,8 @@ pub(crate) struct ServeArgs {
     pub(crate) rlqs: RlqsArgs,
     #[command(flatten)]
     pub(crate) log: LogArgs,
+    #[command(flatten)]
+    pub(crate) tracing: TracingArgs,
 }
 
 impl ServeArgs {
@@ -722,6 +724,47 @@ pub(crate) struct LogArgs {
 pub(crate) enum LogFormat {
     Text,
     Json,
+}
+
+/// Tracing, with the reference's settings. The collector's address and headers are the
+/// OpenTelemetry SDK's: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS.
+#[derive(Debug, Args)]
+pub(crate) struct TracingArgs {
+    /// Export spans of each ShouldRateLimit call (and its Redis round trips) over OTLP.
+    #[arg(long, env = "TRACING_ENABLED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) tracing_enabled: bool,
+    /// OTLP over HTTP (protobuf) or gRPC; empty means http, as in the reference.
+    #[arg(long, env = "TRACING_EXPORTER_PROTOCOL", default_value = "http", value_parser = parse_protocol)]
+    pub(crate) tracing_exporter_protocol: ExporterProtocol,
+    /// The spans' service.name.
+    #[arg(long, env = "TRACING_SERVICE_NAME", default_value = "RateLimit")]
+    pub(crate) tracing_service_name: String,
+    /// The spans' service.namespace.
+    #[arg(long, env = "TRACING_SERVICE_NAMESPACE", default_value = "")]
+    pub(crate) tracing_service_namespace: String,
+    /// The spans' service.instance.id [default: a random UUID]
+    #[arg(long, env = "TRACING_SERVICE_INSTANCE_ID", default_value = "")]
+    pub(crate) tracing_service_instance_id: String,
+    /// Fraction of new traces sampled; a trace Envoy propagates keeps its own decision.
+    #[arg(long, env = "TRACING_SAMPLING_RATE", default_value = "1", value_parser = parse_ratio)]
+    pub(crate) tracing_sampling_rate: f64,
+}
+
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExporterProtocol {
+    Http,
+    Grpc,
+}
+
+fn parse_protocol(text: &str) -> Result<ExporterProtocol, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" | "http" => Ok(ExporterProtocol::Http),
+        "grpc" => Ok(ExporterProtocol::Grpc),
+        _ => Err(format!(
+            "'{text}' is not an exporter protocol: http or grpc"
+        )),
+    }
 }
 
 #[cfg(test)]

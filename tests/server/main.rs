@@ -12,4 +12,5 @@ mod matching;
 mod operations;
 mod rlqs;
 mod tls;
+mod tracing;
 mod xds;

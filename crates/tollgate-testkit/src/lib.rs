@@ -14,7 +14,9 @@
 //!   randomness for fuzzing and chaos runs;
 //! - [`xds`]: an xDS management server (ADS, State of the World) that pushes rules to
 //!   Tollgate and records its ACKs and NACKs, [`pki`]: a test CA and certificates
-//!   made with the `openssl` command, and [`tls`]: the clients that use them.
+//!   made with the `openssl` command, and [`tls`]: the clients that use them;
+//! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
+//!   it receives.
 
 pub mod accuracy;
 pub mod envoy;
@@ -22,6 +24,7 @@ pub mod grpc;
 pub mod http;
 pub mod keys;
 pub mod load;
+pub mod otlp;
 pub mod pki;
 pub mod process;
 pub mod raw_grpc;

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
 use self::connect::Link;
 use self::script::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
@@ -198,7 +200,14 @@ impl RedisStore {
             return Ok(denied);
         }
         let deadline = self.local.deadline_ns(now, self.config.timeout);
-        match self.round_trip(key, limits, hits, deadline).await {
+        // A child of the request's span when tracing is on; with it off the callsite is
+        // disabled and this costs one check.
+        let span = tracing::debug_span!("Redis round trip", limits = limits.len());
+        match self
+            .round_trip(key, limits, hits, deadline)
+            .instrument(span)
+            .await
+        {
             Ok(snapshot) => {
                 bump(&self.counts.round_trips);
                 Ok(self.adopt(key, limits, hits, snapshot))
