@@ -13,3 +13,4 @@ mod redis;
 mod rlqs;
 mod support;
 mod tls;
+mod tracing;

@@ -136,11 +136,15 @@ impl Collector {
 
     /// Waits for a span named `name` that `matches`.
     pub async fn wait_for(&self, name: &str, matches: impl Fn(&Span) -> bool) -> Span {
-        let what = format!("a span named {name:?} as expected");
-        wait::until_async(&what, Duration::from_secs(30), async || {
+        self.wait_for_span(|s| s.name == name && matches(s)).await
+    }
+
+    /// Waits for a span that `matches`.
+    pub async fn wait_for_span(&self, matches: impl Fn(&Span) -> bool) -> Span {
+        wait::until_async("a span as expected", Duration::from_secs(30), async || {
             self.spans()
                 .into_iter()
-                .find(|s| s.name == name && matches(s))
+                .find(&matches)
                 .ok_or_else(|| format!("received: {:#?}", self.spans()))
         })
         .await
