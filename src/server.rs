@@ -10,7 +10,9 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
-use tollgate_core::store::redis::{RedisConfig, RedisStore, RedisTarget, RedisTls};
+use tollgate_core::store::SharedStore;
+use tollgate_core::store::postgres::{PgConfig, PgTarget};
+use tollgate_core::store::redis::{RedisConfig, RedisTarget, RedisTls};
 use tollgate_core::{Clock, Limiter, MemoryStore, Options, Rules, Store, SystemClock};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -87,12 +89,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let store = open_store(&args)?;
     let first_connect = args.store.store_startup_wait;
-    if let Store::Redis(redis) = &store
-        && !redis.wait_up(first_connect).await
+    if let Store::Shared(shared) = &store
+        && !shared.wait_up(first_connect).await
     {
-        let why = redis.last_error().unwrap_or_else(|| "no answer".into());
+        let why = shared.last_error().unwrap_or_else(|| "no answer".into());
         tracing::warn!(
-            "redis not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is"
+            "{} not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is",
+            args.store.backend().name()
         );
     }
     let (mut metrics, rule_metrics) = Metrics::new(
@@ -308,7 +311,32 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
                 on_error: settings.on_store_error,
                 local_capacity: capacity,
             };
-            Ok(Store::Redis(RedisStore::start(config, clock, SWEEP_PERIOD)))
+            Ok(Store::Shared(SharedStore::redis(
+                config,
+                clock,
+                SWEEP_PERIOD,
+            )))
+        }
+        Backend::Postgres => {
+            let postgres = &settings.postgres;
+            let url = postgres
+                .postgres_url
+                .as_deref()
+                .context("BACKEND_TYPE=postgres needs POSTGRES_URL (--postgres-url)")?;
+            let config = PgConfig {
+                target: PgTarget::parse(url).map_err(anyhow::Error::msg)?,
+                pool_size: usize::from(postgres.postgres_pool_size),
+                statement_timeout: postgres.postgres_statement_timeout,
+                unlogged: postgres.postgres_unlogged,
+                sweep_interval: postgres.postgres_sweep_interval,
+                key_prefix: settings.cache_key_prefix.clone(),
+                timeout: settings.store_timeout,
+                on_error: settings.on_store_error,
+                local_capacity: capacity,
+            };
+            let store =
+                SharedStore::postgres(config, clock, SWEEP_PERIOD).map_err(anyhow::Error::msg)?;
+            Ok(Store::Shared(store))
         }
     }
 }

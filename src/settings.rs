@@ -28,6 +28,8 @@ pub(crate) enum Command {
     Serve(Box<ServeArgs>),
     /// Send one ShouldRateLimit request and print the answer (exit 2 if over the limit).
     Client(ClientArgs),
+    /// Create or update the PostgreSQL schema (serving does this too), print its version.
+    Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".
     CheckConfig {
         /// A rules file or a directory of *.yaml / *.yml files.
@@ -462,7 +464,8 @@ impl TlsArgs {
 /// Where counters live and what happens when that place fails.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// Counter store [default: redis if --redis-url is set, else memory]
+    /// Counter store [default: redis if --redis-url is set, postgres if --postgres-url is,
+    /// else memory]
     #[arg(long, env = "BACKEND_TYPE", value_enum, ignore_case = true)]
     pub(crate) backend: Option<Backend>,
     /// Redis address(es): redis://[user:password@]host:port, rediss://…, or the reference's
@@ -491,7 +494,9 @@ pub(crate) struct StoreArgs {
     /// Verify Redis's certificate chain but not the name in it (single and cluster).
     #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) redis_tls_skip_hostname_verification: bool,
-    /// Prefix of every Redis key.
+    #[command(flatten)]
+    pub(crate) postgres: PostgresArgs,
+    /// Prefix of every counter key (Redis or PostgreSQL).
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub(crate) cache_key_prefix: String,
     /// Longest a request waits for the store, e.g. 10ms, 250us, 1s.
@@ -512,16 +517,53 @@ impl StoreArgs {
     pub(crate) fn backend(&self) -> Backend {
         self.backend.unwrap_or(if self.redis_url.is_some() {
             Backend::Redis
+        } else if self.postgres.postgres_url.is_some() {
+            Backend::Postgres
         } else {
             Backend::Memory
         })
     }
 }
 
+/// Where PostgreSQL is and how Tollgate uses it.
+#[derive(Debug, Args)]
+pub(crate) struct PostgresArgs {
+    /// PostgreSQL URL: postgres://user:password@host:port/database?sslmode=…; sslmode
+    /// (disable, prefer, require, verify-ca, verify-full), sslrootcert, sslcert and sslkey
+    /// mean what they mean to libpq.
+    #[arg(long, env = "POSTGRES_URL", hide_env_values = true)]
+    pub(crate) postgres_url: Option<String>,
+    /// Connections to PostgreSQL; each carries many requests' calls at once.
+    #[arg(long, env = "POSTGRES_POOL_SIZE", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub(crate) postgres_pool_size: u16,
+    /// Longest one statement may run in PostgreSQL (its statement_timeout).
+    #[arg(long, env = "POSTGRES_STATEMENT_TIMEOUT", default_value = "1s", value_parser = parse_timeout)]
+    pub(crate) postgres_statement_timeout: Duration,
+    /// Keep counters in an UNLOGGED table: less write-ahead log, but emptied after a
+    /// database crash (and not replicated to standbys).
+    #[arg(long, env = "POSTGRES_UNLOGGED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) postgres_unlogged: bool,
+    /// How often expired counters are deleted from PostgreSQL.
+    #[arg(long, env = "POSTGRES_SWEEP_INTERVAL", default_value = "10s", value_parser = parse_timeout)]
+    pub(crate) postgres_sweep_interval: Duration,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Backend {
     Memory,
     Redis,
+    Postgres,
+}
+
+impl Backend {
+    /// The setting's spelling.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis => "redis",
+            Self::Postgres => "postgres",
+        }
+    }
 }
 
 /// A value among `names`, parsed by the type's own `FromStr`: the core's types know

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate_testkit::accuracy::{OverloadRun, steady_overload};
+use tollgate_testkit::accuracy::{OverloadRun, assert_steady_overload_kept};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::tollgate::{Serve, Server};
@@ -67,65 +67,21 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-/// The accuracy check of the README ("stays within 1 % of the limit under steady
-/// overload"): a steady 3× overload of the `acc` rule (value `value`), round-robin over
-/// `servers`, for three windows. Run it with `--on-store-error error`, so that a stalled
-/// store shows up as failed answers instead of local decisions.
-///
-/// What the algorithm guarantees, the run starting at an epoch-aligned window boundary:
-/// - An aligned window is exactly N sub-windows. Redis admits only while the weighted
-///   count stays within the limit, and the count at the end of a window's last sub-window
-///   is at least the sum of its N sub-windows, so no aligned window holds more than the
-///   limit: exact, with no approximation slack (`certain ≤ limit`).
-/// - From the start, the limit is reached within a third of the window; later windows
-///   admit as the first third's sub-windows slide out, so each window fills to the limit;
-///   1 % (2 of 200) covers the admissions the client cannot attribute to one window.
-/// - Over any alignment, a window can also hold what its oldest sub-window's share
-///   admitted: at most one sub-window's worth more (`limit + limit / precision`).
-///
-/// The long-run average and the utilisation are printed (they follow from the above).
+/// The accuracy check of the README ([`assert_steady_overload_kept`]) on the `acc` rule
+/// (value `value`), round-robin over `servers`. Run it with `--on-store-error error`, so
+/// that a stalled store shows up as failed answers instead of local decisions.
 pub async fn assert_accurate_under_overload(servers: &[Server], value: &str) -> OverloadRun {
     let mut clients: Vec<Rls> = Vec::new();
     for server in servers {
         clients.push(server.client().await);
     }
-    let run = steady_overload(
+    assert_steady_overload_kept(
         &clients,
         DOMAIN,
         &[("acc", value)],
         ACC_LIMIT,
         ACC_WINDOW,
-        3,
-        3,
+        ACC_SUB_WINDOW,
     )
-    .await;
-    let summary = run.summary(ACC_SUB_WINDOW);
-    eprintln!("{summary}");
-    let failures = run.failures();
-    assert!(
-        failures.is_empty(),
-        "{} answers were not OK or OVER_LIMIT, e.g. {:?}; {summary}",
-        failures.len(),
-        &failures[..failures.len().min(5)]
-    );
-    let tolerance = ACC_LIMIT / 100;
-    for (w, count) in run.per_window().iter().enumerate() {
-        assert!(
-            count.certain <= ACC_LIMIT,
-            "window {w} admitted {} > {ACC_LIMIT}; {summary}",
-            count.certain
-        );
-        assert!(
-            count.certain + count.straddling + tolerance >= ACC_LIMIT,
-            "window {w} admitted only {} (+{} straddling); {summary}",
-            count.certain,
-            count.straddling
-        );
-    }
-    let worst = run.worst_window();
-    assert!(
-        worst <= ACC_LIMIT + ACC_LIMIT / 10,
-        "a window at some alignment admitted {worst}; {summary}"
-    );
-    run
+    .await
 }

@@ -1,7 +1,7 @@
 //! Every limit shape over gRPC, on both stores: fixed window, token and leaky buckets with
 //! costs, several limits per descriptor, unit multipliers, request overrides, check-only
-//! requests, refunds, and simultaneous bursts on every algorithm. Each test runs once
-//! against the memory store and once against a real redis-server.
+//! requests, refunds, and simultaneous bursts on every algorithm. Each test runs against
+//! the memory store, a real redis-server and a real PostgreSQL.
 
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +13,7 @@ use tollgate_testkit::grpc::{
 };
 use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::load::{burst, tally};
+use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait::room_in_window;
@@ -50,17 +51,24 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// Far longer than any sequence of a few calls takes, even on a loaded machine.
 const ROOM: Duration = Duration::from_secs(30);
 
-/// A Tollgate on one store; the Redis server (if any) lives as long as it.
+/// The server a shared store keeps its counters in, alive as long as the Tollgate.
+enum Backing {
+    Memory,
+    Redis(RedisServer),
+    Postgres(PostgresServer),
+}
+
+/// A Tollgate on one store.
 struct Instance {
     server: Server,
-    redis: Option<RedisServer>,
+    backing: Backing,
 }
 
 impl Instance {
     fn memory() -> Self {
         Self {
             server: Serve::rules(RULES).start(),
-            redis: None,
+            backing: Backing::Memory,
         }
     }
 
@@ -74,7 +82,20 @@ impl Instance {
             .start();
         Self {
             server,
-            redis: Some(redis),
+            backing: Backing::Redis(redis),
+        }
+    }
+
+    /// PostgreSQL, on the same terms as [`Instance::redis`].
+    fn postgres() -> Self {
+        let postgres = PostgresServer::start();
+        let server = Serve::rules(RULES)
+            .postgres(&postgres.url())
+            .args(["--store-timeout", "1s", "--on-store-error", "error"])
+            .start();
+        Self {
+            server,
+            backing: Backing::Postgres(postgres),
         }
     }
 
@@ -83,8 +104,8 @@ impl Instance {
     }
 }
 
-/// Runs `test` against the memory store, then against Redis.
-macro_rules! on_both_stores {
+/// Runs `test` against the memory store, Redis and PostgreSQL.
+macro_rules! on_every_store {
     ($name:ident, $test:expr) => {
         mod $name {
             use super::*;
@@ -97,6 +118,11 @@ macro_rules! on_both_stores {
             #[tokio::test]
             async fn redis() {
                 ($test)(Instance::redis()).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                ($test)(Instance::postgres()).await;
             }
         }
     };
@@ -154,7 +180,7 @@ async fn fixed_window_counts_per_clock_window(instance: Instance) {
         secs_until(end, after)
     );
 }
-on_both_stores!(fixed_window, fixed_window_counts_per_clock_window);
+on_every_store!(fixed_window, fixed_window_counts_per_clock_window);
 
 async fn token_bucket_allows_its_burst_then_refills(instance: Instance) {
     let mut rls = instance.client().await;
@@ -170,7 +196,7 @@ async fn token_bucket_allows_its_burst_then_refills(instance: Instance) {
     let s = status(&mut rls, one("bucket", "other", Some(5), false, None)).await;
     assert_eq!(code(&s), Code::OverLimit);
 }
-on_both_stores!(token_bucket, token_bucket_allows_its_burst_then_refills);
+on_every_store!(token_bucket, token_bucket_allows_its_burst_then_refills);
 
 /// The seed article's spending limit: capacity 1000 over 30 days; spend 30, then 990 is
 /// over (only 970 left), and 970 fits.
@@ -190,7 +216,7 @@ async fn leaky_bucket_spending_limit(instance: Instance) {
     let s = status(&mut rls, one("spend", "acct", Some(970), false, None)).await;
     assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
 }
-on_both_stores!(leaky_bucket, leaky_bucket_spending_limit);
+on_every_store!(leaky_bucket, leaky_bucket_spending_limit);
 
 async fn several_limits_count_all_or_nothing(instance: Instance) {
     let mut rls = instance.client().await;
@@ -215,7 +241,7 @@ async fn several_limits_count_all_or_nothing(instance: Instance) {
     let s = status(&mut rls, hits(1)).await;
     assert_eq!((code(&s), name(&s)), (Code::OverLimit, "per_hour"));
 }
-on_both_stores!(several_limits, several_limits_count_all_or_nothing);
+on_every_store!(several_limits, several_limits_count_all_or_nothing);
 
 async fn unit_multiplier_reports_the_nearest_unit(instance: Instance) {
     let mut rls = instance.client().await;
@@ -228,7 +254,7 @@ async fn unit_multiplier_reports_the_nearest_unit(instance: Instance) {
     );
     assert_eq!(until_reset(&s).as_secs(), 1_800);
 }
-on_both_stores!(unit_multiplier, unit_multiplier_reports_the_nearest_unit);
+on_every_store!(unit_multiplier, unit_multiplier_reports_the_nearest_unit);
 
 async fn a_request_override_uses_its_own_limit_and_counter(instance: Instance) {
     let mut rls = instance.client().await;
@@ -248,7 +274,7 @@ async fn a_request_override_uses_its_own_limit_and_counter(instance: Instance) {
     let s = rls.check("shapes", &[("sliding", "o")]).await;
     assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 4));
 }
-on_both_stores!(
+on_every_store!(
     limit_override,
     a_request_override_uses_its_own_limit_and_counter
 );
@@ -282,7 +308,7 @@ async fn hits_zero_checks_and_negative_hits_refund(instance: Instance) {
     let s = rls.check("shapes", &[("sliding", "c")]).await;
     assert_eq!(code(&s), Code::OverLimit);
 }
-on_both_stores!(check_and_refund, hits_zero_checks_and_negative_hits_refund);
+on_every_store!(check_and_refund, hits_zero_checks_and_negative_hits_refund);
 
 /// Requests in one simultaneous burst, over several connections.
 const BURST: usize = 25;
@@ -314,31 +340,38 @@ async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &s
         "{key}: {:?}",
         tally(&answers)
     );
-    if let Some(redis) = &instance.redis {
-        let counter = counter_key("", "shapes", &[(key, "same")], &[shape]);
-        assert_eq!(redis.keys("*"), [counter]);
+    // One counter in the shared store: the braces pin a Redis Cluster slot, and a
+    // PostgreSQL row key goes without them.
+    let counter = counter_key("", "shapes", &[(key, "same")], &[shape]);
+    match &instance.backing {
+        Backing::Memory => {}
+        Backing::Redis(redis) => assert_eq!(redis.keys("*"), [counter]),
+        Backing::Postgres(postgres) => {
+            let rows = postgres.psql("SELECT key FROM tollgate_counters");
+            assert_eq!(rows, counter.trim_start_matches('{').trim_end_matches('}'));
+        }
     }
 }
 
-macro_rules! burst_on_both_stores {
+macro_rules! burst_on_every_store {
     ($name:ident, $key:literal, $shape:expr) => {
-        on_both_stores!($name, |instance| {
+        on_every_store!($name, |instance| {
             simultaneous_burst_admits_exactly_the_limit(instance, $key, $shape)
         });
     };
 }
-burst_on_both_stores!(burst_sliding_window, "burst_sliding", Shape::sliding(HOUR));
-burst_on_both_stores!(
+burst_on_every_store!(burst_sliding_window, "burst_sliding", Shape::sliding(HOUR));
+burst_on_every_store!(
     burst_fixed_window,
     "burst_fixed",
     Shape::Fixed { window: HOUR }
 );
-burst_on_both_stores!(
+burst_on_every_store!(
     burst_token_bucket,
     "burst_token",
     Shape::Bucket { window: DAY }
 );
-burst_on_both_stores!(
+burst_on_every_store!(
     burst_leaky_bucket,
     "burst_leaky",
     Shape::Bucket { window: DAY }

@@ -206,3 +206,59 @@ impl OverloadRun {
         )
     }
 }
+
+/// The accuracy check of the README ("stays within 1 % of the limit under steady
+/// overload") for a sliding-window limit of `limit` per `window` on one descriptor: a
+/// steady 3× overload round-robin over `clients`, for three windows.
+///
+/// What the algorithm guarantees, the run starting at an epoch-aligned window boundary:
+/// - An aligned window is exactly N sub-windows. The store admits only while the weighted
+///   count stays within the limit, and the count at the end of a window's last sub-window
+///   is at least the sum of its N sub-windows, so no aligned window holds more than the
+///   limit: exact, with no approximation slack (`certain ≤ limit`).
+/// - From the start, the limit is reached within a third of the window; later windows
+///   admit as the first third's sub-windows slide out, so each window fills to the limit;
+///   1 % covers the admissions the client cannot attribute to one window.
+/// - Over any alignment, a window can also hold what its oldest sub-window's share
+///   admitted: at most one sub-window's worth more (`limit + limit / precision`).
+///
+/// The long-run average and the utilisation are printed (they follow from the above).
+pub async fn assert_steady_overload_kept(
+    clients: &[Rls],
+    domain: &str,
+    entries: &[(&str, &str)],
+    limit: u64,
+    window: Duration,
+    sub_window: Duration,
+) -> OverloadRun {
+    let run = steady_overload(clients, domain, entries, limit, window, 3, 3).await;
+    let summary = run.summary(sub_window);
+    eprintln!("{summary}");
+    let failures = run.failures();
+    assert!(
+        failures.is_empty(),
+        "{} answers were not OK or OVER_LIMIT, e.g. {:?}; {summary}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let tolerance = limit / 100;
+    for (w, count) in run.per_window().iter().enumerate() {
+        assert!(
+            count.certain <= limit,
+            "window {w} admitted {} > {limit}; {summary}",
+            count.certain
+        );
+        assert!(
+            count.certain + count.straddling + tolerance >= limit,
+            "window {w} admitted only {} (+{} straddling); {summary}",
+            count.certain,
+            count.straddling
+        );
+    }
+    let worst = run.worst_window();
+    assert!(
+        worst <= limit + limit / 10,
+        "a window at some alignment admitted {worst}; {summary}"
+    );
+    run
+}

@@ -1,5 +1,6 @@
 //! Test support for Tollgate's test suites and benchmarks: real child processes
-//! (Tollgate, redis-server, Envoy) on loopback, and the clients that talk to them.
+//! (Tollgate, redis-server, PostgreSQL, Envoy) on loopback, and the clients that talk to
+//! them.
 //!
 //! Read in this order:
 //! - [`wait`]: every wait is a condition polled under a deadline, never a bare sleep;
@@ -7,7 +8,8 @@
 //! - [`tollgate`]: the binary under test, its rule directories, `serve` and `check-config`;
 //! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
 //!   send, and [`keys`]: where counters live in Redis;
-//! - [`redis`] and [`envoy`]: the real components Tollgate talks to or sits behind;
+//! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
+//!   behind;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
 //! - [`serial`]: the lock that keeps timing-sensitive tests apart, and [`rng`]: seeded
@@ -26,6 +28,7 @@ pub mod keys;
 pub mod load;
 pub mod otlp;
 pub mod pki;
+pub mod postgres;
 pub mod process;
 pub mod raw_grpc;
 pub mod redis;

@@ -238,6 +238,8 @@ impl Finished {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
     Term,
+    /// PostgreSQL's fast shutdown: clients cut off, then a clean exit.
+    Int,
     Hup,
     /// Stops the process: its connections stay open, nothing answers.
     Stop,
@@ -248,6 +250,7 @@ impl Signal {
     fn number(self) -> libc::c_int {
         match self {
             Signal::Term => libc::SIGTERM,
+            Signal::Int => libc::SIGINT,
             Signal::Hup => libc::SIGHUP,
             Signal::Stop => libc::SIGSTOP,
             Signal::Cont => libc::SIGCONT,

@@ -205,6 +205,11 @@ impl Serve {
         ])
     }
 
+    /// Counters in PostgreSQL: `--backend postgres --postgres-url URL`.
+    pub fn postgres(self, url: &str) -> Self {
+        self.args(["--backend", "postgres", "--postgres-url", url])
+    }
+
     /// Starts the process without waiting for it: several can start at once.
     pub fn spawn(self) -> Result<Starting, Error> {
         Ok(Starting {

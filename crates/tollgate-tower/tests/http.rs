@@ -8,9 +8,8 @@ use std::time::Duration;
 use axum::Router;
 use tollgate_testkit::http::{self, Method};
 use tollgate_testkit::redis::RedisServer;
-use tollgate_tower::core::store::redis::{
-    RedisConfig, RedisKind, RedisStore, RedisTarget, RedisTls,
-};
+use tollgate_tower::core::store::SharedStore;
+use tollgate_tower::core::store::redis::{RedisConfig, RedisKind, RedisTarget, RedisTls};
 use tollgate_tower::core::{Capacity, Limiter, OnStoreError, Rules, Store, SystemClock};
 use tollgate_tower::{RateLimitLayer, extract};
 
@@ -138,12 +137,12 @@ async fn replica(redis: &RedisServer) -> SocketAddr {
         on_error: OnStoreError::Error,
         local_capacity: Capacity::default(),
     };
-    let store = RedisStore::start(config, Arc::new(SystemClock), Duration::from_secs(1));
+    let store = SharedStore::redis(config, Arc::new(SystemClock), Duration::from_secs(1));
     assert!(
         store.wait_up(Duration::from_secs(10)).await,
         "Redis answers"
     );
-    let limiter = Arc::new(Limiter::new(rules, Store::Redis(store)));
+    let limiter = Arc::new(Limiter::new(rules, Store::Shared(store)));
     let layer = RateLimitLayer::new(limiter, "svc", |req: &axum::http::Request<_>| {
         extract::header(req, "x-api-key")
             .map(|key| vec![tollgate_tower::core::Descriptor::from(vec![key])])

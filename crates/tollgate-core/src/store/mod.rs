@@ -1,15 +1,21 @@
-//! Where counters live: `memory` (the embedded default) or `redis` (shared by instances,
-//! with a local view that denies without a round trip). A closed enum keeps the request
-//! path statically dispatched.
+//! Where counters live: `memory` (the embedded default), or `redis` or `postgres` (shared
+//! by instances, with a local view that denies without a round trip). A closed enum keeps
+//! the request path statically dispatched.
 
 mod local;
 mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod shards;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod shared;
 mod table;
 
 pub use memory::{Capacity, MemoryStore};
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub use shared::SharedStore;
 
 use std::sync::Arc;
 
@@ -23,9 +29,9 @@ use crate::stats::HistogramSnapshot;
 pub enum Store {
     /// Counters in this process.
     Memory(MemoryStore),
-    /// Counters in Redis, shared by every instance pointed at it.
-    #[cfg(feature = "redis")]
-    Redis(Arc<redis::RedisStore>),
+    /// Counters in Redis or PostgreSQL, shared by every instance pointed at it.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    Shared(Arc<SharedStore>),
 }
 
 /// Why a store could not decide.
@@ -91,7 +97,7 @@ impl std::str::FromStr for OnStoreError {
 pub struct StoreStats {
     /// Whether the store answers now (the memory store always does).
     pub up: bool,
-    /// Counters held in memory (for Redis: in the local view).
+    /// Counters held in memory (for a shared store: in the local view).
     pub counters: usize,
     /// Bytes they take.
     pub bytes: usize,
@@ -103,7 +109,7 @@ pub struct StoreStats {
     pub shared: Option<SharedStats>,
 }
 
-/// Figures of a shared store (Redis).
+/// Figures of a shared store (Redis, PostgreSQL).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedStats {
     /// Requests decided by a round trip.
@@ -139,8 +145,8 @@ impl Store {
     ) -> Result<Verdict, StoreError> {
         match self {
             Self::Memory(m) => Ok(m.apply(key, limits, hits)),
-            #[cfg(feature = "redis")]
-            Self::Redis(r) => r.apply(key, limits, hits).await,
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.apply(key, limits, hits).await,
         }
     }
 
@@ -148,8 +154,8 @@ impl Store {
     pub fn is_up(&self) -> bool {
         match self {
             Self::Memory(_) => true,
-            #[cfg(feature = "redis")]
-            Self::Redis(r) => r.is_up(),
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.is_up(),
         }
     }
 
@@ -157,8 +163,8 @@ impl Store {
     pub fn can_answer(&self) -> bool {
         match self {
             Self::Memory(_) => true,
-            #[cfg(feature = "redis")]
-            Self::Redis(r) => r.is_up() || r.on_error() != OnStoreError::Error,
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.is_up() || r.on_error() != OnStoreError::Error,
         }
     }
 
@@ -166,8 +172,8 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         match self {
             Self::Memory(m) => m.stats(),
-            #[cfg(feature = "redis")]
-            Self::Redis(r) => r.stats(),
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.stats(),
         }
     }
 }

@@ -1,26 +1,16 @@
-//! Connections to Redis (single node, Cluster or Sentinel) kept alive by a supervisor task,
-//! so that requests never wait for a connect and learn at once when Redis is down.
+//! Connections to Redis (single node, Cluster or Sentinel): where Redis is, how to reach
+//! it, and how the supervisor of [`super::super::shared::link`] connects and probes.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
-use tokio::sync::Notify;
 
 use crate::limit::UnknownName;
-
-/// How long one connect or health probe may take.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
-/// Probe period while Redis answers; a request error wakes the supervisor sooner.
-const HEALTHY_PROBE: Duration = Duration::from_secs(1);
-/// Retry period while Redis is down: recovery is noticed within this.
-const DOWN_RETRY: Duration = Duration::from_millis(100);
+use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
 
 /// A login to Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,8 +269,7 @@ impl Conn {
         }
     }
 
-    /// Redis's clock (`TIME`), in nanoseconds since the epoch: the health probe, which
-    /// also tells the local view the store's time before any script has run.
+    /// Redis's clock (`TIME`), in nanoseconds since the epoch.
     async fn time_ns(&mut self) -> redis::RedisResult<u64> {
         let cmd = redis::cmd("TIME");
         let (secs, micros): (u64, u64) = match self {
@@ -294,152 +283,34 @@ impl Conn {
     }
 }
 
-/// Told the store's time whenever a probe reads it.
-pub(super) type TimeSink = Box<dyn Fn(u64) + Send + Sync>;
-
-/// The supervised connection: the current `Conn`, whether Redis answers, and a way for
-/// requests to report trouble.
-#[derive(Default)]
-pub(super) struct Link {
-    current: ArcSwapOption<Conn>,
-    up: AtomicBool,
-    wake: Notify,
-    /// Notified whenever the link comes up.
-    connected: Notify,
-    reconnects: AtomicU64,
-    /// Why the link last went down or failed to connect, for the operator.
-    last_error: std::sync::Mutex<Option<String>>,
+/// Makes and probes connections to one Redis deployment.
+pub(super) struct RedisConnector {
+    pub(super) target: RedisTarget,
+    pub(super) tls: RedisTls,
 }
 
-impl Link {
-    /// Starts the supervisor, which reports Redis's time to `time`; the link is down until
-    /// it first connects.
-    pub(super) fn start(target: RedisTarget, tls: RedisTls, time: TimeSink) -> Arc<Self> {
-        let link = Arc::new(Self::default());
-        tokio::spawn(supervise(Arc::downgrade(&link), target, tls, time));
-        link
+impl Connector for RedisConnector {
+    type Conn = Conn;
+    const NAME: &'static str = "redis";
+    const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    async fn connect(&self) -> Result<Conn, String> {
+        connect(&self.target, &self.tls)
+            .await
+            .map_err(|e| e.to_string())
     }
 
-    pub(super) fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
+    async fn time_ns(&self, conn: &Conn) -> Result<u64, String> {
+        conn.clone()
+            .time_ns()
+            .await
+            .map_err(|e| format!("TIME: {e}"))
     }
 
-    pub(super) fn reconnects(&self) -> u64 {
-        self.reconnects.load(Ordering::Relaxed)
-    }
-
-    /// Why Redis last failed, if it has.
-    pub(super) fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Waits until Redis answers, at most `limit`; whether it does.
-    pub(super) async fn wait_up(&self, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let connected = self.connected.notified();
-            if self.is_up() {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, connected).await.is_err() {
-                return self.is_up();
-            }
-        }
-    }
-
-    /// The connection to use, if Redis is believed to answer.
-    pub(super) fn conn(&self) -> Option<Conn> {
-        if !self.is_up() {
-            return None;
-        }
-        self.current.load().as_deref().cloned()
-    }
-
-    /// A request saw Redis fail: stop sending until the supervisor reconnects.
-    pub(super) fn report_down(&self, why: &redis::RedisError) {
-        self.set_up(false, Some(why.to_string()));
-        self.wake.notify_one();
-    }
-
-    /// A request was slow: have the supervisor probe now.
-    pub(super) fn report_slow(&self) {
-        self.wake.notify_one();
-    }
-
-    fn set_up(&self, up: bool, why: Option<String>) {
-        let was = self.up.swap(up, Ordering::Relaxed);
-        if up && !was {
-            self.reconnects.fetch_add(1, Ordering::Relaxed);
-            self.connected.notify_waiters();
-            tracing::info!("redis connected");
-        }
-        let Some(why) = why else { return };
-        let mut last = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
-        // Each new reason once at warn level; the same failure repeating only at debug.
-        if was || last.as_deref() != Some(why.as_str()) {
-            tracing::warn!(
-                "redis unreachable: {why}; deciding per --on-store-error until it is back"
-            );
-        } else {
-            tracing::debug!("redis still unreachable: {why}");
-        }
-        *last = Some(why);
-    }
-}
-
-async fn supervise(
-    link: std::sync::Weak<Link>,
-    target: RedisTarget,
-    tls: RedisTls,
-    time: TimeSink,
-) {
-    loop {
-        let Some(strong) = link.upgrade() else { return };
-        // A Sentinel set may have moved the master: resolve it again whenever Redis is down.
-        let sentinel = matches!(target, RedisTarget::Sentinel { .. });
-        let mut failure = None;
-        if strong.current.load().is_none() || (!strong.is_up() && sentinel) {
-            match tokio::time::timeout(PROBE_TIMEOUT * 4, connect(&target, &tls)).await {
-                Ok(Ok(conn)) => strong.current.store(Some(Arc::new(conn))),
-                Ok(Err(e)) => failure = Some(format!("cannot connect: {e}")),
-                Err(_) => failure = Some(format!("no connection within {:?}", PROBE_TIMEOUT * 4)),
-            }
-        }
-        let healthy = match strong.current.load_full() {
-            Some(conn) => {
-                let mut conn = (*conn).clone();
-                match tokio::time::timeout(PROBE_TIMEOUT, conn.time_ns()).await {
-                    Ok(Ok(now_ns)) => {
-                        time(now_ns);
-                        true
-                    }
-                    Ok(Err(e)) => {
-                        failure.get_or_insert(format!("TIME failed: {e}"));
-                        false
-                    }
-                    Err(_) => {
-                        failure
-                            .get_or_insert(format!("no answer to TIME within {PROBE_TIMEOUT:?}"));
-                        false
-                    }
-                }
-            }
-            None => false,
-        };
-        strong.set_up(healthy, failure);
-        if healthy {
-            // Holding `strong` here delays dropping the link by at most one probe period.
-            tokio::select! {
-                _ = strong.wake.notified() => {}
-                _ = tokio::time::sleep(HEALTHY_PROBE) => {}
-            }
-        } else {
-            drop(strong);
-            tokio::time::sleep(DOWN_RETRY).await;
-        }
+    /// The connection managers reconnect by themselves; a Sentinel set may have moved
+    /// the master, which only a fresh resolution finds.
+    fn reconnect_when_down(&self) -> bool {
+        matches!(self.target, RedisTarget::Sentinel { .. })
     }
 }
 

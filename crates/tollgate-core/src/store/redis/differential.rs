@@ -1,69 +1,18 @@
-//! The Lua script against the Rust algorithms, on a real redis-server: random limits and
-//! random histories of consumptions, charges, checks and refunds at chosen instants go
-//! through both, and every answer must agree — the admission, and what the state each
-//! side holds afterwards says about the next request.
-//!
-//! The domain is every product below 2^53 (see the script's header): limits up to 2,000,
-//! windows from a second to a day, costs up to 500.
+//! The Lua script against the Rust algorithms on a real redis-server (see
+//! [`crate::store::shared::differential`]).
 
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use proptest::prelude::*;
 use tollgate_testkit::redis::RedisServer;
 
-use super::script::{self, Reply};
-use crate::algo::{Hits, LimitState, apply, evaluate};
-use crate::limit::{Algorithm, Limit};
-use crate::unit::Unit;
-
-const SECOND: u64 = 1_000_000_000;
-const MICRO: u64 = 1_000;
+use super::script;
+use crate::store::shared::differential::{fresh_key, limits, operation, replay};
 
 /// One redis-server for every case of this test binary.
 fn redis() -> &'static RedisServer {
     static REDIS: OnceLock<RedisServer> = OnceLock::new();
     REDIS.get_or_init(RedisServer::start)
-}
-
-fn limits() -> impl Strategy<Value = Vec<Limit>> {
-    let one = (
-        0u32..2_000,
-        prop::sample::select(vec![1u64, 10, 60, 3_600, 86_400]),
-        0usize..6,
-        1u32..3_000,
-    )
-        .prop_map(|(rpu, window_s, kind, burst)| {
-            let base = Limit::new(rpu, Unit::Second)
-                .with_multiplier(u32::try_from(window_s).unwrap_or(1))
-                .unwrap_or_else(|_| Limit::new(rpu, Unit::Second));
-            let algorithm = match kind {
-                0 => Algorithm::SlidingWindow { precision: 1 },
-                1 => Algorithm::SlidingWindow { precision: 2 },
-                2 => Algorithm::SlidingWindow { precision: 10 },
-                3 => Algorithm::FixedWindow,
-                4 => Algorithm::TokenBucket { burst },
-                _ => Algorithm::SlidingWindow { precision: 60 },
-            };
-            base.clone().with_algorithm(algorithm).unwrap_or(base)
-        });
-    prop::collection::vec(one, 1..4)
-}
-
-fn operation() -> impl Strategy<Value = (u64, Hits)> {
-    let hits = prop_oneof![
-        4 => (1u64..20).prop_map(Hits::Consume),
-        1 => (1u64..500).prop_map(Hits::Consume),
-        2 => (1u64..500).prop_map(Hits::Charge),
-        2 => Just(Hits::Check),
-        1 => (1u64..50).prop_map(Hits::Refund),
-    ];
-    // Gaps in microseconds (Redis' resolution), from none to several of the largest
-    // sub-windows of a one-minute window.
-    (
-        prop_oneof![3 => 0u64..1_000, 3 => 0u64..2_000_000, 1 => 0u64..200_000_000],
-        hits,
-    )
 }
 
 proptest! {
@@ -77,43 +26,11 @@ proptest! {
     ) {
         let mut conn = redis().connection_as(None);
         let script = script::script();
-        // A fresh counter per case, at a time of day like a real clock's.
-        let key = format!("differential{{{}}}", rand_key());
-        let started = Instant::now();
-        let mut now = 1_790_000_000 * SECOND + phase_us * MICRO;
-        let start = now;
-        let mut states: Vec<LimitState> = limits.iter().map(LimitState::new).collect();
-        for (gap_us, hits) in history {
-            // Never behind real time since the start: Redis expires keys on its own clock,
-            // so a key it drops must be one the algorithm no longer needs.
-            let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            now = (now + gap_us * MICRO).max(start + elapsed.div_ceil(MICRO) * MICRO);
-
+        let key = format!("differential{{{}}}", fresh_key());
+        replay(&limits, &history, phase_us, |hits, now| {
             let mut invocation = script.key(&key);
             script::add_args(&mut invocation, &limits, hits, 0, now);
-            let raw: Vec<i64> = invocation.invoke(&mut conn).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let Ok(Reply::Ran { admitted, now_ns, states: seen }) = script::decode(&raw, &limits) else {
-                return Err(TestCaseError::fail(format!("unreadable reply {raw:?}")));
-            };
-            prop_assert_eq!(now_ns, now);
-            // The state Redis read answers every question as the algorithm's own does.
-            for asked in [1, 7, 300] {
-                prop_assert_eq!(
-                    evaluate(&seen, &limits, now, asked),
-                    evaluate(&states, &limits, now, asked),
-                    "before {:?} of {} at +{} µs", hits, asked, (now - start) / MICRO
-                );
-            }
-            let ours = apply(&mut states, &limits, now, hits);
-            if !matches!(hits, Hits::Refund(_)) {
-                prop_assert_eq!(admitted, ours.decision.admitted, "{:?} at +{} µs", hits, (now - start) / MICRO);
-            }
-        }
+            invocation.invoke(&mut conn).map_err(|e| e.to_string())
+        })?;
     }
-}
-
-/// A key of its own for each case.
-fn rand_key() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(Instant::now())
 }

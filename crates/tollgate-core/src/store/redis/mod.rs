@@ -1,9 +1,5 @@
-//! The shared store: counters in Redis, with a local view that denies without a round trip.
-//!
-//! Synchronous writes, asynchronous reads: a request the local view already knows to be over
-//! the limit is denied here; any other request makes one round trip that checks and counts
-//! atomically in Redis and returns the counter's state, which becomes the local view (see
-//! [`super::local`] for why a local denial is always the decision Redis would make).
+//! The Redis store: counters in Redis (single node, Cluster or Sentinel), checked and
+//! counted by one script call, behind the local view of [`super::shared`].
 
 mod connect;
 #[cfg(test)]
@@ -13,20 +9,16 @@ mod script;
 pub use connect::{Credentials, RedisKind, RedisTarget, RedisTls, TargetError};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tracing::Instrument as _;
-
-use self::connect::Link;
-use self::script::Reply;
-use super::local::{Fallback, LocalView, Snapshot};
+use self::connect::{Conn, RedisConnector};
+use super::OnStoreError;
 use super::memory::Capacity;
-use super::{OnStoreError, SharedStats, StoreError, StoreStats};
-use crate::algo::{Hits, Verdict};
+use super::shared::link::{Health, Link};
+use super::shared::{Backend, Behaviour, SharedStore, TripError};
+use crate::algo::Hits;
 use crate::clock::Clock;
-use crate::limit::{Algorithm, Limit};
-use crate::stats::Histogram;
+use crate::limit::Limit;
 
 /// How a Redis store is set up.
 #[derive(Debug, Clone)]
@@ -45,303 +37,71 @@ pub struct RedisConfig {
     pub local_capacity: Capacity,
 }
 
-/// Counts behind [`SharedStats`].
-#[derive(Debug)]
-struct Counts {
-    latency: Histogram,
-    round_trips: AtomicU64,
-    local_denials: AtomicU64,
-    timeouts: AtomicU64,
-    connection_errors: AtomicU64,
-    script_errors: AtomicU64,
-    fallbacks: AtomicU64,
-    refreshes: AtomicU64,
-    disagreements: AtomicU64,
-}
-
-impl Default for Counts {
-    fn default() -> Self {
-        Self {
-            // 25 µs to ~0.4 s.
-            latency: Histogram::new(0.000_025, 15),
-            round_trips: AtomicU64::default(),
-            local_denials: AtomicU64::default(),
-            timeouts: AtomicU64::default(),
-            connection_errors: AtomicU64::default(),
-            script_errors: AtomicU64::default(),
-            fallbacks: AtomicU64::default(),
-            refreshes: AtomicU64::default(),
-            disagreements: AtomicU64::default(),
-        }
-    }
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
-/// A counter to read again in the background once its current sub-window closes.
-struct Refresh {
-    key: Box<str>,
-    limits: Vec<Limit>,
-}
-
-/// Refreshes queued at most; past that, denials just skip queueing one.
-const REFRESH_QUEUE: usize = 4_096;
-
-/// The Redis store.
-pub struct RedisStore {
-    link: Arc<Link>,
-    script: redis::Script,
-    local: LocalView,
-    config: RedisConfig,
-    refresh_tx: tokio::sync::mpsc::Sender<Refresh>,
-    counts: Counts,
-}
-
-impl std::fmt::Debug for RedisStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore")
-            .field("up", &self.link.is_up())
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedisStore {
-    /// Starts connecting in the background (on the current tokio runtime); requests are
-    /// decided per `on_error` until Redis answers.
-    pub fn start(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
-        let local = LocalView::new(config.local_capacity, clock);
-        local.spawn_sweeper(sweep_period);
-        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(REFRESH_QUEUE);
-        let store = Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
-            let me = me.clone();
-            // From the first probe on, every request carries a deadline in Redis time.
-            let learn = move |now_ns| {
-                if let Some(store) = me.upgrade() {
-                    store.local.learn_time(now_ns);
-                }
-            };
-            Self {
-                link: Link::start(config.target.clone(), config.tls.clone(), Box::new(learn)),
-                script: script::script(),
-                local,
-                config,
-                refresh_tx,
-                counts: Counts::default(),
-            }
-        });
-        tokio::spawn(refresher(Arc::downgrade(&store), refresh_rx));
-        store
-    }
-
-    /// Whether Redis answers.
-    pub fn is_up(&self) -> bool {
-        self.link.is_up()
-    }
-
-    /// Waits until Redis answers, at most `limit`; whether it does. Serving before the
-    /// first connection would make a fresh instance decide from an empty local view.
-    pub async fn wait_up(&self, limit: Duration) -> bool {
-        self.link.wait_up(limit).await
-    }
-
-    /// Why Redis last failed (a refused connection, a wrong password), if it has.
-    pub fn last_error(&self) -> Option<String> {
-        self.link.last_error()
-    }
-
-    /// What requests get while Redis cannot answer.
-    pub fn on_error(&self) -> OnStoreError {
-        self.config.on_error
-    }
-
-    pub(crate) fn stats(&self) -> StoreStats {
-        let local = self.local.stats();
-        let c = &self.counts;
-        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
-        StoreStats {
-            up: self.is_up(),
-            counters: local.entries,
-            bytes: local.bytes,
-            evictions: local.evictions,
-            expired: local.expired,
-            shared: Some(SharedStats {
-                round_trips: load(&c.round_trips),
-                local_denials: load(&c.local_denials),
-                timeouts: load(&c.timeouts),
-                connection_errors: load(&c.connection_errors),
-                script_errors: load(&c.script_errors),
-                fallbacks: load(&c.fallbacks),
-                refreshes: load(&c.refreshes),
-                reconnects: self.link.reconnects(),
-                disagreements: load(&c.disagreements),
-                latency: c.latency.snapshot(),
-            }),
-        }
-    }
-
-    pub(crate) async fn apply(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        hits: Hits,
-    ) -> Result<Verdict, StoreError> {
-        let now = self.local.now_ns();
-        let queue = || {
-            let job = Refresh {
-                key: key.into(),
-                limits: limits.to_vec(),
-            };
-            self.refresh_tx.try_send(job).is_ok()
+impl SharedStore {
+    /// A store in Redis, connecting in the background (on the current tokio runtime);
+    /// requests are decided per `on_error` until Redis answers.
+    pub fn redis(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
+        let behaviour = Behaviour {
+            timeout: config.timeout,
+            on_error: config.on_error,
+            local_capacity: config.local_capacity,
         };
-        if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
-            bump(&self.counts.local_denials);
-            return Ok(denied);
-        }
-        let deadline = self.local.deadline_ns(now, self.config.timeout);
-        // A child of the request's span when tracing is on; with it off the callsite is
-        // disabled and this costs one check.
-        let span = tracing::debug_span!("Redis round trip", limits = limits.len());
-        match self
-            .round_trip(key, limits, hits, deadline)
-            .instrument(span)
-            .await
-        {
-            Ok(snapshot) => {
-                bump(&self.counts.round_trips);
-                Ok(self.adopt(key, limits, hits, snapshot))
-            }
-            Err(e) => {
-                bump(&self.counts.fallbacks);
-                let how = match self.config.on_error {
-                    OnStoreError::Error => return Err(e),
-                    OnStoreError::Local => Fallback::Local,
-                    OnStoreError::Allow => Fallback::Allow,
-                    OnStoreError::Deny => Fallback::Deny,
-                };
-                Ok(self.local.fall_back(key, limits, now, hits, how))
-            }
-        }
+        let backend = |time| {
+            let connector = RedisConnector {
+                target: config.target,
+                tls: config.tls,
+            };
+            Backend::Redis(RedisBackend {
+                link: Link::start(connector, time),
+                script: script::script(),
+                key_prefix: config.key_prefix,
+            })
+        };
+        Self::start(backend, behaviour, clock, sweep_period)
+    }
+}
+
+/// One script call per round trip over the supervised connection.
+pub(crate) struct RedisBackend {
+    link: Arc<Link<RedisConnector>>,
+    script: redis::Script,
+    key_prefix: String,
+}
+
+impl RedisBackend {
+    pub(crate) fn health(&self) -> &Health {
+        &self.link.health
     }
 
-    fn adopt(&self, key: &str, limits: &[Limit], hits: Hits, snapshot: Snapshot) -> Verdict {
-        let (verdict, disagreed) = self.local.adopt(key, limits, hits, snapshot);
-        if disagreed {
-            bump(&self.counts.disagreements);
-            tracing::debug!(
-                key,
-                "redis and the local algorithm disagreed; redis decided"
-            );
-        }
-        verdict
-    }
-
-    /// One EVALSHA. Redis ignores it if it runs after `deadline_ns` (Redis time), by when
-    /// this request will have been answered without it.
-    async fn round_trip(
+    /// One EVALSHA; Redis ignores it if it runs after `deadline_ns` (Redis time).
+    pub(crate) async fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
         hits: Hits,
         deadline_ns: u64,
-    ) -> Result<Snapshot, StoreError> {
-        let Some(mut conn) = self.link.conn() else {
-            return Err(StoreError::NotConnected);
+    ) -> Result<Vec<i64>, TripError> {
+        let Some(conn) = self.link.conn() else {
+            return Err(TripError::NotConnected);
         };
-        let redis_key = format!("{}{{{key}}}", self.config.key_prefix);
+        let mut conn: Conn = (*conn).clone();
+        let redis_key = format!("{}{{{key}}}", self.key_prefix);
         let mut invocation = self.script.key(redis_key);
         script::add_args(&mut invocation, limits, hits, deadline_ns, 0);
-        let started = Instant::now();
-        let answer = tokio::time::timeout(self.config.timeout, conn.invoke(&invocation)).await;
-        self.counts.latency.observe(started.elapsed());
-        let raw: Vec<i64> = match answer {
-            Err(_) => {
-                bump(&self.counts.timeouts);
-                self.link.report_slow();
-                return Err(StoreError::Timeout);
-            }
-            Ok(Err(e)) => return Err(self.classify(e)),
-            Ok(Ok(raw)) => raw,
-        };
-        match script::decode(&raw, limits) {
-            Ok(Reply::Ran {
-                admitted,
-                now_ns,
-                states,
-            }) => Ok(Snapshot {
-                admitted,
-                now_ns,
-                states,
-            }),
-            Ok(Reply::Late { now_ns }) => {
-                self.local.learn_time(now_ns);
-                bump(&self.counts.timeouts);
-                Err(StoreError::Timeout)
-            }
-            Err(why) => {
-                bump(&self.counts.script_errors);
-                Err(StoreError::Failed(Arc::new(why)))
-            }
-        }
+        conn.invoke(&invocation).await.map_err(|e| self.classify(e))
     }
 
-    fn classify(&self, e: redis::RedisError) -> StoreError {
+    fn classify(&self, e: redis::RedisError) -> TripError {
         let lost = e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
             || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
         if lost {
             // Gone, or a former master after a failover: reconnect (and re-resolve).
-            bump(&self.counts.connection_errors);
-            self.link.report_down(&e);
+            self.link.health.report_down(&e);
+            TripError::Lost(Arc::new(e))
         } else {
-            bump(&self.counts.script_errors);
+            TripError::Failed(Arc::new(e))
         }
-        StoreError::Failed(Arc::new(e))
     }
-}
-
-/// Reads denied counters again once their current sub-window has closed, off the request
-/// path, so the local view learns other instances' hits before it next has to decide.
-async fn refresher(
-    store: std::sync::Weak<RedisStore>,
-    mut jobs: tokio::sync::mpsc::Receiver<Refresh>,
-) {
-    while let Some(job) = jobs.recv().await {
-        let Some(strong) = store.upgrade() else {
-            return;
-        };
-        let wait = until_next_boundary(&job.limits, strong.local.now_ns());
-        drop(strong);
-        let store = store.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            let Some(store) = store.upgrade() else { return };
-            let reply = store
-                .round_trip(&job.key, &job.limits, Hits::Check, 0)
-                .await;
-            if let Ok(snapshot) = reply {
-                bump(&store.counts.refreshes);
-                store.adopt(&job.key, &job.limits, Hits::Check, snapshot);
-            }
-        });
-    }
-}
-
-/// Time until the earliest sub-window (or window, or emission interval) boundary.
-fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
-    let step = limits
-        .iter()
-        .map(|l| match l.algorithm {
-            Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
-            Algorithm::FixedWindow => l.window_ns,
-            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                l.window_ns / u64::from(l.requests_per_unit.max(1))
-            }
-        })
-        .min()
-        .unwrap_or(1_000_000_000)
-        .max(1_000_000);
-    Duration::from_nanos(step - now_ns % step)
 }

@@ -1,0 +1,257 @@
+//! Connections to PostgreSQL: the URL as libpq users write it, a small pool of pipelined
+//! connections with the check statement prepared on each, and how the supervisor of
+//! [`super::super::shared::link`] connects and probes.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{Client, NoTls, Socket, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::schema;
+use super::tls::{PgTls, SslMode, client_config};
+use crate::store::shared::link::Connector;
+
+/// Where PostgreSQL is: a `postgres://` URL, its TLS part (`sslmode`, `sslrootcert`,
+/// `sslcert`, `sslkey`) taken out and read here, since libpq's checks are not all in the
+/// driver.
+#[derive(Clone)]
+pub struct PgTarget {
+    config: tokio_postgres::Config,
+    tls: PgTls,
+}
+
+impl std::fmt::Debug for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("PgTarget")
+            .field("hosts", &self.config.get_hosts())
+            .field("ports", &self.config.get_ports())
+            .field("user", &self.config.get_user())
+            .field("dbname", &self.config.get_dbname())
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl PgTarget {
+    /// Reads a `postgres://` (or `postgresql://`) URL.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err("POSTGRES_URL must be a postgres:// or postgresql:// URL".into());
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut kept = Vec::new();
+        let mut tls = PgTls {
+            mode: SslMode::Prefer,
+            root: None,
+            client: None,
+        };
+        let (mut cert, mut key) = (None, None);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "sslmode" => tls.mode = SslMode::parse(value)?,
+                "sslrootcert" => tls.root = Some(value.into()),
+                "sslcert" => cert = Some(value.into()),
+                "sslkey" => key = Some(value.into()),
+                _ => kept.push(pair),
+            }
+        }
+        tls.client = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err("POSTGRES_URL: sslcert and sslkey go together; give both".into()),
+        };
+        let rest = match kept.is_empty() {
+            true => base.to_owned(),
+            false => format!("{base}?{}", kept.join("&")),
+        };
+        let mut config: tokio_postgres::Config =
+            rest.parse().map_err(|e| format!("POSTGRES_URL: {e}"))?;
+        config.ssl_mode(match tls.mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        if config.get_application_name().is_none() {
+            config.application_name("tollgate");
+        }
+        Ok(Self { config, tls })
+    }
+
+    /// Checks the TLS files now, so that a wrong path stops startup.
+    pub(super) fn tls_connector(&self) -> Result<Option<MakeRustlsConnect>, String> {
+        Ok(client_config(&self.tls)?.map(MakeRustlsConnect::new))
+    }
+}
+
+/// What a connect failed on, in PostgreSQL's words where it gave some.
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// One connection with the statements Tollgate runs prepared on it.
+pub(super) struct PooledConn {
+    pub(super) client: Client,
+    pub(super) check: Statement,
+    now: Statement,
+}
+
+/// Connections used in turn; each pipelines the calls of many requests.
+pub(crate) struct Pool {
+    conns: Vec<PooledConn>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    pub(super) fn pick(&self) -> &PooledConn {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        &self.conns[i]
+    }
+}
+
+/// Makes and probes the pool.
+pub(super) struct PgConnector {
+    pub(super) target: PgTarget,
+    pub(super) tls: Option<MakeRustlsConnect>,
+    pub(super) pool_size: usize,
+    pub(super) statement_timeout: Duration,
+    pub(super) unlogged: bool,
+    /// The schema is brought up to date on the first connect of each process.
+    pub(super) migrated: AtomicBool,
+}
+
+const CHECK: &str = "SELECT tollgate_check_and_count($1, $2, $3, $4, 0, $5, $6, $7, $8)";
+const NOW: &str = "SELECT tollgate_now_us()";
+
+impl PgConnector {
+    /// One connection, with its statement timeout set.
+    pub(super) async fn open(&self) -> Result<Client, String> {
+        let client = match &self.tls {
+            Some(tls) => open_with(&self.target.config, tls.clone()).await?,
+            None => open_with(&self.target.config, NoTls).await?,
+        };
+        let timeout_ms = self.statement_timeout.as_millis();
+        client
+            .batch_execute(&format!("SET statement_timeout = {timeout_ms}"))
+            .await
+            .map_err(|e| describe(&e))?;
+        Ok(client)
+    }
+
+    async fn prepared(client: Client) -> Result<PooledConn, String> {
+        let prepare = |sql| client.prepare(sql);
+        let (check, now) = tokio::try_join!(prepare(CHECK), prepare(NOW)).map_err(|e| {
+            format!(
+                "{} (is the schema there? `tollgate migrate` creates it)",
+                describe(&e)
+            )
+        })?;
+        Ok(PooledConn { client, check, now })
+    }
+}
+
+async fn open_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<Client, String>
+where
+    T: MakeTlsConnect<Socket> + Send,
+    T::Stream: Send + 'static,
+    T::TlsConnect: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    let (client, connection) = config.connect(tls).await.map_err(|e| describe(&e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("postgres connection ended: {}", describe(&e));
+        }
+    });
+    Ok(client)
+}
+
+impl Connector for PgConnector {
+    type Conn = Pool;
+    const NAME: &'static str = "postgres";
+    const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    async fn connect(&self) -> Result<Pool, String> {
+        let mut first = self.open().await?;
+        if !self.migrated.load(Ordering::Relaxed) {
+            schema::migrate(&mut first, self.unlogged).await?;
+            self.migrated.store(true, Ordering::Relaxed);
+        }
+        let mut conns = vec![Self::prepared(first).await?];
+        let rest = (1..self.pool_size).map(|_| async { Self::prepared(self.open().await?).await });
+        for conn in futures_util::future::join_all(rest).await {
+            conns.push(conn?);
+        }
+        Ok(Pool {
+            conns,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    async fn time_ns(&self, pool: &Pool) -> Result<u64, String> {
+        let conn = pool.pick();
+        let row = conn
+            .client
+            .query_one(&conn.now, &[])
+            .await
+            .map_err(|e| describe(&e))?;
+        let micros: i64 = row.try_get(0).map_err(|e| e.to_string())?;
+        Ok(u64::try_from(micros).unwrap_or(0).saturating_mul(1_000))
+    }
+
+    /// A pool whose server restarted or failed over holds dead connections.
+    fn reconnect_when_down(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_their_tls_settings_apart() {
+        let t = PgTarget::parse(
+            "postgres://u:p@db.example:5433/limits?sslmode=verify-full&sslrootcert=/ca.pem&connect_timeout=3",
+        )
+        .unwrap();
+        assert_eq!(t.tls.mode, SslMode::VerifyFull);
+        assert_eq!(t.tls.root.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert_eq!(t.config.get_dbname(), Some("limits"));
+        assert_eq!(t.config.get_ports(), &[5433]);
+        assert_eq!(
+            t.config.get_connect_timeout(),
+            Some(&Duration::from_secs(3))
+        );
+        assert_eq!(t.config.get_application_name(), Some("tollgate"));
+        assert!(!format!("{t:?}").contains(":p@"), "{t:?}");
+
+        let plain = PgTarget::parse("postgresql://localhost/x?sslmode=disable").unwrap();
+        assert_eq!(plain.tls.mode, SslMode::Disable);
+        assert_eq!(
+            PgTarget::parse("postgres://localhost/x").unwrap().tls.mode,
+            SslMode::Prefer
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_clear_errors() {
+        let err = |url| PgTarget::parse(url).unwrap_err();
+        assert!(err("localhost:5432").contains("postgres://"));
+        assert!(err("postgres://h/x?sslmode=maybe").contains("sslmode=maybe"));
+        assert!(err("postgres://h/x?sslcert=/c.pem").contains("sslkey"));
+        assert!(err("postgres://h/x?nonsense=1").starts_with("POSTGRES_URL"));
+    }
+}

@@ -1,0 +1,197 @@
+//! The SQL function against the Rust algorithms on a real PostgreSQL (see
+//! [`crate::store::shared::differential`]), and the table's housekeeping.
+
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use tokio_postgres::{Client, NoTls};
+use tollgate_testkit::postgres::PostgresServer;
+
+use super::{limit_arrays, mode, schema, signed};
+use crate::algo::Hits;
+use crate::limit::Limit;
+use crate::store::shared::differential::{fresh_key, limits, operation, replay};
+
+/// One PostgreSQL for every case of this test binary.
+fn postgres() -> &'static PostgresServer {
+    static POSTGRES: OnceLock<PostgresServer> = OnceLock::new();
+    POSTGRES.get_or_init(PostgresServer::start)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// A connection to the test server, with the schema in place.
+async fn connect() -> Client {
+    let (mut client, connection) = tokio_postgres::connect(&postgres().url(), NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    tokio::spawn(connection);
+    schema::migrate(&mut client, false)
+        .await
+        .expect("migrate the schema");
+    client
+}
+
+/// `tollgate_check_and_count` at the instant `now_ns`.
+async fn call(
+    client: &Client,
+    key: &str,
+    limits: &[Limit],
+    hits: Hits,
+    deadline_ns: u64,
+    now_ns: u64,
+) -> Result<Vec<i64>, tokio_postgres::Error> {
+    let (mode, n) = mode(hits);
+    let (kinds, windows, params, rpus) = limit_arrays(limits);
+    let row = client
+        .query_one(
+            "SELECT tollgate_check_and_count($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            &[
+                &key,
+                &mode,
+                &signed(n),
+                &signed(deadline_ns / 1_000),
+                &signed(now_ns / 1_000),
+                &kinds,
+                &windows,
+                &params,
+                &rpus,
+            ],
+        )
+        .await?;
+    row.try_get(0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn the_function_answers_as_the_algorithms_do(
+        limits in limits(),
+        history in prop::collection::vec(operation(), 1..40),
+        phase_us in 0u64..86_400_000_000,
+    ) {
+        let rt = runtime();
+        let client = rt.block_on(connect());
+        let key = format!("differential:{}", fresh_key());
+        replay(&limits, &history, phase_us, |hits, now| {
+            rt.block_on(call(&client, &key, &limits, hits, 0, now)).map_err(|e| e.to_string())
+        })?;
+    }
+}
+
+fn one_per_second() -> Vec<Limit> {
+    vec![Limit::new(5, crate::unit::Unit::Second)]
+}
+
+#[test]
+fn a_late_call_changes_nothing_and_denials_leave_no_row() {
+    runtime().block_on(async {
+        let client = connect().await;
+        let key = format!("late:{}", fresh_key());
+        let limits = one_per_second();
+        let now = 1_790_000_000_000_000_000;
+        let late = call(&client, &key, &limits, Hits::Consume(1), now - 1_000, now)
+            .await
+            .expect("a late call");
+        assert_eq!(late, vec![-1, 1_790_000_000_000_000]);
+        // Denied (6 > 5): nothing stored, not even the empty row the lock needed.
+        let denied = call(&client, &key, &limits, Hits::Consume(6), 0, now)
+            .await
+            .expect("a denied call");
+        assert_eq!(denied[0], 0);
+        let rows: i64 = client
+            .query_one(
+                "SELECT count(*) FROM tollgate_counters WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .expect("count rows")
+            .get(0);
+        assert_eq!(rows, 0);
+    });
+}
+
+#[test]
+fn the_sweep_deletes_expired_counters_only() {
+    runtime().block_on(async {
+        let client = connect().await;
+        let prefix = format!("sweep:{}:", fresh_key());
+        let limits = one_per_second();
+        let now_us: i64 = client
+            .query_one("SELECT tollgate_now_us()", &[])
+            .await
+            .expect("the clock")
+            .get(0);
+        let now = u64::try_from(now_us).expect("a clock after 1970") * 1_000;
+        // Counted a minute ago: long expired. Counted now: expires in a second.
+        for (name, at) in [("old", now - 60_000_000_000), ("new", now)] {
+            call(
+                &client,
+                &format!("{prefix}{name}"),
+                &limits,
+                Hits::Consume(1),
+                0,
+                at,
+            )
+            .await
+            .expect("count");
+        }
+        let swept: i32 = client
+            .query_one("SELECT tollgate_sweep(100000)", &[])
+            .await
+            .expect("sweep")
+            .get(0);
+        assert!(swept >= 1, "swept {swept}");
+        let left: Vec<String> = client
+            .query(
+                "SELECT key FROM tollgate_counters WHERE key LIKE $1 ORDER BY key",
+                &[&format!("{prefix}%")],
+            )
+            .await
+            .expect("list rows")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(left, vec![format!("{prefix}new")]);
+    });
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_migration_is_idempotent() {
+    runtime().block_on(async {
+        let mut client = connect().await;
+        assert_eq!(
+            schema::migrate(&mut client, false).await,
+            Ok(schema::SCHEMA_VERSION)
+        );
+        // Another database, so that the shared one keeps its version.
+        for sql in ["DROP DATABASE IF EXISTS newer", "CREATE DATABASE newer"] {
+            client.batch_execute(sql).await.expect("create a database");
+        }
+        let url = postgres().url().replace("/postgres?", "/newer?");
+        let (mut newer, connection) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
+        tokio::spawn(connection);
+        assert_eq!(schema::migrate(&mut newer, true).await, Ok(0));
+        let unlogged: bool = newer
+            .query_one(
+                "SELECT relpersistence = 'u' FROM pg_class WHERE relname = 'tollgate_counters'",
+                &[],
+            )
+            .await
+            .expect("persistence")
+            .get(0);
+        assert!(unlogged);
+        newer
+            .batch_execute("INSERT INTO tollgate_schema (version) VALUES (99)")
+            .await
+            .expect("pretend a newer Tollgate ran");
+        let refused = schema::migrate(&mut newer, true).await.unwrap_err();
+        assert!(refused.contains("version 99, newer"), "{refused}");
+    });
+}

@@ -1,0 +1,78 @@
+//! The versioned schema: migrations applied in order, once, under an advisory lock so
+//! that instances starting together do not race. The version lives in
+//! `tollgate_schema`; a database newer than this Tollgate is refused, never downgraded.
+
+use tokio_postgres::Client;
+
+use super::connect::describe;
+
+/// Each migration's SQL; version N is `MIGRATIONS[N - 1]`.
+const MIGRATIONS: [&str; 1] = [include_str!("schema_v1.sql")];
+
+/// The version this Tollgate writes and reads.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
+const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
+
+/// Brings the schema to [`SCHEMA_VERSION`], makes the counter table logged or unlogged as
+/// asked, and returns the version found before.
+pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, String> {
+    let db = |e: tokio_postgres::Error| format!("migrating the schema: {}", describe(&e));
+    let tx = client.transaction().await.map_err(db)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS tollgate_schema (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await
+    .map_err(db)?;
+    let found: i32 = tx
+        .query_one("SELECT coalesce(max(version), 0) FROM tollgate_schema", &[])
+        .await
+        .map_err(db)?
+        .get(0);
+    if found > SCHEMA_VERSION {
+        return Err(format!(
+            "the database's schema is version {found}, newer than this Tollgate's \
+             ({SCHEMA_VERSION}); run a Tollgate at least as new"
+        ));
+    }
+    for version in found + 1..=SCHEMA_VERSION {
+        let Some(sql) = usize::try_from(version - 1)
+            .ok()
+            .and_then(|i| MIGRATIONS.get(i))
+        else {
+            break;
+        };
+        tx.batch_execute(sql).await.map_err(db)?;
+        tx.execute(
+            "INSERT INTO tollgate_schema (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(db)?;
+        tracing::info!("postgres schema migrated to version {version}");
+    }
+    let is_unlogged: bool = tx
+        .query_one(
+            "SELECT relpersistence = 'u' FROM pg_class WHERE oid = 'tollgate_counters'::regclass",
+            &[],
+        )
+        .await
+        .map_err(db)?
+        .get(0);
+    if is_unlogged != unlogged {
+        // Rewrites the table under an exclusive lock: fine for counters, and only on change.
+        let to = if unlogged { "UNLOGGED" } else { "LOGGED" };
+        tx.batch_execute(&format!("ALTER TABLE tollgate_counters SET {to}"))
+            .await
+            .map_err(db)?;
+        tracing::info!("postgres counter table set {to}");
+    }
+    tx.commit().await.map_err(db)?;
+    Ok(found)
+}

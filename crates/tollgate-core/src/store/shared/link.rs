@@ -1,0 +1,204 @@
+//! The supervised connection to a shared store, kept alive by a task of its own, so that
+//! requests never wait for a connect and learn at once when the store is down. What a
+//! connection is and how it is made belong to the store ([`Connector`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use tokio::sync::Notify;
+
+/// How long one health probe may take.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+/// Probe period while the store answers; a request error wakes the supervisor sooner.
+const HEALTHY_PROBE: Duration = Duration::from_secs(1);
+/// Retry period while the store is down: recovery is noticed within this.
+pub(crate) const DOWN_RETRY: Duration = Duration::from_millis(100);
+
+/// How a store's connections are made and probed.
+pub(crate) trait Connector: Send + Sync + 'static {
+    /// A live connection (or pool of them), shared by concurrent requests.
+    type Conn: Send + Sync + 'static;
+
+    /// The store's name in logs.
+    const NAME: &'static str;
+
+    /// Longest one connect may take.
+    const CONNECT_TIMEOUT: Duration;
+
+    /// Connects; the error is what the operator reads.
+    fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
+
+    /// The store's clock in nanoseconds since the epoch: the health probe, which also
+    /// tells the local view the store's time before any request has run.
+    fn time_ns(&self, conn: &Self::Conn) -> impl Future<Output = Result<u64, String>> + Send;
+
+    /// Whether a store that stops answering is connected afresh (its address may have
+    /// moved, or its connections died with it), rather than left to recover on its own.
+    fn reconnect_when_down(&self) -> bool;
+}
+
+/// Told the store's time whenever a probe reads it.
+pub(crate) type TimeSink = Box<dyn Fn(u64) + Send + Sync>;
+
+/// Whether the store answers, and a way for requests to report trouble; the same for
+/// every store.
+pub(crate) struct Health {
+    /// The store's name in logs.
+    name: &'static str,
+    up: AtomicBool,
+    wake: Notify,
+    /// Notified whenever the link comes up.
+    connected: Notify,
+    reconnects: AtomicU64,
+    /// Why the link last went down or failed to connect, for the operator.
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Health {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            up: AtomicBool::new(false),
+            wake: Notify::new(),
+            connected: Notify::new(),
+            reconnects: AtomicU64::new(0),
+            last_error: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Why the store last failed, if it has.
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Waits until the store answers, at most `limit`; whether it does.
+    pub(crate) async fn wait_up(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let connected = self.connected.notified();
+            if self.is_up() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, connected).await.is_err() {
+                return self.is_up();
+            }
+        }
+    }
+
+    /// A request saw the store fail: stop sending until the supervisor reconnects.
+    pub(crate) fn report_down(&self, why: &dyn std::fmt::Display) {
+        self.set_up(false, Some(why.to_string()));
+        self.wake.notify_one();
+    }
+
+    /// A request was slow: have the supervisor probe now.
+    pub(crate) fn report_slow(&self) {
+        self.wake.notify_one();
+    }
+
+    fn set_up(&self, up: bool, why: Option<String>) {
+        let was = self.up.swap(up, Ordering::Relaxed);
+        if up && !was {
+            self.reconnects.fetch_add(1, Ordering::Relaxed);
+            self.connected.notify_waiters();
+            tracing::info!("{} connected", self.name);
+        }
+        let Some(why) = why else { return };
+        let mut last = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
+        // Each new reason once at warn level; the same failure repeating only at debug.
+        if was || last.as_deref() != Some(why.as_str()) {
+            tracing::warn!(
+                "{} unreachable: {why}; deciding per --on-store-error until it is back",
+                self.name
+            );
+        } else {
+            tracing::debug!("{} still unreachable: {why}", self.name);
+        }
+        *last = Some(why);
+    }
+}
+
+/// The current connection and the store's [`Health`].
+pub(crate) struct Link<C: Connector> {
+    pub(crate) health: Health,
+    current: ArcSwapOption<C::Conn>,
+}
+
+impl<C: Connector> Link<C> {
+    /// Starts the supervisor, which reports the store's time to `time`; the link is down
+    /// until it first connects.
+    pub(crate) fn start(connector: C, time: TimeSink) -> Arc<Self> {
+        let link = Arc::new(Self {
+            health: Health::new(C::NAME),
+            current: ArcSwapOption::empty(),
+        });
+        tokio::spawn(supervise(Arc::downgrade(&link), connector, time));
+        link
+    }
+
+    /// The connection to use, if the store is believed to answer.
+    pub(crate) fn conn(&self) -> Option<Arc<C::Conn>> {
+        if !self.health.is_up() {
+            return None;
+        }
+        self.current.load_full()
+    }
+}
+
+async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, time: TimeSink) {
+    loop {
+        let Some(strong) = link.upgrade() else { return };
+        let mut failure = None;
+        let stale = !strong.health.is_up() && connector.reconnect_when_down();
+        if strong.current.load().is_none() || stale {
+            match tokio::time::timeout(C::CONNECT_TIMEOUT, connector.connect()).await {
+                Ok(Ok(conn)) => strong.current.store(Some(Arc::new(conn))),
+                Ok(Err(e)) => failure = Some(format!("cannot connect: {e}")),
+                Err(_) => failure = Some(format!("no connection within {:?}", C::CONNECT_TIMEOUT)),
+            }
+        }
+        let healthy = match strong.current.load_full() {
+            Some(conn) => match tokio::time::timeout(PROBE_TIMEOUT, connector.time_ns(&conn)).await
+            {
+                Ok(Ok(now_ns)) => {
+                    time(now_ns);
+                    true
+                }
+                Ok(Err(e)) => {
+                    failure.get_or_insert(format!("clock probe failed: {e}"));
+                    false
+                }
+                Err(_) => {
+                    failure.get_or_insert(format!("no answer to a probe within {PROBE_TIMEOUT:?}"));
+                    false
+                }
+            },
+            None => false,
+        };
+        strong.health.set_up(healthy, failure);
+        if healthy {
+            // Holding `strong` here delays dropping the link by at most one probe period.
+            tokio::select! {
+                _ = strong.health.wake.notified() => {}
+                _ = tokio::time::sleep(HEALTHY_PROBE) => {}
+            }
+        } else {
+            drop(strong);
+            tokio::time::sleep(DOWN_RETRY).await;
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The check-and-count protocol both shared stores speak (`redis/check_and_count.lua`,
+//! `postgres/check_and_count.sql`): the same arguments in, the same positional reply out,
+//! so that the layout of a counter's state is defined once per store and nowhere else.
+
+use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow};
+use crate::limit::{Algorithm, Limit};
+
+/// The stores count time in microseconds.
+pub(crate) const NANOS_PER_MICRO: u64 = 1_000;
+
+/// The mode letter and hit count for `hits`: `c` consume, `p` charge (counted even past
+/// the limit), `k` check, `r` refund.
+pub(crate) fn mode(hits: Hits) -> (&'static str, u64) {
+    match hits {
+        Hits::Consume(n) => ("c", n),
+        Hits::Charge(n) => ("p", n),
+        Hits::Check => ("k", 0),
+        Hits::Refund(n) => ("r", n),
+    }
+}
+
+/// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `g` GCRA),
+/// window in microseconds, precision or burst, requests per window.
+pub(crate) fn limit_args(limit: &Limit) -> (&'static str, u64, u32, u32) {
+    let (kind, param) = match limit.algorithm {
+        Algorithm::SlidingWindow { precision } => ("s", precision),
+        Algorithm::FixedWindow => ("f", 1),
+        Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => ("g", burst),
+    };
+    (
+        kind,
+        limit.window_ns / NANOS_PER_MICRO,
+        param,
+        limit.requests_per_unit,
+    )
+}
+
+/// The store's answer: its decision, its clock, and the counter as it was before.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// The check ran: whether it admitted, when, and the state it read.
+    Ran {
+        admitted: bool,
+        now_ns: u64,
+        states: Vec<LimitState>,
+    },
+    /// The store ran the check at `now_ns`, after its deadline, when the request had been
+    /// answered without it; nothing was counted.
+    Late { now_ns: u64 },
+}
+
+/// Why a reply could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplyError {
+    #[error("reply holds {0} numbers, fewer than the state of the limits needs")]
+    Short(usize),
+    #[error("reply holds the negative number {0}")]
+    Negative(i64),
+}
+
+/// Decodes a raw reply for `limits`.
+pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError> {
+    let Some((&flag, rest)) = raw.split_first() else {
+        return Err(ReplyError::Short(0));
+    };
+    let mut numbers = rest.iter().map(|&n| u64::try_from(n).map_err(|_| n));
+    let mut next = || match numbers.next() {
+        Some(Ok(n)) => Ok(n),
+        Some(Err(n)) => Err(ReplyError::Negative(n)),
+        None => Err(ReplyError::Short(raw.len())),
+    };
+    let now_ns = next()?.saturating_mul(NANOS_PER_MICRO);
+    if flag == -1 {
+        return Ok(Reply::Late { now_ns });
+    }
+    let admitted = flag == 1;
+    let mut states = Vec::with_capacity(limits.len());
+    for limit in limits {
+        states.push(match limit.algorithm {
+            Algorithm::SlidingWindow { precision } => {
+                let newest = next()?;
+                let ring = (0..=precision).map(|_| next()).collect::<Result<_, _>>()?;
+                LimitState::Sliding(SlidingWindow::from_ring(newest, ring))
+            }
+            Algorithm::FixedWindow => {
+                let window = next()?;
+                LimitState::Fixed(FixedWindow::from_parts(window, next()?))
+            }
+            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                LimitState::Gcra(Gcra::from_tat(next()?.saturating_mul(NANOS_PER_MICRO)))
+            }
+        });
+    }
+    Ok(Reply::Ran {
+        admitted,
+        now_ns,
+        states,
+    })
+}

@@ -1,0 +1,237 @@
+//! The PostgreSQL store when the database fails: restarted under load, refusing the
+//! password, unreachable, or holding a lock past the statement timeout.
+
+use std::time::{Duration, SystemTime};
+
+use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::load::{Load, assert_all, await_exact_limiting, sent_between, timed_check};
+use tollgate_testkit::postgres::PostgresServer;
+use tollgate_testkit::tollgate::Serve;
+use tollgate_testkit::{free_port, loopback};
+
+use crate::support::{DOMAIN, PROBE_LIMIT, RECOVERY, RULES, blocking, connected};
+
+const STDERR_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_under_load_decides_locally_then_limits_exactly_again() {
+    let _timing = tollgate_testkit::serial::timing().await;
+    let mut postgres = PostgresServer::start();
+    let (a, b) = (
+        connected(&postgres, &[]).await,
+        connected(&postgres, &[]).await,
+    );
+    let mut clients = vec![a.client().await, b.client().await];
+    await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+        format!("before-{r}")
+    })
+    .await;
+    let values = (0..50).map(|i| format!("load-{i}")).collect();
+    let load = Load::start(&clients, DOMAIN, "busy", values, Duration::from_millis(5)).await;
+
+    blocking(|| postgres.stop());
+    let stopped = SystemTime::now();
+    load.await_answers_since(stopped, 100, Duration::from_secs(30))
+        .await;
+    a.await_store_health(503, RECOVERY).await;
+
+    let restarted = SystemTime::now();
+    blocking(|| postgres.restart());
+    let (took, rounds) =
+        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+            format!("after-{r}")
+        })
+        .await;
+    eprintln!("exact again {took:?} after PostgreSQL restarted, {rounds} rounds");
+    let answers = load.finish().await;
+    // The default --on-store-error local: every request answered, from the local view
+    // while the database was down (the `busy` limit is never reached).
+    let outage = sent_between(&answers, stopped, restarted);
+    assert!(
+        outage.len() >= 100,
+        "{} answers during the outage",
+        outage.len()
+    );
+    assert_all(answers.iter(), Ok(Code::Ok), "restart under load");
+    let reconnects = a.metric("tollgate_store_reconnects_total").await;
+    assert!(reconnects >= Some(2.0), "reconnects {reconnects:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_named_and_requests_get_the_chosen_failure() {
+    let postgres = PostgresServer::start();
+    let server = Serve::rules(RULES)
+        .postgres(&postgres.url_as("postgres", "wrong"))
+        .args(["--on-store-error", "error"])
+        .start_without_store();
+    let line = server
+        .stderr()
+        .wait_for(
+            |l| l.contains("password authentication failed"),
+            STDERR_TIMEOUT,
+        )
+        .expect("the reason in the log");
+    assert!(line.contains("postgres"), "{line}");
+    assert_eq!(server.store_health().await, 503);
+    let mut rls = server.client().await;
+    let answer = timed_check(&mut rls, DOMAIN, &[("user", "x")]).await;
+    assert_eq!(answer.result, Err(tonic::Code::Unavailable), "{answer:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_named_and_requests_get_the_chosen_failure() {
+    let url = format!(
+        "postgres://postgres:x@{}/postgres?sslmode=disable",
+        loopback(free_port())
+    );
+    let server = Serve::rules(RULES)
+        .postgres(&url)
+        .args(["--on-store-error", "deny"])
+        .start_without_store();
+    server
+        .stderr()
+        .wait_for(
+            |l| l.to_lowercase().contains("connection refused"),
+            STDERR_TIMEOUT,
+        )
+        .expect("the reason in the log");
+    let status = server.client().await.check(DOMAIN, &[("user", "x")]).await;
+    assert_eq!(code(&status), Code::OverLimit, "{status:?}");
+}
+
+#[test]
+fn settings_that_cannot_work_stop_startup() {
+    for (args, says) in [
+        (
+            vec!["--backend", "postgres"],
+            "BACKEND_TYPE=postgres needs POSTGRES_URL",
+        ),
+        (
+            vec!["--postgres-url", "postgres://h/x?sslmode=maybe"],
+            "sslmode=maybe",
+        ),
+        (
+            vec![
+                "--postgres-url",
+                "postgres://h/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            ],
+            "/nonexistent/ca.pem",
+        ),
+    ] {
+        let finished = Serve::rules(RULES)
+            .args(&args)
+            .try_start()
+            .map(|_| ())
+            .expect_err("startup must fail");
+        assert!(!finished.status.success());
+        assert!(
+            finished.stderr.contains(says),
+            "{args:?}: {}",
+            finished.stderr
+        );
+    }
+}
+
+/// A call waiting on a row lock past `--postgres-statement-timeout` is cancelled by the
+/// database: the request gets the failure mode's answer long before the store timeout,
+/// the store stays up, and nothing was counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_statement_timeout_cuts_a_call_blocked_on_a_lock() {
+    let postgres = PostgresServer::start();
+    let server = Serve::rules(RULES)
+        .postgres(&postgres.url())
+        .args([
+            "--postgres-statement-timeout",
+            "300ms",
+            "--store-timeout",
+            "60s",
+        ])
+        .args(["--on-store-error", "error"])
+        .start_connected()
+        .await;
+    let mut rls = server.client().await;
+    let status = rls.check(DOMAIN, &[("user", "locked")]).await;
+    assert_eq!(status.limit_remaining, 4, "{status:?}");
+
+    let key = blocking(|| postgres.psql("SELECT key FROM tollgate_counters"));
+    let holder = blocking(|| {
+        postgres.hold(&format!(
+            "BEGIN; SELECT 1 FROM tollgate_counters WHERE key = '{key}' FOR UPDATE;"
+        ))
+    });
+    let blocked = timed_check(&mut rls, DOMAIN, &[("user", "locked")]).await;
+    assert_eq!(blocked.result, Err(tonic::Code::Unavailable), "{blocked:?}");
+    assert_eq!(
+        server
+            .metric(r#"tollgate_store_errors_total{kind="timeout"}"#)
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        server.store_health().await,
+        200,
+        "a slow statement is not an outage"
+    );
+
+    drop(holder);
+    let status = rls.check(DOMAIN, &[("user", "locked")]).await;
+    assert_eq!(
+        status.limit_remaining, 3,
+        "the cancelled call counted nothing: {status:?}"
+    );
+}
+
+/// A primary and its standby, both in the URL with `target_session_attrs=read-write`:
+/// while the primary is down and the standby still read-only, requests are decided per
+/// `--on-store-error`; once the standby is promoted, Tollgate finds it and limits exactly
+/// across instances again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_takes_over() {
+    let _timing = tollgate_testkit::serial::timing().await;
+    let mut primary = PostgresServer::start();
+    // The schema exists before the backup, so that the standby has it.
+    let first = connected(&primary, &[]).await;
+    drop(first);
+    let standby = blocking(|| PostgresServer::standby_of(&primary));
+    let url = format!(
+        "postgres://postgres:{}@{},{}/postgres?sslmode=disable&target_session_attrs=read-write",
+        tollgate_testkit::postgres::PASSWORD,
+        primary.host_port(),
+        standby.host_port()
+    );
+    let start = || {
+        Serve::rules(RULES)
+            .postgres(&url)
+            .args(["--store-timeout", "1s"])
+            .start_connected()
+    };
+    let (a, b) = (start().await, start().await);
+    let mut clients = vec![a.client().await, b.client().await];
+    await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+        format!("primary-{r}")
+    })
+    .await;
+
+    blocking(|| primary.stop());
+    a.await_store_health(503, RECOVERY).await;
+    // The standby answers, read-only: not a store to count in.
+    let status = clients[0].check(DOMAIN, &[("user", "meanwhile")]).await;
+    assert_eq!(code(&status), Code::Ok, "decided locally: {status:?}");
+    assert_eq!(
+        a.store_health().await,
+        503,
+        "a read-only standby is not taken"
+    );
+
+    blocking(|| standby.promote());
+    let (took, rounds) =
+        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
+            format!("promoted-{r}")
+        })
+        .await;
+    eprintln!("exact again {took:?} after the promotion, {rounds} rounds");
+    let rows = blocking(|| {
+        standby.psql("SELECT count(*) FROM tollgate_counters WHERE key LIKE '%promoted-%'")
+    });
+    assert_ne!(rows, "0", "the counters are in the promoted standby");
+}

@@ -1,0 +1,8 @@
+//! Tollgate's PostgreSQL store against a real PostgreSQL server that each test starts on
+//! a free port: limiting, sharing between instances, local denials, accuracy under
+//! overload, the schema, settings and `tollgate migrate` (`store`); restart under load,
+//! bad credentials, an unreachable server and the statement timeout (`faults`).
+
+mod faults;
+mod store;
+mod support;
