@@ -1,10 +1,15 @@
 //! Redis over TLS: a redis-server with a certificate from a test CA made with the
 //! `openssl` command, trusted by Tollgate through `SSL_CERT_FILE` (rustls' native roots)
 //! or `REDIS_TLS_CACERT`; client certificates for `tls-auth-clients yes`; hostname checks
-//! skipped while the chain is still checked; the settings' startup errors.
+//! skipped while the chain is still checked; a Cluster and a sentinel set over TLS; the
+//! settings' startup errors.
 
 use tollgate_testkit::grpc::{Code, code, request};
+use tollgate_testkit::keys::{Shape, counter_key};
+use tollgate_testkit::load::timed_check;
 use tollgate_testkit::pki::{Issued, Pki};
+use tollgate_testkit::redis::cluster::RedisCluster;
+use tollgate_testkit::redis::sentinel::SentinelSet;
 use tollgate_testkit::redis::tls::TlsRedis;
 use tollgate_testkit::tollgate::Serve;
 
@@ -76,7 +81,11 @@ fn serve_trusting(url: &str, ca: &std::path::Path, client: Option<&Issued>) -> S
 }
 
 async fn assert_limits(server: &tollgate_testkit::tollgate::Server, user: &str) {
-    let mut rls = server.client().await;
+    assert_limits_with(&mut server.client().await, user).await;
+}
+
+/// Two requests of `user` admitted and the third denied.
+async fn assert_limits_with(rls: &mut tollgate_testkit::grpc::Rls, user: &str) {
     let codes = [
         code(&rls.check("tls", &[("user", user)]).await),
         code(&rls.check("tls", &[("user", user)]).await),
@@ -168,4 +177,86 @@ fn redis_tls_settings_that_cannot_apply_stop_startup() {
             refused.stderr
         );
     }
+}
+
+/// A Redis Cluster over TLS that authenticates clients: Tollgate reaches every master on
+/// its TLS port (Redis names those ports to TLS clients), presenting its certificate;
+/// without one, there is no store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_takes_the_ca_and_the_client_certificate() {
+    let pki = Pki::new();
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start_tls(&pki, true));
+    let client = pki.issue("tollgate", "DNS:tollgate");
+    let url = cluster.tls_url();
+    let cluster_tls = |serve: Serve| serve.args(["--redis-type", "cluster", "--redis-tls"]);
+
+    let server = cluster_tls(serve_trusting(&url, &pki.ca(), Some(&client)))
+        .start_connected()
+        .await;
+    // Counters on every master: users until each node holds one.
+    let mut rls = server.client().await;
+    let mut nodes_used = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let user = format!("user-{i}");
+        let hour = Shape::sliding(std::time::Duration::from_secs(3_600));
+        let key = counter_key("", "tls", &[("user", &user)], &[hour]);
+        assert_limits_with(&mut rls, &user).await;
+        assert!(cluster.exists(&key), "{key} in the cluster");
+        nodes_used.insert(cluster.node_of(&key));
+        if nodes_used.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(nodes_used.len(), 3, "counters on every master");
+
+    let without = cluster_tls(serve_trusting(&url, &pki.ca(), None)).start_without_store();
+    assert_eq!(
+        without.store_health().await,
+        503,
+        "no certificate, no cluster"
+    );
+}
+
+/// A sentinel set over TLS that authenticates clients: Tollgate asks the sentinel over
+/// TLS, reaches the master it names (its TLS port) over TLS with the same CA and client
+/// certificate, and follows a failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_set_over_tls_takes_the_ca_and_the_client_certificate() {
+    let pki = Pki::new();
+    let mut set = tokio::task::block_in_place(|| SentinelSet::start_tls(&pki, true));
+    let client = pki.issue("tollgate", "DNS:tollgate");
+    let url = set.tls_url();
+    let sentinel_tls = |serve: Serve| serve.args(["--redis-type", "sentinel", "--redis-tls"]);
+
+    let server = sentinel_tls(serve_trusting(&url, &pki.ca(), Some(&client)))
+        .start_connected()
+        .await;
+    assert_limits(&server, "before").await;
+    let hour = Shape::sliding(std::time::Duration::from_secs(3_600));
+    let key = counter_key("", "tls", &[("user", "before")], &[hour]);
+    assert!(set.master.exists(&key), "{key} on the master");
+
+    tokio::task::block_in_place(|| set.kill_master_and_await_failover());
+    let mut rls = server.client().await;
+    tollgate_testkit::wait::until_async(
+        "limiting on the promoted replica",
+        std::time::Duration::from_secs(60),
+        async || {
+            // Unavailable while the store reconnects (`--on-store-error error`).
+            let answer = timed_check(&mut rls, "tls", &[("user", "after")]).await;
+            let key = counter_key("", "tls", &[("user", "after")], &[hour]);
+            match answer.result == Ok(Code::Ok) && set.replica.exists(&key) {
+                true => Ok(()),
+                false => Err(format!("{answer:?}, not counted on the new master yet")),
+            }
+        },
+    )
+    .await;
+
+    let without = sentinel_tls(serve_trusting(&url, &pki.ca(), None)).start_without_store();
+    assert_eq!(
+        without.store_health().await,
+        503,
+        "no certificate, no sentinel"
+    );
 }

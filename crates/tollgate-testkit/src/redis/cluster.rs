@@ -5,7 +5,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::{RedisServer, TOPOLOGY_TIMEOUT, info_value};
-use crate::{process, wait};
+use crate::pki::Pki;
+use crate::{free_port, loopback, process, wait};
 
 /// The number of masters.
 const MASTERS: usize = 3;
@@ -19,6 +20,20 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> Self {
+        Self::start_with(Vec::new)
+    }
+
+    /// A cluster that also speaks TLS, with a certificate for 127.0.0.1 that `pki`
+    /// issues, on a second port of each node, and over TLS between its nodes; with
+    /// `auth_clients`, TLS clients must present a certificate of `pki`. Redis tells TLS
+    /// clients the nodes' TLS ports; the plaintext ports stay for the test's own checks.
+    pub fn start_tls(pki: &Pki, auth_clients: bool) -> Self {
+        let server = pki.issue("redis-cluster", "IP:127.0.0.1");
+        Self::start_with(|| super::tls::args(pki, &server, free_port(), auth_clients))
+    }
+
+    /// A cluster whose nodes each take `extra()` arguments too.
+    fn start_with(extra: impl Fn() -> Vec<String>) -> Self {
         let nodes = (0..MASTERS)
             .map(|i| {
                 let mut node = RedisServer::unstarted_with(&format!("cluster node {i}"), &[]);
@@ -31,6 +46,7 @@ impl RedisCluster {
                     "--cluster-node-timeout".into(),
                     "2000".into(),
                 ];
+                node.extra.extend(extra());
                 node.launch();
                 node
             })
@@ -58,6 +74,17 @@ impl RedisCluster {
     /// `127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
     pub fn url(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(RedisServer::host_port).collect();
+        nodes.join(",")
+    }
+
+    /// The TLS ports as [`RedisCluster::url`] lists the plaintext ones (empty unless
+    /// started with [`RedisCluster::start_tls`]).
+    pub fn tls_url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|node| Some(loopback(node.tls_port()?).to_string()))
+            .collect();
         nodes.join(",")
     }
 

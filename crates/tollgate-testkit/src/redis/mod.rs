@@ -97,6 +97,18 @@ impl RedisServer {
         self.port
     }
 
+    /// The TLS port, for a server started with one (`--tls-port`).
+    pub fn tls_port(&self) -> Option<u16> {
+        let at = self.extra.iter().position(|a| a == "--tls-port")?;
+        self.extra.get(at + 1)?.parse().ok()
+    }
+
+    /// The port the server names to others: its TLS port if it has one (where it
+    /// replicates and is monitored), else its port.
+    pub fn announced_port(&self) -> u16 {
+        self.tls_port().unwrap_or(self.port)
+    }
+
     /// The redis-server's process id while it runs (benchmarks read its CPU time).
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(Process::pid)

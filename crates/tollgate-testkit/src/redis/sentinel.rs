@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::{RedisServer, Role, TOPOLOGY_TIMEOUT};
-use crate::wait;
+use crate::pki::Pki;
+use crate::{free_port, loopback, wait};
 
 /// The name the sentinel monitors the master under.
 pub const MASTER_NAME: &str = "mymaster";
@@ -15,6 +16,8 @@ pub struct SentinelSet {
     pub master: RedisServer,
     pub replica: RedisServer,
     pub sentinel: RedisServer,
+    /// The sentinel's TLS port, for a set started with [`SentinelSet::start_tls`].
+    sentinel_tls_port: Option<u16>,
 }
 
 impl SentinelSet {
@@ -25,11 +28,47 @@ impl SentinelSet {
     /// A set whose data nodes take `extra` arguments too (e.g. persistence, so that a
     /// master killed and restarted keeps its data).
     pub fn start_with(extra: &[&str]) -> Self {
-        let master = RedisServer::start_with("master", extra);
-        let master_port = master.port.to_string();
-        let mut replica_args = vec!["--replicaof", "127.0.0.1", &master_port];
-        replica_args.extend_from_slice(extra);
-        let replica = RedisServer::start_with("replica", &replica_args);
+        Self::build(extra, None)
+    }
+
+    /// A set that also speaks TLS, with a certificate for 127.0.0.1 that `pki` issues:
+    /// each node and the sentinel on a second port, replication and monitoring over TLS
+    /// (so the sentinel names the master's TLS port); with `auth_clients`, TLS clients
+    /// must present a certificate of `pki`. The plaintext ports stay for the test's own
+    /// checks.
+    pub fn start_tls(pki: &Pki, auth_clients: bool) -> Self {
+        Self::build(&[], Some((pki, auth_clients)))
+    }
+
+    fn build(extra: &[&str], tls: Option<(&Pki, bool)>) -> Self {
+        let issued = tls.map(|(pki, _)| pki.issue("redis-sentinel-set", "IP:127.0.0.1"));
+        let tls_settings = || match (tls, &issued) {
+            (Some((pki, auth)), Some(issued)) => {
+                super::tls::settings(pki, issued, free_port(), auth)
+            }
+            _ => Vec::new(),
+        };
+        let args = |first: &[String]| {
+            let mut args: Vec<String> = first.to_vec();
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            args.extend(
+                tls_settings()
+                    .into_iter()
+                    .flat_map(|(name, value)| [format!("--{name}"), value]),
+            );
+            args
+        };
+        fn as_strs(args: &[String]) -> Vec<&str> {
+            args.iter().map(String::as_str).collect()
+        }
+        let master = RedisServer::start_with("master", &as_strs(&args(&[])));
+        let master_port = master.announced_port().to_string();
+        let replica_of = [
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            master_port.clone(),
+        ];
+        let replica = RedisServer::start_with("replica", &as_strs(&args(&replica_of)));
         wait::until(
             "the replica in sync with the master",
             TOPOLOGY_TIMEOUT,
@@ -41,8 +80,17 @@ impl SentinelSet {
 
         let mut sentinel = RedisServer::unstarted_with("sentinel", &[]);
         sentinel.role = Role::Sentinel;
+        let sentinel_tls = tls_settings();
+        let sentinel_tls_port = sentinel_tls
+            .iter()
+            .find(|(name, _)| name == "tls-port")
+            .and_then(|(_, port)| port.parse().ok());
+        let tls_lines: String = sentinel_tls
+            .iter()
+            .map(|(name, value)| format!("{name} {value}\n"))
+            .collect();
         let conf = format!(
-            "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+            "port {port}\nbind 127.0.0.1\ndir {dir}\n{tls_lines}\
              sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 1\n\
              sentinel down-after-milliseconds {MASTER_NAME} 500\n\
              sentinel failover-timeout {MASTER_NAME} 3000\n",
@@ -57,13 +105,14 @@ impl SentinelSet {
             master,
             replica,
             sentinel,
+            sentinel_tls_port,
         };
         wait::until(
             "the sentinel sees the master and its replica in sync",
             TOPOLOGY_TIMEOUT,
             || {
-                if set.master_port_by_sentinel() == Some(set.master.port)
-                    && set.sentinel_sees_replica_ok(set.replica.port)
+                if set.master_port_by_sentinel() == Some(set.master.announced_port())
+                    && set.sentinel_sees_replica_ok(set.replica.announced_port())
                 {
                     Ok(())
                 } else {
@@ -72,6 +121,13 @@ impl SentinelSet {
             },
         );
         set
+    }
+
+    /// `mymaster,127.0.0.1:SENTINEL_TLS_PORT`, for a set started with
+    /// [`SentinelSet::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let port = self.sentinel_tls_port.expect("a set started with TLS");
+        format!("{MASTER_NAME},{}", loopback(port))
     }
 
     /// `mymaster,127.0.0.1:SENTINEL_PORT`.
@@ -134,9 +190,9 @@ impl SentinelSet {
     /// names neither (during a failover).
     pub fn by_role(&mut self) -> Option<(&mut RedisServer, &mut RedisServer)> {
         let port = self.master_port_by_sentinel()?;
-        if port == self.master.port {
+        if port == self.master.announced_port() {
             Some((&mut self.master, &mut self.replica))
-        } else if port == self.replica.port {
+        } else if port == self.replica.announced_port() {
             Some((&mut self.replica, &mut self.master))
         } else {
             None
@@ -151,7 +207,7 @@ impl SentinelSet {
             let Some(port) = self.master_port_by_sentinel() else {
                 return Err(self.describe());
             };
-            let (master, replica) = if port == self.master.port {
+            let (master, replica) = if port == self.master.announced_port() {
                 (&self.master, &self.replica)
             } else {
                 (&self.replica, &self.master)
@@ -182,7 +238,7 @@ impl SentinelSet {
     pub fn kill_master_and_await_failover(&mut self) -> Duration {
         let start = Instant::now();
         self.master.stop();
-        let replica_port = self.replica.port;
+        let replica_port = self.replica.announced_port();
         wait::until(
             "the sentinel's failover to the replica",
             TOPOLOGY_TIMEOUT,

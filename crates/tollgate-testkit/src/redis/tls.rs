@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::process::Command;
 
 use super::{START_TIMEOUT, server_binary};
-use crate::pki::Pki;
+use crate::pki::{Issued, Pki};
 use crate::process::Process;
 use crate::{free_port, loopback, wait};
 
@@ -72,4 +72,39 @@ impl TlsRedis {
     pub fn host_port(&self) -> String {
         loopback(self.port).to_string()
     }
+}
+
+/// redis-server's TLS settings, as `(name, value)` pairs: a second, TLS port serving
+/// `server`'s certificate, the CA of `pki`, TLS between nodes (`tls-cluster`,
+/// `tls-replication`), and with `auth_clients` client certificates required.
+pub(crate) fn settings(
+    pki: &Pki,
+    server: &Issued,
+    port: u16,
+    auth_clients: bool,
+) -> Vec<(String, String)> {
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    [
+        ("tls-port", port.to_string()),
+        ("tls-cert-file", path(&server.cert)),
+        ("tls-key-file", path(&server.key)),
+        ("tls-ca-cert-file", path(&pki.ca())),
+        ("tls-cluster", "yes".into()),
+        ("tls-replication", "yes".into()),
+        (
+            "tls-auth-clients",
+            if auth_clients { "yes" } else { "no" }.into(),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect()
+}
+
+/// [`settings`] as command-line arguments.
+pub(crate) fn args(pki: &Pki, server: &Issued, port: u16, auth_clients: bool) -> Vec<String> {
+    settings(pki, server, port, auth_clients)
+        .into_iter()
+        .flat_map(|(name, value)| [format!("--{name}"), value])
+        .collect()
 }
