@@ -265,6 +265,7 @@ fn rlqs_config(args: &ServeArgs) -> RlqsConfig {
             NoRuleAction::Allow => Strategy::AllowAll,
             NoRuleAction::Deny => Strategy::DenyAll,
         },
+        shadow: args.answers.shadow_mode,
     }
 }
 

@@ -53,6 +53,8 @@ pub(crate) struct RlqsConfig {
     pub(crate) idle: Duration,
     /// What a bucket that matches no rule gets.
     pub(crate) no_rule: Strategy,
+    /// The global shadow mode: every bucket allowed, usage still counted.
+    pub(crate) shadow: bool,
 }
 
 /// The service: the rate-limit service's rules and store, the subscription table, and the
@@ -135,8 +137,8 @@ impl Rlqs {
         usage: &Usage,
     ) -> Result<Budget, tollgate_core::StoreError> {
         let (rule, counter) = match plan {
-            Plan::NoRule => return Ok(Budget::Fixed(self.config.no_rule)),
-            Plan::Fixed(strategy) => return Ok(Budget::Fixed(*strategy)),
+            Plan::NoRule => return Ok(self.shadowed(Budget::Fixed(self.config.no_rule))),
+            Plan::Fixed(strategy) => return Ok(self.shadowed(Budget::Fixed(*strategy))),
             Plan::Counted { rule, key, limits } => (rule, Counter { key, limits }),
         };
         let store = self.rls.limiter.store();
@@ -153,10 +155,19 @@ impl Rlqs {
         if rule.shadow_mode() {
             return Ok(Budget::Fixed(Strategy::AllowAll));
         }
-        Ok(Budget::Counted {
+        Ok(self.shadowed(Budget::Counted {
             remaining: settled.remaining,
             window_ns: settled.window_ns,
-        })
+        }))
+    }
+
+    /// `budget`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
+    /// still counted and reported in the metrics, nothing is ever denied.
+    fn shadowed(&self, budget: Budget) -> Budget {
+        match self.config.shadow {
+            true => Budget::Fixed(Strategy::AllowAll),
+            false => budget,
+        }
     }
 
     /// Reserves the token buckets among `sends` in their counters.

@@ -35,7 +35,10 @@ pub(crate) fn plan<'r>(rules: &'r Rules, bucket: &BucketKey) -> Plan<'r> {
     };
     match rule.policy() {
         Policy::Unlimited { .. } => Plan::Fixed(Strategy::AllowAll),
-        Policy::Limited { limits, .. } if limits.iter().any(|l| l.requests_per_unit() == 0) => {
+        // A shadow-mode rule never denies: it is counted like any other.
+        Policy::Limited { limits, .. }
+            if !rule.shadow_mode() && limits.iter().any(|l| l.requests_per_unit() == 0) =>
+        {
             Plan::Fixed(Strategy::DenyAll)
         }
         Policy::Limited { limits, .. } => Plan::Counted {

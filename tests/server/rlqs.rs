@@ -1,5 +1,6 @@
 //! The Rate Limit Quota Service over a real stream: subscription on the first report, the
-//! assignment and its TTL, the counter shared with ShouldRateLimit, blanket rules, two
+//! assignment and its TTL, the counter shared with ShouldRateLimit, blanket rules, shadow
+//! mode, two
 //! streams dividing one limit, idle buckets abandoned, rule reloads pushed, and malformed
 //! reports refused with a reason.
 
@@ -225,6 +226,36 @@ async fn zero_limits_deny_all_and_unlimited_or_unmatched_buckets_allow_all() {
     let mut stream = QuotaStream::open(&strict).await;
     stream.report("quota", &[("nothing", "x")], 1, 0).await;
     assert_eq!(stream.strategy().await, blanket(BlanketRule::DenyAll));
+}
+
+/// Shadow mode, global (`SHADOW_MODE`) or a rule's (`shadow_mode: true`), never denies
+/// through RLQS either: every bucket is allowed, and its usage is still counted.
+#[tokio::test]
+async fn shadow_mode_allows_every_bucket_and_still_counts() {
+    let server = Serve::rules(RULES).env("SHADOW_MODE", "true").start();
+    let mut stream = QuotaStream::open(&server).await;
+    for bucket in [("blocked", "x"), ("user", "ann"), ("nothing", "x")] {
+        stream.report("quota", &[bucket], 15, 0).await;
+        assert_eq!(
+            stream.strategy().await,
+            blanket(BlanketRule::AllowAll),
+            "bucket {bucket:?}"
+        );
+    }
+    let series = r#"tollgate_rlqs_usage_allowed_total{domain="quota",key1="user",key2=""}"#;
+    assert_eq!(server.metric(series).await, Some(15.0));
+
+    let shadowed_rule = RULES.replace(
+        "rate_limit: {unit: hour, requests_per_unit: 0}",
+        "shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 0}",
+    );
+    let server = Serve::rules(&shadowed_rule).start();
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("blocked", "x")], 1, 0).await;
+    assert_eq!(stream.strategy().await, blanket(BlanketRule::AllowAll));
+    // Other rules keep their limits.
+    stream.report("quota", &[("user", "ann")], 1, 0).await;
+    assert!(matches!(stream.strategy().await, Strategy::TokenBucket(_)));
 }
 
 #[tokio::test]
