@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_testkit::grpc::Rls;
-use tollgate_testkit::load::{Answer, closed_loop, percentile};
+use tollgate_testkit::load::{Answer, closed_loop, open_loop, percentile};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::Process;
 use tollgate_testkit::redis::RedisServer;
@@ -63,6 +63,11 @@ struct Args {
     /// Number of HTTP/2 connections.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     connections: u64,
+    /// Open loop: send this many requests per second in all, whatever the answers take,
+    /// and count latency from when each was due (e.g. half of the memory store's
+    /// closed-loop maximum, for the p99 at half load); without it, closed loop.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rate: Option<u32>,
     /// Number of concurrent request loops, spread over the connections.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     concurrency: u64,
@@ -438,14 +443,30 @@ async fn measure(
         over_limit_fraction: args.over_limit_fraction,
         concurrency: args.concurrency,
     };
-    let callers = (0..args.concurrency)
-        .map(|i| {
-            let channel = channels[(i % args.connections) as usize].clone();
-            let mut keys = KeyPicker::new(i, work);
-            (Rls::new(channel), move || keys.next_request())
-        })
-        .collect();
-    let load = tokio::spawn(closed_loop(callers, measure_start, end));
+    let load = match args.rate {
+        Some(rate) => {
+            let clients = channels.iter().cloned().map(Rls::new).collect();
+            let mut keys = KeyPicker::new(
+                0,
+                Workload {
+                    concurrency: 1,
+                    ..work
+                },
+            );
+            let next = move || keys.next_request();
+            tokio::spawn(open_loop(clients, next, rate, measure_start, end))
+        }
+        None => {
+            let callers = (0..args.concurrency)
+                .map(|i| {
+                    let channel = channels[(i % args.connections) as usize].clone();
+                    let mut keys = KeyPicker::new(i, work);
+                    (Rls::new(channel), move || keys.next_request())
+                })
+                .collect();
+            tokio::spawn(closed_loop(callers, measure_start, end))
+        }
+    };
 
     tokio::time::sleep_until(measure_start).await;
     let cpu_before = cpu_ticks(server.pid())?;
@@ -668,7 +689,7 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
             continue;
         }
         println!(
-            "{name}/noop throughput {}  cpu per request {}",
+            "{name}/noop throughput {}  cpu per request {}  p99 {}",
             spread(
                 pairs
                     .iter()
@@ -680,6 +701,13 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
                 pairs
                     .iter()
                     .map(|(n, t)| t.cpu_us_per_req / n.cpu_us_per_req.max(f64::MIN_POSITIVE))
+                    .collect(),
+                2
+            ),
+            spread(
+                pairs
+                    .iter()
+                    .map(|(n, t)| f64::from(t.p99_us) / f64::from(n.p99_us.max(1)))
                     .collect(),
                 2
             ),

@@ -248,6 +248,55 @@ where
     tasks.join_all().await.into_iter().flatten().collect()
 }
 
+/// Open-loop load, as a latency benchmark needs: requests at a fixed `rate` per second
+/// from `next`, round-robin over `clients`, whatever the answers take, so that a slow
+/// server shows as queueing instead of as a slower client. Each answer's `took` counts
+/// from when its request was due, not from when it could be sent. Only requests due at
+/// or after `measure_from` and answered by `end` are returned.
+pub async fn open_loop<F>(
+    clients: Vec<Rls>,
+    mut next: F,
+    rate: u32,
+    measure_from: tokio::time::Instant,
+    end: tokio::time::Instant,
+) -> Vec<Answer>
+where
+    F: FnMut() -> RateLimitRequest,
+{
+    let period = Duration::from_secs(1) / rate.max(1);
+    let mut ticker = tokio::time::interval(period);
+    // Late ticks fire at once: the schedule, not the server, sets the pace.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = JoinSet::new();
+    let mut answers = Vec::new();
+    let mut i = 0;
+    loop {
+        let due = ticker.tick().await;
+        if due >= end {
+            break;
+        }
+        let mut rls = clients[i % clients.len()].clone();
+        i += 1;
+        let req = next();
+        tasks.spawn(async move {
+            let lag = tokio::time::Instant::now().saturating_duration_since(due);
+            let answer = tokio::time::timeout_at(end, timed(&mut rls, req))
+                .await
+                .ok()?;
+            let answer = Answer {
+                took: answer.took + lag,
+                ..answer
+            };
+            (due >= measure_from).then_some(answer)
+        });
+        while let Some(done) = tasks.try_join_next() {
+            answers.extend(done.ok().flatten());
+        }
+    }
+    answers.extend(tasks.join_all().await.into_iter().flatten());
+    answers
+}
+
 /// Answers sent in `[from, to)`.
 pub fn sent_between(answers: &[Answer], from: SystemTime, to: SystemTime) -> Vec<&Answer> {
     answers
