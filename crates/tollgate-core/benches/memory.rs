@@ -1,7 +1,8 @@
 //! Memory per counter: RSS of the process before and after filling a memory store with
-//! distinct sliding-window counters (precision 10, as by default).
+//! distinct sliding-window counters (precision 10 by default).
 //!
-//! Run: `cargo bench -p tollgate-core --bench memory -- [COUNTERS]` (default 1,000,000).
+//! Run: `cargo bench -p tollgate-core --bench memory -- [COUNTERS [PRECISION]]` (default
+//! 1,000,000 and 10).
 
 use std::sync::Arc;
 
@@ -21,13 +22,21 @@ fn rss_bytes() -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let counters: usize = match std::env::args().nth(1).filter(|a| a != "--bench") {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let counters: usize = match args.next() {
         Some(n) => n.parse()?,
         None => 1_000_000,
     };
+    let precision: u32 = match args.next() {
+        Some(n) => n.parse()?,
+        None => 10,
+    };
     let rules = Rules::from_yaml(
         "memory.yaml",
-        "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+        &format!(
+            "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {{unit: minute, \
+             requests_per_unit: 100, algorithm: sliding_window, precision: {precision}}}\n"
+        ),
     )?;
     let clock = ManualClock::new(1_700_000_000_000_000_000);
     // Room to spare, so that no shard evicts: every counter is measured.
