@@ -53,10 +53,13 @@ fn server_command(program: &str) -> Command {
     let binary = bin_dir().join(program);
     if running_as_root() {
         let mut cmd = Command::new("setpriv");
+        // Changing user clears the parent-death signal the testkit sets; setpriv sets it
+        // again after the change, so the server still dies with the test process.
         cmd.args([
             "--reuid=postgres",
             "--regid=postgres",
             "--init-groups",
+            "--pdeathsig=SIGKILL",
             "--",
         ])
         .arg(binary);
