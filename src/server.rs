@@ -10,9 +10,9 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
-use tollgate_core::store::SharedStore;
 use tollgate_core::store::postgres::{PgConfig, PgTarget};
 use tollgate_core::store::redis::{RedisConfig, RedisTarget, RedisTls};
+use tollgate_core::store::{SharedBehaviour, SharedStore};
 use tollgate_core::{Clock, Limiter, MemoryStore, Options, Rules, Store, SystemClock};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -286,6 +286,11 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let capacity = args.capacity();
     let settings = &args.store;
+    let shared = SharedBehaviour {
+        timeout: settings.store_timeout,
+        on_error: settings.on_store_error,
+        local_capacity: capacity,
+    };
     match settings.backend() {
         Backend::Memory => {
             let memory = MemoryStore::new(capacity, clock);
@@ -308,9 +313,7 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
                 target,
                 tls,
                 key_prefix: settings.cache_key_prefix.clone(),
-                timeout: settings.store_timeout,
-                on_error: settings.on_store_error,
-                local_capacity: capacity,
+                behaviour: shared,
             };
             Ok(Store::Shared(SharedStore::redis(
                 config,
@@ -331,9 +334,7 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
                 unlogged: postgres.postgres_unlogged,
                 sweep_interval: postgres.postgres_sweep_interval,
                 key_prefix: settings.cache_key_prefix.clone(),
-                timeout: settings.store_timeout,
-                on_error: settings.on_store_error,
-                local_capacity: capacity,
+                behaviour: shared,
             };
             let store =
                 SharedStore::postgres(config, clock, SWEEP_PERIOD).map_err(anyhow::Error::msg)?;

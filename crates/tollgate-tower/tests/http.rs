@@ -8,8 +8,8 @@ use std::time::Duration;
 use axum::Router;
 use tollgate_testkit::http::{self, Method};
 use tollgate_testkit::redis::RedisServer;
-use tollgate_tower::core::store::SharedStore;
 use tollgate_tower::core::store::redis::{RedisConfig, RedisKind, RedisTarget, RedisTls};
+use tollgate_tower::core::store::{SharedBehaviour, SharedStore};
 use tollgate_tower::core::{Capacity, Limiter, OnStoreError, Rules, Store, SystemClock};
 use tollgate_tower::{RateLimitLayer, extract};
 
@@ -133,9 +133,11 @@ async fn replica(redis: &RedisServer) -> SocketAddr {
             .expect("a Redis URL"),
         tls: RedisTls::default(),
         key_prefix: "tower:".into(),
-        timeout: Duration::from_secs(1),
-        on_error: OnStoreError::Error,
-        local_capacity: Capacity::default(),
+        behaviour: SharedBehaviour {
+            timeout: Duration::from_secs(1),
+            on_error: OnStoreError::Error,
+            local_capacity: Capacity::default(),
+        },
     };
     let store = SharedStore::redis(config, Arc::new(SystemClock), Duration::from_secs(1));
     assert!(

@@ -15,7 +15,7 @@ mod table;
 
 pub use memory::{Capacity, MemoryStore};
 #[cfg(any(feature = "redis", feature = "postgres"))]
-pub use shared::SharedStore;
+pub use shared::{SharedBehaviour, SharedStore};
 
 use std::sync::Arc;
 

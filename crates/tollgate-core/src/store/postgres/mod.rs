@@ -20,11 +20,9 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 
 use self::connect::{PgConnector, describe};
-use super::OnStoreError;
-use super::memory::Capacity;
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
-use super::shared::{Backend, Behaviour, SharedStore, TripError};
+use super::shared::{Backend, SharedBehaviour, SharedStore, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -44,12 +42,8 @@ pub struct PgConfig {
     pub sweep_interval: Duration,
     /// Prefix of every key.
     pub key_prefix: String,
-    /// Longest a request waits for PostgreSQL.
-    pub timeout: Duration,
-    /// What a request gets when PostgreSQL cannot answer in time.
-    pub on_error: OnStoreError,
-    /// What the local view may hold.
-    pub local_capacity: Capacity,
+    /// Timeout, failure mode and local view.
+    pub behaviour: SharedBehaviour,
 }
 
 /// Expired counters deleted per statement, so that no sweep holds many row locks.
@@ -65,11 +59,7 @@ impl SharedStore {
         sweep_period: Duration,
     ) -> Result<Arc<Self>, String> {
         let tls = config.target.tls_connector()?;
-        let behaviour = Behaviour {
-            timeout: config.timeout,
-            on_error: config.on_error,
-            local_capacity: config.local_capacity,
-        };
+        let behaviour = config.behaviour;
         let sweep_interval = config.sweep_interval;
         let backend = |time| {
             let connector = PgConnector {

@@ -12,10 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::connect::{Conn, RedisConnector};
-use super::OnStoreError;
-use super::memory::Capacity;
 use super::shared::link::{Health, Link};
-use super::shared::{Backend, Behaviour, SharedStore, TripError};
+use super::shared::{Backend, SharedBehaviour, SharedStore, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -29,23 +27,15 @@ pub struct RedisConfig {
     pub tls: RedisTls,
     /// Prefix of every key.
     pub key_prefix: String,
-    /// Longest a request waits for Redis.
-    pub timeout: Duration,
-    /// What a request gets when Redis cannot answer in time.
-    pub on_error: OnStoreError,
-    /// What the local view may hold.
-    pub local_capacity: Capacity,
+    /// Timeout, failure mode and local view.
+    pub behaviour: SharedBehaviour,
 }
 
 impl SharedStore {
     /// A store in Redis, connecting in the background (on the current tokio runtime);
     /// requests are decided per `on_error` until Redis answers.
     pub fn redis(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
-        let behaviour = Behaviour {
-            timeout: config.timeout,
-            on_error: config.on_error,
-            local_capacity: config.local_capacity,
-        };
+        let behaviour = config.behaviour;
         let backend = |time| {
             let connector = RedisConnector {
                 target: config.target,

@@ -88,15 +88,15 @@ impl Backend {
     }
 }
 
-/// How any shared store behaves towards requests.
+/// How a shared store (Redis or PostgreSQL) behaves towards requests.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Behaviour {
+pub struct SharedBehaviour {
     /// Longest a request waits for the store.
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// What a request gets when the store cannot answer in time.
-    pub(crate) on_error: OnStoreError,
+    pub on_error: OnStoreError,
     /// What the local view may hold.
-    pub(crate) local_capacity: Capacity,
+    pub local_capacity: Capacity,
 }
 
 /// Counts behind [`SharedStats`].
@@ -147,7 +147,7 @@ const REFRESH_QUEUE: usize = 4_096;
 pub struct SharedStore {
     backend: Backend,
     local: LocalView,
-    behaviour: Behaviour,
+    behaviour: SharedBehaviour,
     refresh_tx: tokio::sync::mpsc::Sender<Refresh>,
     counts: Counts,
 }
@@ -165,7 +165,7 @@ impl SharedStore {
     /// the current tokio runtime; requests are decided per `on_error` until it answers.
     pub(crate) fn start(
         backend: impl FnOnce(TimeSink) -> Backend,
-        behaviour: Behaviour,
+        behaviour: SharedBehaviour,
         clock: Arc<dyn Clock>,
         sweep_period: Duration,
     ) -> Arc<Self> {
