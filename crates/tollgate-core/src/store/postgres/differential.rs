@@ -25,16 +25,34 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// A connection to the test server, with the schema in place.
+/// A connection to the test server's database `postgres`, with the schema in place.
 async fn connect() -> Client {
-    let (mut client, connection) = tokio_postgres::connect(&postgres().url(), NoTls)
-        .await
-        .expect("connect to the test PostgreSQL");
-    tokio::spawn(connection);
+    let mut client = open(&postgres().url()).await;
     schema::migrate(&mut client, false)
         .await
         .expect("migrate the schema");
     client
+}
+
+async fn open(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    tokio::spawn(connection);
+    client
+}
+
+/// A connection to a new, empty database `name` on the test server, for a test that
+/// changes what the others share.
+async fn fresh_database(name: &str) -> Client {
+    let client = open(&postgres().url()).await;
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name}"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        client.batch_execute(&sql).await.expect("create a database");
+    }
+    open(&postgres().url().replace("/postgres?", &format!("/{name}?"))).await
 }
 
 /// `tollgate_check_and_count` at the instant `now_ns`.
@@ -120,7 +138,12 @@ fn a_late_call_changes_nothing_and_denials_leave_no_row() {
 #[test]
 fn the_sweep_deletes_expired_counters_only() {
     runtime().block_on(async {
-        let client = connect().await;
+        // The histories replayed by the other tests are long expired on the database's
+        // clock: a sweep of their database would delete them under their feet.
+        let mut client = fresh_database("sweep").await;
+        schema::migrate(&mut client, false)
+            .await
+            .expect("migrate the schema");
         let prefix = format!("sweep:{}:", fresh_key());
         let limits = one_per_second();
         let now_us: i64 = client
@@ -171,12 +194,7 @@ fn a_newer_schema_is_refused_and_migration_is_idempotent() {
             Ok(schema::SCHEMA_VERSION)
         );
         // Another database, so that the shared one keeps its version.
-        for sql in ["DROP DATABASE IF EXISTS newer", "CREATE DATABASE newer"] {
-            client.batch_execute(sql).await.expect("create a database");
-        }
-        let url = postgres().url().replace("/postgres?", "/newer?");
-        let (mut newer, connection) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
-        tokio::spawn(connection);
+        let mut newer = fresh_database("newer").await;
         assert_eq!(schema::migrate(&mut newer, true).await, Ok(0));
         let unlogged: bool = newer
             .query_one(
