@@ -5,13 +5,14 @@
 //! lives in plain modules (`report`, `plan`, `share`, `table`, `reserve`); this one is the
 //! stream adapter.
 
+mod part;
 mod plan;
 mod report;
 mod reserve;
 mod share;
 mod table;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,21 +31,28 @@ use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_core::{Clock, Rules};
+use tollgate_core::{Capacity, Clock, Hits, Rules, Store};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::rls::Rls;
+use part::{Parts, settle_report};
 use plan::{Plan, plan};
 use report::{BucketKey, Usage};
 use reserve::{Counter, reserve_grants};
 pub(crate) use table::Strategy;
-use table::{Action, Budget, Reservation, Send, StreamId, Table};
+use table::{Action, Budget, Departures, Reservation, Send, StreamId, Table};
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
 const STREAM_QUEUE: usize = 256;
 /// Buckets are serialised (count, then divide) through this many locks.
 const BUCKET_LOCKS: usize = 64;
+/// Window ends waiting to be scheduled; past this, a grant is not cut and its usage is
+/// counted again in the next window instead (safe, only less room).
+const CUT_QUEUE: usize = 4096;
+/// Cuts wait this long past a window's end, so that a store whose clock runs a little
+/// behind ours (Redis uses its own) counts in the new window too.
+const CUT_MARGIN: Duration = Duration::from_millis(5);
 
 /// What the settings decide.
 #[derive(Debug, Clone, Copy)]
@@ -64,11 +72,15 @@ pub(crate) struct Rlqs {
     /// The table's clock: when grants were reserved.
     clock: Arc<dyn Clock>,
     config: RlqsConfig,
+    /// This instance's part of each limit, when other instances share the store.
+    parts: Option<Parts>,
     table: Mutex<Table>,
     outboxes: Mutex<HashMap<StreamId, mpsc::Sender<Result<RateLimitQuotaResponse, Status>>>>,
     /// Held from counting a bucket's usage to recording its division, so that each
     /// division sees every count before it.
     locks: Box<[tokio::sync::Mutex<()>]>,
+    /// Fixed-window ends at which a bucket's grants are to be cut.
+    cuts: mpsc::Sender<(u64, BucketKey)>,
     hasher: RandomState,
     next_stream: AtomicU64,
 }
@@ -76,8 +88,18 @@ pub(crate) struct Rlqs {
 impl Rlqs {
     /// The service, with its background tasks: idle sweeps and re-planning on new rules.
     pub(crate) fn start(rls: Arc<Rls>, clock: Arc<dyn Clock>, config: RlqsConfig) -> Arc<Self> {
+        let parts = match rls.limiter.store() {
+            Store::Memory(_) => None,
+            Store::Shared(_) => Some(Parts::new(clock.clone(), Capacity::default())),
+        };
+        if let Some(parts) = &parts {
+            parts.spawn_sweeper();
+        }
+        let (cuts, due) = mpsc::channel(CUT_QUEUE);
         let rlqs = Arc::new(Self {
+            cuts,
             table: Mutex::new(Table::new(clock.clone(), config.idle)),
+            parts,
             clock,
             rls,
             config,
@@ -90,6 +112,7 @@ impl Rlqs {
         });
         tokio::spawn(sweep(Arc::downgrade(&rlqs)));
         tokio::spawn(follow_rules(Arc::downgrade(&rlqs)));
+        tokio::spawn(cut_at_window_ends(Arc::downgrade(&rlqs), due));
         rlqs
     }
 
@@ -142,9 +165,15 @@ impl Rlqs {
             Plan::Counted { rule, key, limits } => (rule, Counter { key, limits }),
         };
         let store = self.rls.limiter.store();
-        let settled = counter
-            .settle(store, reservations, usage.allowed, self.clock.now_ns())
-            .await?;
+        let (settled, remaining) = settle_report(
+            store,
+            &counter,
+            self.parts.as_ref(),
+            reservations,
+            (usage.allowed, usage.denied),
+            self.clock.now_ns(),
+        )
+        .await?;
         self.rls.metrics.rlqs.usage(
             rule,
             usage.allowed,
@@ -156,9 +185,23 @@ impl Rlqs {
             return Ok(Budget::Fixed(Strategy::AllowAll));
         }
         Ok(self.shadowed(Budget::Counted {
-            remaining: settled.remaining,
+            remaining,
             window_ns: settled.window_ns,
         }))
+    }
+
+    /// What is left for `bucket` now, with no usage to settle.
+    async fn read_budget(
+        &self,
+        plan: &Plan<'_>,
+        bucket: &BucketKey,
+    ) -> Result<Budget, tollgate_core::StoreError> {
+        let read = Usage {
+            bucket: bucket.clone(),
+            allowed: 0,
+            denied: 0,
+        };
+        self.budget(plan, &[], &read).await
     }
 
     /// `budget`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
@@ -176,8 +219,24 @@ impl Rlqs {
             Plan::Counted { key, limits, .. } => Some((key, limits)),
             Plan::NoRule | Plan::Fixed(_) => None,
         };
-        let revoke = |stream, bucket: &BucketKey| self.table().revoke(stream, bucket);
-        reserve_grants(self.rls.limiter.store(), sends, counter_of, revoke).await
+        let now = self.clock.now_ns();
+        let reserved = |bucket: &BucketKey, counter: &Counter<'_>, tokens| {
+            if let Some(parts) = &self.parts {
+                parts.mirror(counter, Hits::Charge(tokens));
+            }
+            if let Some(end) = counter.window_end(now)
+                && self.cuts.try_send((end, bucket.clone())).is_err()
+            {
+                tracing::debug!(
+                    "RLQS window end not scheduled; the grant's usage will be counted again"
+                );
+            }
+        };
+        let shrink = |stream, bucket: &BucketKey, tokens| {
+            self.table().shrink(stream, bucket, tokens);
+        };
+        let store = self.rls.limiter.store();
+        reserve_grants(store, sends, counter_of, reserved, shrink).await
     }
 
     /// Sends each stream its bucket actions, in order, as one response.
@@ -225,9 +284,26 @@ impl Rlqs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&stream);
-        let sends = self.table().close(stream);
+        let departures = self.table().close(stream);
+        self.depart(departures).await;
+    }
+
+    /// Streams left buckets: the demand of buckets no stream reports here any more is
+    /// withdrawn from the fleet's, and the streams left get their pushes.
+    async fn depart(&self, departures: Departures) {
         let rules = self.rls.limiter.rules();
-        let sends = self.reserve(&rules, sends).await;
+        if let Some(parts) = &self.parts {
+            for bucket in &departures.emptied {
+                let Plan::Counted { key, limits, .. } = plan(&rules, bucket) else {
+                    continue;
+                };
+                let counter = Counter { key: &key, limits };
+                if let Err(e) = parts.withdraw(self.rls.limiter.store(), &counter).await {
+                    tracing::warn!(error = %e, "RLQS demand not withdrawn: the counter store failed");
+                }
+            }
+        }
+        let sends = self.reserve(&rules, departures.sends).await;
         self.deliver(sends);
     }
 
@@ -239,12 +315,7 @@ impl Rlqs {
         for bucket in buckets {
             let plan = plan(&rules, &bucket);
             let _serial = self.lock_for(&bucket).lock().await;
-            let read = Usage {
-                bucket: bucket.clone(),
-                allowed: 0,
-                denied: 0,
-            };
-            match self.budget(&plan, &[], &read).await {
+            match self.read_budget(&plan, &bucket).await {
                 Ok(budget) => {
                     let more = self.table().replan(&bucket, budget);
                     sends.extend(self.reserve(&rules, more).await);
@@ -255,6 +326,24 @@ impl Rlqs {
             }
         }
         self.deliver(sends);
+    }
+
+    /// The fixed window of `bucket` that ended at `end_ns`: streams holding a grant of it
+    /// get a new assignment from the new window.
+    async fn cut(&self, bucket: &BucketKey, end_ns: u64) {
+        let rules = self.rls.limiter.rules();
+        let plan = plan(&rules, bucket);
+        let _serial = self.lock_for(bucket).lock().await;
+        match self.read_budget(&plan, bucket).await {
+            Ok(budget) => {
+                let more = self.table().cut(bucket, end_ns, budget);
+                let sends = self.reserve(&rules, more).await;
+                self.deliver(sends);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "RLQS grants not cut at their window's end: the counter store failed")
+            }
+        }
     }
 
     /// Reads one stream until it ends or sends something invalid.
@@ -325,10 +414,53 @@ async fn sweep(rlqs: std::sync::Weak<Rlqs>) {
     loop {
         ticks.tick().await;
         let Some(rlqs) = rlqs.upgrade() else { return };
-        let sends = rlqs.table().sweep();
-        let rules = rlqs.rls.limiter.rules();
-        let sends = rlqs.reserve(&rules, sends).await;
-        rlqs.deliver(sends);
+        let departures = rlqs.table().sweep();
+        rlqs.depart(departures).await;
+    }
+}
+
+/// Cuts each bucket's grants at the ends of their fixed windows (`due`: end and bucket,
+/// sent as grants are reserved), a few ms late (see [`CUT_MARGIN`]).
+async fn cut_at_window_ends(
+    rlqs: std::sync::Weak<Rlqs>,
+    mut due: mpsc::Receiver<(u64, BucketKey)>,
+) {
+    let Some(clock) = rlqs.upgrade().map(|r| r.clock.clone()) else {
+        return;
+    };
+    let margin = u64::try_from(CUT_MARGIN.as_nanos()).unwrap_or(0);
+    let mut pending: BTreeMap<u64, HashSet<BucketKey>> = BTreeMap::new();
+    loop {
+        let next = pending.keys().next().map(|end| {
+            let at = end.saturating_add(margin);
+            Duration::from_nanos(at.saturating_sub(clock.now_ns()))
+        });
+        tokio::select! {
+            scheduled = due.recv() => match scheduled {
+                Some((end, bucket)) => {
+                    pending.entry(end).or_default().insert(bucket);
+                }
+                None => return,
+            },
+            () = sleep_or_never(next) => {
+                let now = clock.now_ns();
+                let later = pending.split_off(&now.saturating_sub(margin).saturating_add(1));
+                let ended = std::mem::replace(&mut pending, later);
+                let Some(rlqs) = rlqs.upgrade() else { return };
+                for (end, buckets) in ended {
+                    for bucket in buckets {
+                        rlqs.cut(&bucket, end).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_or_never(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -71,6 +71,9 @@ pub(crate) enum Budget {
 pub(crate) struct Reservation {
     pub(crate) at_ns: u64,
     pub(crate) tokens: u64,
+    /// Its fixed window ended and the stream was given a new assignment then: nothing of
+    /// it was spent after the end. Counted in the window that ended, not in the new one.
+    pub(crate) cut: bool,
 }
 
 /// One stream's part in one bucket.
@@ -79,6 +82,9 @@ struct Sub {
     /// Granted since its last report.
     reservations: Vec<Reservation>,
     demand: f64,
+    /// Reported since it subscribed: its demand is a rate, not the request that
+    /// subscribed it.
+    measured: bool,
     last_report_ns: u64,
     /// Last report with any request in it (or the subscription).
     last_active_ns: u64,
@@ -95,6 +101,15 @@ struct Bucket {
 struct StreamState {
     buckets: HashSet<BucketKey>,
     interval_ns: Option<u64>,
+}
+
+/// What streams leaving buckets (closed, or abandoned when idle) lead to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Departures {
+    /// Abandons, and pushes to the streams left.
+    pub(crate) sends: Vec<Send>,
+    /// Buckets no stream reports any more.
+    pub(crate) emptied: Vec<BucketKey>,
 }
 
 /// Why a report was refused.
@@ -151,7 +166,7 @@ impl Table {
     /// One bucket's usage report from `stream`, with the budget once its usage was
     /// settled: the answer for it, then pushes to the bucket's other streams that the
     /// change entitles to more. Every token bucket returned is a new grant, to be reserved
-    /// in the counter (or [`Table::revoke`]d).
+    /// in the counter (or [`Table::shrink`]ed).
     pub(crate) fn report(
         &mut self,
         stream: StreamId,
@@ -184,6 +199,7 @@ impl Table {
                     state.interval_ns = Some(gap);
                 }
                 sub.demand = smooth(Some(sub.demand), requests);
+                sub.measured = true;
                 sub.last_report_ns = now;
                 if requests > 0 {
                     sub.last_active_ns = now;
@@ -195,6 +211,7 @@ impl Table {
                     Sub {
                         reservations: Vec::new(),
                         demand: smooth(None, requests),
+                        measured: false,
                         last_report_ns: now,
                         last_active_ns: now,
                         assigned: None,
@@ -214,36 +231,99 @@ impl Table {
         Ok(out)
     }
 
-    /// The counter refused the reservation of the grant last sent to `stream` (another
-    /// instance took the room first): it is denied instead, until its next report.
-    pub(crate) fn revoke(&mut self, stream: StreamId, bucket: &BucketKey) {
-        if let Some(sub) = self
-            .buckets
-            .get_mut(bucket)
-            .and_then(|b| b.subs.get_mut(&stream))
-        {
-            sub.reservations.pop();
-            sub.assigned = Some(Strategy::DenyAll);
+    /// The counter had room for only `tokens` of the grant last sent to `stream` (another
+    /// instance took the rest first): that much is its grant, a denial if none, until its
+    /// next report.
+    pub(crate) fn shrink(&mut self, stream: StreamId, bucket: &BucketKey, tokens: u64) {
+        let Some(entry) = self.buckets.get_mut(bucket) else {
+            return;
+        };
+        if let Budget::Counted { remaining, .. } = &mut entry.budget {
+            *remaining = 0;
         }
+        let Some(sub) = entry.subs.get_mut(&stream) else {
+            return;
+        };
+        let Some(last) = sub.reservations.last_mut() else {
+            return;
+        };
+        last.tokens = tokens;
+        sub.assigned = match (sub.assigned, u32::try_from(tokens)) {
+            (
+                Some(Strategy::TokenBucket {
+                    fill_interval_s, ..
+                }),
+                Ok(max_tokens),
+            ) if max_tokens > 0 => Some(Strategy::TokenBucket {
+                max_tokens,
+                fill_interval_s,
+            }),
+            _ => {
+                sub.reservations.pop();
+                Some(Strategy::DenyAll)
+            }
+        };
+    }
+
+    /// The fixed window of `bucket` that grants made before `end_ns` were reserved in has
+    /// ended: each stream still holding one of them is given a new assignment from
+    /// `budget` (the new window's) at once, which replaces its token bucket, so that it
+    /// spends nothing more of the old grant.
+    pub(crate) fn cut(&mut self, bucket: &BucketKey, end_ns: u64, budget: Budget) -> Vec<Send> {
+        let Some(entry) = self.buckets.get_mut(bucket) else {
+            return Vec::new();
+        };
+        entry.budget = budget;
+        let mut holders: Vec<StreamId> = Vec::new();
+        for (id, sub) in &mut entry.subs {
+            let mut held = false;
+            for r in sub
+                .reservations
+                .iter_mut()
+                .filter(|r| !r.cut && r.at_ns < end_ns)
+            {
+                r.cut = true;
+                held = true;
+            }
+            if held {
+                holders.push(*id);
+            }
+        }
+        holders.sort_unstable();
+        let now = self.clock.now_ns();
+        let mut out = Vec::new();
+        for id in holders {
+            let strategy = entry.candidate(id);
+            entry.assign(id, strategy, now);
+            let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
+            out.push(Send {
+                stream: id,
+                bucket: bucket.clone(),
+                action: Action::Assign {
+                    strategy,
+                    ttl_s: ttl_s(interval),
+                },
+            });
+        }
+        out
     }
 
     /// `stream` is gone: its buckets are shared among the streams left. What it was
     /// granted stays reserved (it may have been spent) until the counter's window forgets
     /// it.
-    pub(crate) fn close(&mut self, stream: StreamId) -> Vec<Send> {
+    pub(crate) fn close(&mut self, stream: StreamId) -> Departures {
+        let mut out = Departures::default();
         let Some(state) = self.streams.remove(&stream) else {
-            return Vec::new();
+            return out;
         };
-        let mut out = Vec::new();
         for bucket in state.buckets {
-            self.unsubscribe(&bucket, stream);
-            out.extend(self.rebalance(&bucket, None, false));
+            self.unsubscribe(&bucket, stream, &mut out);
         }
         out
     }
 
     /// Abandons every bucket of a stream that has had no request for the idle time.
-    pub(crate) fn sweep(&mut self) -> Vec<Send> {
+    pub(crate) fn sweep(&mut self) -> Departures {
         let now = self.clock.now_ns();
         let idle: Vec<(BucketKey, StreamId)> = self
             .buckets
@@ -256,18 +336,17 @@ impl Table {
                     .map(move |(id, _)| (key.clone(), *id))
             })
             .collect();
-        let mut out = Vec::new();
+        let mut out = Departures::default();
         for (bucket, stream) in idle {
-            self.unsubscribe(&bucket, stream);
             if let Some(state) = self.streams.get_mut(&stream) {
                 state.buckets.remove(&bucket);
             }
-            out.push(Send {
+            out.sends.push(Send {
                 stream,
                 bucket: bucket.clone(),
                 action: Action::Abandon,
             });
-            out.extend(self.rebalance(&bucket, None, false));
+            self.unsubscribe(&bucket, stream, &mut out);
         }
         out
     }
@@ -293,13 +372,17 @@ impl Table {
         }
     }
 
-    fn unsubscribe(&mut self, bucket: &BucketKey, stream: StreamId) {
+    /// Takes `stream` out of `bucket`: its share goes to the streams left.
+    fn unsubscribe(&mut self, bucket: &BucketKey, stream: StreamId, out: &mut Departures) {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return;
         };
         entry.subs.remove(&stream);
         if entry.subs.is_empty() {
             self.buckets.remove(bucket);
+            out.emptied.push(bucket.clone());
+        } else {
+            out.sends.extend(self.rebalance(bucket, None, false));
         }
     }
 
@@ -360,11 +443,12 @@ impl Table {
 }
 
 impl Bucket {
-    /// Tokens reserved for the subscribed streams and not reported yet.
+    /// Tokens reserved for the subscribed streams, not reported yet, and still counted.
     fn reserved(&self) -> u64 {
         self.subs
             .values()
             .flat_map(|s| &s.reservations)
+            .filter(|r| !r.cut)
             .fold(0, |sum, r| sum.saturating_add(r.tokens))
     }
 
@@ -383,12 +467,17 @@ impl Bucket {
         // The streams' reservations are theirs to divide again; the rest of the limit is
         // not (other instances' grants, ShouldRateLimit's counts).
         let reserved = self.reserved();
+        // A stream that has only subscribed showed one request, not a rate: it is granted
+        // as if an equal newcomer followed, so that the first Envoy of a bucket does not
+        // take the whole window before the others have subscribed.
+        let newcomer = !sub.measured;
         let split = Split {
             remaining: remaining.saturating_add(reserved),
             outstanding: reserved,
             demand: sub.demand,
-            total_demand: self.subs.values().map(|s| s.demand).sum(),
-            streams: self.subs.len(),
+            total_demand: self.subs.values().map(|s| s.demand).sum::<f64>()
+                + if newcomer { sub.demand } else { 0.0 },
+            streams: self.subs.len() + usize::from(newcomer),
         };
         match split.grant() {
             0 => Strategy::DenyAll,
@@ -409,6 +498,7 @@ impl Bucket {
             sub.reservations.push(Reservation {
                 at_ns: now_ns,
                 tokens,
+                cut: false,
             });
             if let Budget::Counted { remaining, .. } = &mut self.budget {
                 *remaining = remaining.saturating_sub(tokens);

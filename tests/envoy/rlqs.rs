@@ -100,13 +100,45 @@ fn admitted_per_window(clients: &[&[Sent]], from: SystemTime, to: SystemTime) ->
     windows
 }
 
-fn assert_within_bound(windows: &[Vec<usize>], what: &str) {
+/// Admitted requests per second since the first request, per client: what a failure
+/// needs to be read.
+fn per_second(clients: &[&[Sent]]) -> Vec<Vec<usize>> {
+    let Some(first) = clients.iter().filter_map(|c| c.first()).map(|s| s.at).min() else {
+        return Vec::new();
+    };
+    let second = |s: &Sent| {
+        s.at.duration_since(first)
+            .map_or(0, |d| d.as_secs() as usize)
+    };
+    let seconds = clients
+        .iter()
+        .flat_map(|c| c.iter().map(second))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut out = vec![vec![0; clients.len()]; seconds];
+    for (i, client) in clients.iter().enumerate() {
+        for sent in client.iter().filter(|s| s.status == 200) {
+            out[second(sent)][i] += 1;
+        }
+    }
+    out
+}
+
+fn assert_under_bound(windows: &[Vec<usize>], what: &str) {
     for (i, per_client) in windows.iter().enumerate() {
         let total: usize = per_client.iter().sum();
         assert!(
             total <= LIMIT + SLACK,
             "{what}: window {i} admitted {total} > {LIMIT} + {SLACK}: {windows:?}"
         );
+    }
+}
+
+fn assert_within_bound(windows: &[Vec<usize>], what: &str) {
+    assert_under_bound(windows, what);
+    for (i, per_client) in windows.iter().enumerate() {
+        let total: usize = per_client.iter().sum();
         assert!(
             total >= LIMIT * 8 / 10,
             "{what}: window {i} admitted only {total} of {LIMIT}: {windows:?}"
@@ -115,22 +147,31 @@ fn assert_within_bound(windows: &[Vec<usize>], what: &str) {
 }
 
 /// Drives both Envoys at full pace for two whole windows; checks the admitted total per
-/// window against the bound and the limit, and, if `shared`, that both got a comparable
-/// share. Returns Envoy a's answers.
-async fn hold_the_limit_together(a: &Envoy, b: &Envoy, shared: bool, what: &str) -> Vec<Sent> {
+/// window against the bound and the limit, and that both got a comparable share; the
+/// windows before them, in which both subscribed, are held to the bound too. Returns Envoy
+/// a's answers.
+async fn hold_the_limit_together(a: &Envoy, b: &Envoy, what: &str) -> Vec<Sent> {
     // Both Envoys subscribe in the first second; measure the two windows after that.
-    let from = next_window(SystemTime::now() + Duration::from_secs(1));
+    let start = SystemTime::now();
+    let from = next_window(start + Duration::from_secs(1));
     let to = from + 2 * WINDOW;
     let (sent_a, sent_b) =
         tokio::join!(drive(a.listener, "acme", to), drive(b.listener, "acme", to));
     let windows = admitted_per_window(&[&sent_a, &sent_b], from, to);
+    let lead_in = admitted_per_window(&[&sent_a, &sent_b], next_window(start) - WINDOW, from);
+    println!("{what}: admitted in the windows of the subscriptions (a, b): {lead_in:?}");
     println!("{what}: admitted per {WINDOW:?} window (a, b), limit {LIMIT}: {windows:?}");
+    println!(
+        "{what}: admitted per second (a, b): {:?}",
+        per_second(&[&sent_a, &sent_b])
+    );
+    assert_under_bound(&lead_in, &format!("{what}, subscribing"));
     assert_within_bound(&windows, what);
     let (total_a, total_b): (usize, usize) = windows
         .iter()
         .fold((0, 0), |(x, y), w| (x + w[0], y + w[1]));
     assert!(
-        !shared || (total_a * 4 >= total_b && total_b * 4 >= total_a),
+        total_a * 4 >= total_b && total_b * 4 >= total_a,
         "{what}: equal demand, comparable shares: {total_a} and {total_b}"
     );
     sent_a
@@ -142,22 +183,25 @@ async fn two_envoys_hold_one_global_limit_and_a_survivor_takes_the_whole() {
     let tollgate = Serve::rules(RULES).start();
     let a = rlqs_envoy(&upstream, &tollgate).await;
     let b = rlqs_envoy(&upstream, &tollgate).await;
-    let sent_a = hold_the_limit_together(&a, &b, true, "two Envoys, one Tollgate").await;
+    let sent_a = hold_the_limit_together(&a, &b, "two Envoys, one Tollgate").await;
     let denied = sent_a.iter().find(|s| s.status == 429).expect("denials");
     assert_eq!(
         denied.body, "quota exhausted\n",
         "the filter's deny response"
     );
+    a_survivor_takes_the_whole(a, b, "one Tollgate").await;
+}
 
-    // Envoy b goes (holding no grant: the limit was spent); from the next window on, a
-    // gets the whole limit.
+/// Envoy b goes (holding no grant: the limit was spent); from the next window on, a gets
+/// the whole limit.
+async fn a_survivor_takes_the_whole(a: Envoy, b: Envoy, what: &str) {
     drop(b);
     let from = next_window(SystemTime::now());
     let to = from + WINDOW;
     let sent_a = drive(a.listener, "acme", to).await;
     let windows = admitted_per_window(&[&sent_a], from, to);
-    println!("one Envoy left, admitted per window: {windows:?}");
-    assert_within_bound(&windows, "one Envoy left");
+    println!("{what}, one Envoy left, admitted per window: {windows:?}");
+    assert_within_bound(&windows, &format!("{what}, one Envoy left"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -168,9 +212,10 @@ async fn two_tollgates_on_one_redis_hold_one_global_limit() {
     let (t1, t2) = tokio::join!(serve().start_connected(), serve().start_connected());
     let a = rlqs_envoy(&upstream, &t1).await;
     let b = rlqs_envoy(&upstream, &t2).await;
-    // Each Tollgate divides among its own Envoys only: across instances the room goes to
-    // whoever reports first, so only the total is checked.
-    hold_the_limit_together(&a, &b, false, "two Envoys, two Tollgates on one Redis").await;
+    // Each Tollgate takes the part of the limit its Envoy's demand is of both.
+    hold_the_limit_together(&a, &b, "two Envoys, two Tollgates on one Redis").await;
+    // b's Tollgate withdraws its demand when b's stream closes.
+    a_survivor_takes_the_whole(a, b, "two Tollgates").await;
 }
 
 #[tokio::test]

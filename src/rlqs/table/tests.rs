@@ -1,9 +1,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::{Algorithm, Capacity, Limit, ManualClock, MemoryStore, Store, Unit};
+use tollgate_core::{Algorithm, Capacity, Hits, Limit, ManualClock, MemoryStore, Store, Unit};
 
 use super::*;
+use crate::rlqs::part::{Parts, settle_report};
 use crate::rlqs::reserve::{Counter, reserve_grants};
 
 const S: u64 = 1_000_000_000;
@@ -67,15 +68,18 @@ fn the_first_report_subscribes_and_the_ttl_follows_the_reporting_interval() {
         vec![Send {
             stream: 1,
             bucket: bucket("a"),
+            // Half: room is kept for an Envoy that subscribes next.
             action: Action::Assign {
-                strategy: tokens(100),
+                strategy: tokens(50),
                 ttl_s: 15,
             },
         }]
     );
     clock.advance(2 * S);
-    let sends = report(&mut t, 1, 0, 0, counted(99));
+    // Its second report shows a rate: alone, it gets the whole.
+    let sends = report(&mut t, 1, 1, 0, counted(99));
     assert!(matches!(sends[0].action, Action::Assign { ttl_s: 6, .. }));
+    assert_eq!(assigned(&sends), vec![(1, tokens(99))]);
     assert_eq!(t.stats(), stats(1, 1));
 }
 
@@ -83,6 +87,8 @@ fn the_first_report_subscribes_and_the_ttl_follows_the_reporting_interval() {
 fn a_newcomer_waits_for_the_room_others_hold_then_gets_it_pushed() {
     let clock = ManualClock::new(100 * S);
     let mut t = table(&clock);
+    report(&mut t, 1, 10, 0, counted(100));
+    clock.advance(S);
     assert_eq!(
         assigned(&report(&mut t, 1, 10, 0, counted(100))),
         vec![(1, tokens(100))]
@@ -95,10 +101,11 @@ fn a_newcomer_waits_for_the_room_others_hold_then_gets_it_pushed() {
     );
     clock.advance(S);
     // Stream 1 spent 30 (its 70 unused came back); of the 70 left it gets its part by
-    // demand (20 of 30), and stream 2 is pushed its part of what is free.
+    // demand (20 of 30), and stream 2 is pushed its part of what is free (10 of 40: its
+    // rate is not known yet, room is kept for one more).
     assert_eq!(
         assigned(&report(&mut t, 1, 30, 0, counted(70))),
-        vec![(1, tokens(46)), (2, tokens(23))]
+        vec![(1, tokens(46)), (2, tokens(17))]
     );
 }
 
@@ -110,27 +117,55 @@ fn a_closed_streams_share_goes_to_the_others_its_grant_stays_reserved() {
     report(&mut t, 2, 0, 10, counted(0));
     // Stream 1 goes with its grant reserved in the counter (it may have been spent): the
     // room comes back when the counter's window forgets it, and then it is all stream 2's.
-    assert_eq!(t.close(1), vec![]);
+    assert_eq!(t.close(1).sends, vec![]);
     clock.advance(WINDOW_NS);
     assert_eq!(
         assigned(&report(&mut t, 2, 0, 10, counted(100))),
         vec![(2, tokens(100))]
     );
     assert_eq!(t.stats(), stats(1, 1));
+    assert_eq!(t.close(2).emptied, vec![bucket("a")]);
 }
 
 #[test]
-fn a_grant_the_counter_refuses_is_revoked() {
+fn a_grant_the_counter_cannot_hold_whole_is_shrunk_or_revoked() {
     let clock = ManualClock::new(100 * S);
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, counted(100));
-    t.revoke(1, &bucket("a"));
+    t.shrink(1, &bucket("a"), 30);
+    let shrunk = t.take_reservations(1, &bucket("a"));
+    assert_eq!(
+        shrunk.iter().map(|r| r.tokens).collect::<Vec<_>>(),
+        vec![30]
+    );
+    report(&mut t, 1, 1, 0, counted(100));
+    t.shrink(1, &bucket("a"), 0);
     assert_eq!(t.take_reservations(1, &bucket("a")), vec![]);
-    // Denied now, so it is pushed its part when another report finds room.
+    // Denied now, so it is pushed its part when another report finds room (the newcomer
+    // gets a third: room is kept for one more).
     assert_eq!(
         assigned(&report(&mut t, 2, 1, 0, counted(100))),
-        vec![(2, tokens(50)), (1, tokens(50))]
+        vec![(2, tokens(33)), (1, tokens(50))]
     );
+}
+
+#[test]
+fn a_window_end_gives_holders_of_its_grants_a_new_assignment() {
+    let clock = ManualClock::new(100 * S);
+    let mut t = table(&clock);
+    report(&mut t, 1, 1, 0, counted(100));
+    report(&mut t, 2, 0, 0, Budget::Fixed(Strategy::AllowAll));
+    clock.advance(S);
+    // Stream 1 holds a grant of the window gone; stream 2 holds none and is not told.
+    let sends = t.cut(&bucket("a"), clock.now_ns(), counted(100));
+    assert_eq!(assigned(&sends), vec![(1, tokens(50))]);
+    let held: Vec<(u64, bool)> = t
+        .take_reservations(1, &bucket("a"))
+        .iter()
+        .map(|r| (r.tokens, r.cut))
+        .collect();
+    assert_eq!(held, vec![(50, true), (50, false)]);
+    assert_eq!(t.cut(&bucket("a"), clock.now_ns(), counted(0)), vec![]);
 }
 
 #[test]
@@ -145,15 +180,18 @@ fn idle_buckets_are_abandoned() {
     report(&mut t, 1, 0, 0, Budget::Fixed(Strategy::AllowAll));
     t.report(2, &bucket("b"), 3, 0, Budget::Fixed(Strategy::AllowAll))
         .expect("under the cap");
-    assert_eq!(t.sweep(), vec![]);
+    assert_eq!(t.sweep(), Departures::default());
     clock.advance(10 * S);
     assert_eq!(
         t.sweep(),
-        vec![Send {
-            stream: 1,
-            bucket: bucket("a"),
-            action: Action::Abandon,
-        }]
+        Departures {
+            sends: vec![Send {
+                stream: 1,
+                bucket: bucket("a"),
+                action: Action::Abandon,
+            }],
+            emptied: vec![bucket("a")],
+        }
     );
     assert_eq!(t.stats(), stats(2, 1));
 }
@@ -239,8 +277,8 @@ impl Envoy {
 /// half-way, then demand shifting between the others; counted on one memory store with a
 /// fixed window, by one Tollgate or (as on a shared Redis) by two. Per window, the admitted
 /// total stays within the limit plus Envoy's refill (one token per stream per window)
-/// plus the first request of each subscription (admitted before any assignment); and the
-/// limit is used.
+/// plus the first request of each subscription (admitted before any assignment); the
+/// limit is used; and each Envoy gets about its part of the demand, wherever it reports.
 #[tokio::test]
 async fn a_simulated_fleet_admits_the_limit_per_window_and_no_more() {
     simulate_fleet(1).await;
@@ -267,6 +305,11 @@ async fn simulate_fleet(instances: usize) {
     let mut tables: Vec<Table> = (0..instances)
         .map(|_| Table::new(Arc::new(clock.clone()), Duration::from_secs(60)))
         .collect();
+    // Alone, an instance's part is the whole limit.
+    let parts: Vec<Parts> = (0..instances)
+        .filter(|_| instances > 1)
+        .map(|_| Parts::new(Arc::new(clock.clone()), Capacity::default()))
+        .collect();
     let counter = Counter {
         key: "k",
         limits: &limits,
@@ -289,6 +332,7 @@ async fn simulate_fleet(instances: usize) {
     let windows = 8;
     // Per epoch-aligned window; the first and the last are partial.
     let mut admitted = vec![0u64; windows + 1];
+    let mut by_envoy = vec![vec![0u64; windows + 1]; envoys.len()];
     for tick in 0..(windows as u64 * WINDOW_NS / tick_ns) {
         let now = start + tick * tick_ns;
         clock.advance(now - clock.now_ns());
@@ -296,9 +340,23 @@ async fn simulate_fleet(instances: usize) {
         if now - start == 35 * S {
             envoys[1].alive = false;
             let t = &mut tables[1 % instances];
-            let sends = t.close(2);
-            let sends = reserve(&store, t, &limits, sends).await;
+            let departures = t.close(2);
+            if let Some(part) = parts.get(1) {
+                assert_eq!(departures.emptied, vec![bucket("a")]);
+                part.withdraw(&store, &counter).await.expect("memory store");
+            }
+            let sends = reserve(&store, t, parts.get(1), &limits, departures.sends).await;
             deliver(&mut envoys, &sends);
+        }
+        if now.is_multiple_of(WINDOW_NS) {
+            // Window ends: whoever holds a grant of the window gone gets a new assignment.
+            for (i, t) in tables.iter_mut().enumerate() {
+                let part = parts.get(i);
+                let budget = settle(&store, &counter, part, (&[], 0, 0), now).await;
+                let sends = t.cut(&bucket("a"), now, budget);
+                let sends = reserve(&store, t, part, &limits, sends).await;
+                deliver(&mut envoys, &sends);
+            }
         }
         if now - start == 55 * S {
             // Demand shifts: the quiet stream gets busy, the busy one quiet.
@@ -317,6 +375,7 @@ async fn simulate_fleet(instances: usize) {
                 if e.admit(tick_ns as f64 / S as f64) {
                     e.allowed += 1;
                     admitted[window] += 1;
+                    by_envoy[i][window] += 1;
                 } else {
                     e.denied += 1;
                 }
@@ -330,22 +389,27 @@ async fn simulate_fleet(instances: usize) {
                 let id = i as StreamId + 1;
                 let t = &mut tables[i % instances];
                 let reservations = t.take_reservations(id, &bucket("a"));
-                let settled = counter
-                    .settle(&store, &reservations, allowed, now)
-                    .await
-                    .expect("memory store");
-                let budget = Budget::Counted {
-                    remaining: settled.remaining,
-                    window_ns: settled.window_ns,
-                };
+                let part = parts.get(i % instances);
+                let usage = (&reservations[..], allowed, denied);
+                let budget = settle(&store, &counter, part, usage, now).await;
                 let sends = t
                     .report(id, &bucket("a"), allowed, denied, budget)
                     .expect("under the cap");
-                let sends = reserve(&store, t, &limits, sends).await;
+                let sends = reserve(&store, t, part, &limits, sends).await;
                 deliver(&mut envoys, &sends);
             }
         }
     }
+    println!("admitted per window {admitted:?}, by Envoy {by_envoy:?}");
+    // While all three report (windows 1 to 3), the busiest Envoy, alone on its instance
+    // when there are two, gets about its part of the demand: 60 of 105 requests per second.
+    let busiest: u64 = by_envoy[1][1..=3].iter().sum();
+    let all: u64 = admitted[1..=3].iter().sum();
+    let share = busiest as f64 / all as f64;
+    assert!(
+        (0.47..=0.67).contains(&share),
+        "busiest Envoy's share {share}: {by_envoy:?}"
+    );
     let refill = envoys.len() as u64;
     for (w, n) in admitted.iter().enumerate() {
         let subscriptions = if w == 0 { envoys.len() as u64 } else { 0 };
@@ -361,12 +425,39 @@ async fn simulate_fleet(instances: usize) {
     }
 }
 
-async fn reserve(store: &Store, t: &mut Table, limits: &[Limit], sends: Vec<Send>) -> Vec<Send> {
+/// Settles a report (`usage`: reservations, allowed, denied) as the service does.
+async fn settle(
+    store: &Store,
+    counter: &Counter<'_>,
+    part: Option<&Parts>,
+    (reservations, allowed, denied): (&[Reservation], u64, u64),
+    now: u64,
+) -> Budget {
+    let usage = (allowed, denied);
+    let (settled, remaining) = settle_report(store, counter, part, reservations, usage, now)
+        .await
+        .expect("memory store");
+    Budget::Counted {
+        remaining,
+        window_ns: settled.window_ns,
+    }
+}
+
+async fn reserve(
+    store: &Store,
+    t: &mut Table,
+    part: Option<&Parts>,
+    limits: &[Limit],
+    sends: Vec<Send>,
+) -> Vec<Send> {
     let counter_of = |_: &BucketKey| Some(("k".to_owned(), limits));
-    reserve_grants(store, sends, counter_of, |stream, bucket| {
-        t.revoke(stream, bucket)
-    })
-    .await
+    let reserved = |_: &BucketKey, counter: &Counter<'_>, tokens| {
+        if let Some(part) = part {
+            part.mirror(counter, Hits::Charge(tokens));
+        }
+    };
+    let shrink = |stream, bucket: &BucketKey, tokens| t.shrink(stream, bucket, tokens);
+    reserve_grants(store, sends, counter_of, reserved, shrink).await
 }
 
 fn deliver(envoys: &mut [Envoy], sends: &[Send]) {
