@@ -266,8 +266,9 @@ async fn a_rule_change_is_enforced_by_envoy_without_waiting_for_a_report() {
     .await;
     let blocked = RULES.replace("requests_per_unit: 100", "requests_per_unit: 0");
     std::fs::write(&file, blocked).expect("rewrite the rules");
-    // The reload pushes DENY_ALL at once: Envoy stops before it has spent the 99 tokens it
-    // was granted, without waiting for its next report.
+    // The reload pushes DENY_ALL at once: Envoy stops long before it has spent the 49
+    // tokens it was granted (half of 99, as it had just subscribed; 48 left after the
+    // request above), without waiting for its next report.
     let mut admitted = 0;
     let ((), took) =
         wait::until_async(
@@ -284,7 +285,7 @@ async fn a_rule_change_is_enforced_by_envoy_without_waiting_for_a_report() {
         .await;
     println!("rule change enforced by Envoy after {took:?}, {admitted} requests later");
     assert!(
-        admitted < 99,
+        admitted < 40,
         "the grant was cut short: {admitted} admitted"
     );
     for _ in 0..5 {

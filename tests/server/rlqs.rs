@@ -166,8 +166,9 @@ async fn the_first_report_subscribes_and_is_answered_with_a_token_bucket_and_a_t
     let Strategy::TokenBucket(bucket) = assigned(&response) else {
         panic!("a token bucket expected: {response:?}");
     };
-    // The one reported request was counted: 9 of 10 are left, all for the only stream.
-    assert_eq!(bucket.max_tokens, 9);
+    // The one reported request was counted: 9 of 10 are left. The stream has only
+    // subscribed, so room is kept for one more: it gets half.
+    assert_eq!(bucket.max_tokens, 4);
     assert_eq!(bucket.fill_interval.map(|d| d.seconds), Some(60));
     assert_eq!(
         server.metric("tollgate_rlqs_reports_total").await,
@@ -189,6 +190,13 @@ async fn reported_usage_and_should_rate_limit_share_one_counter() {
         );
     }
     let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "bob")], 0, 0).await;
+    assert_eq!(
+        max_tokens(stream.strategy().await),
+        1,
+        "half of 3, just subscribed"
+    );
+    // Its second report (nothing used) makes it a known stream, alone: all 3.
     stream.report("quota", &[("user", "bob")], 0, 0).await;
     assert_eq!(max_tokens(stream.strategy().await), 3);
     // The 3 granted are reserved on the counter: ShouldRateLimit sees the limit reached.
@@ -264,7 +272,9 @@ async fn two_streams_divide_one_limit_and_more_room_is_pushed() {
     let mut a = QuotaStream::open(&server).await;
     let mut b = QuotaStream::open(&server).await;
     a.report("quota", &[("user", "cy")], 1, 0).await;
-    assert_eq!(max_tokens(a.strategy().await), 9);
+    assert_eq!(max_tokens(a.strategy().await), 4, "half, just subscribed");
+    a.report("quota", &[("user", "cy")], 0, 0).await;
+    assert_eq!(max_tokens(a.strategy().await), 9, "known and alone: all");
     // Stream a may have spent its 9 already: b gets nothing yet.
     b.report("quota", &[("user", "cy")], 1, 0).await;
     assert_eq!(b.strategy().await, blanket(BlanketRule::DenyAll));
@@ -290,7 +300,7 @@ async fn idle_buckets_are_abandoned() {
         .start();
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "dee")], 1, 0).await;
-    assert_eq!(max_tokens(stream.strategy().await), 9);
+    assert_eq!(max_tokens(stream.strategy().await), 4);
     let abandoned = stream.next().await.expect("an abandon action");
     let [action] = abandoned.bucket_action.as_slice() else {
         panic!("one action expected: {abandoned:?}");
@@ -310,7 +320,7 @@ async fn a_rule_reload_pushes_new_assignments_to_open_streams() {
     let server = Serve::path(&file).keep(config).start();
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "eve")], 1, 0).await;
-    assert_eq!(max_tokens(stream.strategy().await), 9);
+    assert_eq!(max_tokens(stream.strategy().await), 4);
     let blocked = RULES.replace("requests_per_unit: 10", "requests_per_unit: 0");
     std::fs::write(&file, blocked).expect("rewrite the rules");
     // Pushed, without a report.
