@@ -49,7 +49,13 @@ impl SharedStore {
             let script = Arc::new(script::script());
             let batches = batched.then(|| {
                 let (queue, jobs) = mpsc::channel(batch::QUEUE);
-                tokio::spawn(batch::send_batches(link.clone(), script.clone(), jobs));
+                let timeout = behaviour.timeout;
+                tokio::spawn(batch::send_batches(
+                    link.clone(),
+                    script.clone(),
+                    timeout,
+                    jobs,
+                ));
                 queue
             });
             Backend::Redis(RedisBackend {
