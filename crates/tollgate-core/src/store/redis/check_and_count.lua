@@ -28,34 +28,13 @@
 -- `name .. n`) costs about half a microsecond, more than anything else the script does.
 local floor, max, min = math.floor, math.max, math.min
 local DIGITS = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
--- Field names are made once per call, so that the checks of a batch share them.
-local made, prefixes, suffixed = {}, {}, {}
 -- prefix .. s for s = 0 .. last, each made from a shorter one and one digit.
 local function names(prefix, last)
-  local by = made[prefix]
-  if not by then by = {}; made[prefix] = by end
-  local t = by[last]
-  if t then return t end
-  t = {}
+  local t = {}
   for s = 0, last do
     if s < 10 then t[s] = prefix .. DIGITS[s] else t[s] = t[floor(s / 10)] .. DIGITS[s % 10] end
   end
-  by[last] = t
   return t
-end
--- "<i>:", the prefix of limit i's fields.
-local function prefix(i)
-  local p = prefixes[i]
-  if not p then p = names('', i)[i] .. ':'; prefixes[i] = p end
-  return p
-end
--- prefix .. suffix.
-local function field(p, suffix)
-  local by = suffixed[suffix]
-  if not by then by = {}; suffixed[suffix] = by end
-  local name = by[p]
-  if not name then name = p .. suffix; by[p] = name end
-  return name
 end
 
 -- floor(a * b / c) for integers, exact while a * b < 2^53: the float quotient is corrected
@@ -114,14 +93,14 @@ local function check(key, A, o, time)
                 rpu = tonumber(A[a + 3]), p = false, ring = false, sub = false,
                 newest = false, names = false, vals = false, slot = false, fine = false,
                 stored = false, count = false, w = false, tat = false }
-    l.p = prefix(i)
+    l.p = names('', i)[i] .. ':'
     limits[#limits + 1] = l
     if l.kind == 's' then
       -- Each sub-window field holds count * 256 + start (where its count reached two, in
       -- 1/256ths of the sub-window); see crates/tollgate-core/src/algo/sliding.rs.
       l.ring = l.param + 1
       l.sub = l.window / l.param
-      l.newest = get(field(l.p, 'n'))
+      l.newest = get(l.p .. 'n')
       reply[#reply + 1] = l.newest
       l.vals = {}
       l.names = names(l.p, l.param)
@@ -150,15 +129,15 @@ local function check(key, A, o, time)
         admitted = false
       end
     elseif l.kind == 'f' then
-      l.stored = get(field(l.p, 'w'))
-      l.count = get(field(l.p, 'c'))
+      l.stored = get(l.p .. 'w')
+      l.count = get(l.p .. 'c')
       reply[#reply + 1] = l.stored
       reply[#reply + 1] = l.count
       l.w = floor(now / l.window)
       if l.w <= l.stored then l.w = l.stored else l.count = 0 end
       if l.count + asked > l.rpu then admitted = false end
     else
-      l.tat = get(field(l.p, 't'))
+      l.tat = get(l.p .. 't')
       reply[#reply + 1] = l.tat
       if l.rpu == 0 then
         admitted = false
@@ -184,7 +163,7 @@ local function check(key, A, o, time)
             local slot = s % l.ring
             if vals[slot] ~= 0 then drop[#drop + 1] = l.names[slot]; vals[slot] = 0 end
           end
-          set[#set + 1] = field(l.p, 'n')
+          set[#set + 1] = l.p .. 'n'
           set[#set + 1] = l.slot
           l.newest = l.slot
         end
@@ -212,16 +191,16 @@ local function check(key, A, o, time)
       elseif l.kind == 'f' then
         local c = l.count
         if mode ~= 'r' then c = c + hits else c = max(c - hits, 0) end
-        set[#set + 1] = field(l.p, 'w')
+        set[#set + 1] = l.p .. 'w'
         set[#set + 1] = l.w
-        set[#set + 1] = field(l.p, 'c')
+        set[#set + 1] = l.p .. 'c'
         set[#set + 1] = c
         expires = (l.w + 1) * l.window
       elseif l.rpu > 0 then
         local span = muldiv(hits, l.window, l.rpu)
         local tat
         if mode ~= 'r' then tat = max(l.tat, now) + span else tat = max(l.tat - span, now) end
-        set[#set + 1] = field(l.p, 't')
+        set[#set + 1] = l.p .. 't'
         set[#set + 1] = string.format('%.0f', tat)
         expires = tat
       else
