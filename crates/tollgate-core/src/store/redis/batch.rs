@@ -6,9 +6,8 @@
 //! batch's keys would have to share a slot.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::connect::RedisConnector;
 use super::{classify, script};
@@ -36,13 +35,10 @@ pub(super) struct Job {
     pub(super) reply: oneshot::Sender<Result<Vec<i64>, TripError>>,
 }
 
-/// Sends the queued checks, as many per call as are queued, until the queue closes. A
-/// call is given up after `timeout` (the store timeout: every check in it has been
-/// answered without it by then), so that a stalled connection frees its place at once.
+/// Sends the queued checks, as many per call as are queued, until the queue closes.
 pub(super) async fn send_batches(
     link: Arc<Link<RedisConnector>>,
     script: Arc<redis::Script>,
-    timeout: Duration,
     mut queue: mpsc::Receiver<Job>,
 ) {
     let calls = Arc::new(Semaphore::new(IN_FLIGHT));
@@ -55,20 +51,17 @@ pub(super) async fn send_batches(
             return;
         }
         let batch = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_BATCH));
-        let call = call(link.clone(), script.clone(), batch, timeout);
-        tokio::spawn(async move {
-            call.await;
-            drop(permit);
-        });
+        tokio::spawn(call(link.clone(), script.clone(), batch, permit));
     }
 }
 
-/// One script call for `batch`; each check gets its own reply, or the call's error.
+/// One script call for `batch`, holding one of the permits for calls in flight; each
+/// check gets its own reply, or the call's error.
 async fn call(
     link: Arc<Link<RedisConnector>>,
     script: Arc<redis::Script>,
     mut batch: Vec<Job>,
-    timeout: Duration,
+    _in_flight: OwnedSemaphorePermit,
 ) {
     let Some(conn) = link.conn() else {
         return fail(batch, &TripError::NotConnected);
@@ -85,10 +78,9 @@ async fn call(
             script::add_args(&mut invocation, &job.limits, job.hits, job.deadline_ns, 0);
         }
     }
-    let raw: Vec<i64> = match tokio::time::timeout(timeout, conn.invoke(&invocation)).await {
-        Ok(Ok(raw)) => raw,
-        Ok(Err(e)) => return fail(batch, &classify(&link, e)),
-        Err(_) => return fail(batch, &TripError::Timeout),
+    let raw: Vec<i64> = match conn.invoke(&invocation).await {
+        Ok(raw) => raw,
+        Err(e) => return fail(batch, &classify(&link, e)),
     };
     if batch.len() == 1 {
         if let Some(job) = batch.pop() {

@@ -49,13 +49,7 @@ impl SharedStore {
             let script = Arc::new(script::script());
             let batches = batched.then(|| {
                 let (queue, jobs) = mpsc::channel(batch::QUEUE);
-                let timeout = behaviour.timeout;
-                tokio::spawn(batch::send_batches(
-                    link.clone(),
-                    script.clone(),
-                    timeout,
-                    jobs,
-                ));
+                tokio::spawn(batch::send_batches(link.clone(), script.clone(), jobs));
                 queue
             });
             Backend::Redis(RedisBackend {
