@@ -34,39 +34,3 @@ proptest! {
         })?;
     }
 }
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
-
-    /// A batch answers as its checks would, one call each, in order: two checks of one
-    /// counter in a batch see each other as two calls would.
-    #[test]
-    fn a_batch_answers_as_its_checks_one_call_each(
-        limits in limits(),
-        checks in prop::collection::vec((0usize..3, operation()), 2..12),
-        start_us in 1u64..86_400_000_000,
-    ) {
-        let mut conn = redis().connection_as(None);
-        let script = script::script();
-        let (batched, single) = (fresh_key(), fresh_key());
-        let key = |base: u64, counter: usize| format!("batch{{{base}-{counter}}}");
-        let fail = |e: redis::RedisError| TestCaseError::fail(e.to_string());
-        let mut batch = script.prepare_invoke();
-        batch.arg("b").arg(checks.len());
-        let mut expected = Vec::new();
-        let mut now_us = start_us;
-        for (counter, (gap_us, hits)) in &checks {
-            now_us += gap_us;
-            let now_ns = now_us * 1_000;
-            batch.key(key(batched, *counter));
-            script::add_args(&mut batch, &limits, *hits, 0, now_ns);
-            let mut one = script.key(key(single, *counter));
-            script::add_args(&mut one, &limits, *hits, 0, now_ns);
-            let reply: Vec<i64> = one.invoke(&mut conn).map_err(fail)?;
-            expected.push(i64::try_from(reply.len()).expect("a short reply"));
-            expected.extend(reply);
-        }
-        let replies: Vec<i64> = batch.invoke(&mut conn).map_err(fail)?;
-        prop_assert_eq!(replies, expected);
-    }
-}

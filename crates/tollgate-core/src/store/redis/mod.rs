@@ -1,7 +1,6 @@
 //! The Redis store: counters in Redis (single node, Cluster or Sentinel), checked and
 //! counted by one script call, behind the local view of [`super::shared`].
 
-mod batch;
 mod connect;
 #[cfg(test)]
 mod differential;
@@ -11,8 +10,6 @@ pub use connect::{Credentials, RedisKind, RedisTarget, RedisTls, TargetError};
 
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::{mpsc, oneshot};
 
 use self::connect::{Conn, RedisConnector};
 use super::shared::link::{Health, Link};
@@ -40,22 +37,13 @@ impl SharedStore {
     pub fn redis(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
         let behaviour = config.behaviour;
         let backend = |time| {
-            let batched = !matches!(config.target, RedisTarget::Cluster { .. });
             let connector = RedisConnector {
                 target: config.target,
                 tls: config.tls,
             };
-            let link = Link::start(connector, time);
-            let script = Arc::new(script::script());
-            let batches = batched.then(|| {
-                let (queue, jobs) = mpsc::channel(batch::QUEUE);
-                tokio::spawn(batch::send_batches(link.clone(), script.clone(), jobs));
-                queue
-            });
             Backend::Redis(RedisBackend {
-                link,
-                script,
-                batches,
+                link: Link::start(connector, time),
+                script: script::script(),
                 key_prefix: config.key_prefix,
             })
         };
@@ -63,13 +51,10 @@ impl SharedStore {
     }
 }
 
-/// Script calls over the supervised connection: batched on one node, one per check on a
-/// Cluster.
+/// One script call per round trip over the supervised connection.
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
-    script: Arc<redis::Script>,
-    /// The batcher's queue; none for a Cluster.
-    batches: Option<mpsc::Sender<batch::Job>>,
+    script: redis::Script,
     key_prefix: String,
 }
 
@@ -86,42 +71,27 @@ impl RedisBackend {
         hits: Hits,
         deadline_ns: u64,
     ) -> Result<Vec<i64>, TripError> {
-        let redis_key = format!("{}{{{key}}}", self.key_prefix);
-        if let Some(queue) = &self.batches {
-            let (reply, answer) = oneshot::channel();
-            let job = batch::Job {
-                key: redis_key,
-                limits: limits.to_vec(),
-                hits,
-                deadline_ns,
-                reply,
-            };
-            queue.send(job).await.map_err(|_| TripError::NotConnected)?;
-            return answer.await.map_err(|_| TripError::NotConnected)?;
-        }
         let Some(conn) = self.link.conn() else {
             return Err(TripError::NotConnected);
         };
         let mut conn: Conn = (*conn).clone();
+        let redis_key = format!("{}{{{key}}}", self.key_prefix);
         let mut invocation = self.script.key(redis_key);
         script::add_args(&mut invocation, limits, hits, deadline_ns, 0);
-        conn.invoke(&invocation)
-            .await
-            .map_err(|e| classify(&self.link, e))
+        conn.invoke(&invocation).await.map_err(|e| self.classify(e))
     }
-}
 
-/// What a failed call means for the link: a lost connection is reported down.
-fn classify(link: &Link<RedisConnector>, e: redis::RedisError) -> TripError {
-    let lost = e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-    if lost {
-        // Gone, or a former master after a failover: reconnect (and re-resolve).
-        link.health.report_down(&e);
-        TripError::Lost(Arc::new(e))
-    } else {
-        TripError::Failed(Arc::new(e))
+    fn classify(&self, e: redis::RedisError) -> TripError {
+        let lost = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if lost {
+            // Gone, or a former master after a failover: reconnect (and re-resolve).
+            self.link.health.report_down(&e);
+            TripError::Lost(Arc::new(e))
+        } else {
+            TripError::Failed(Arc::new(e))
+        }
     }
 }

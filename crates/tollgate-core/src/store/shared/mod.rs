@@ -29,7 +29,7 @@ use crate::limit::{Algorithm, Limit};
 use crate::stats::Histogram;
 
 /// Why one round trip failed, as the store saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum TripError {
     /// Nothing was sent: the store is believed down.
     NotConnected,
