@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use prost::Message;
 use tollgate_core::DecideError;
 use tonic::body::Body;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::{ProstCodec, ProstEncoder};
@@ -138,6 +138,13 @@ async fn answer(rls: &Rls, req: &RateLimitRequest) -> Result<Response<RateLimitR
         })
 }
 
+/// The first buffer for one message each way: requests and answers take a few hundred
+/// bytes, and tonic's default held 8 KiB each way per call in flight. A larger message
+/// grows its buffer in steps of this size.
+fn message_buffer() -> BufferSettings {
+    BufferSettings::new(512, 32 * 1024)
+}
+
 /// Protobuf both ways, with undecodable requests reported as the caller's fault.
 struct RequestCodec;
 
@@ -148,7 +155,7 @@ impl Codec for RequestCodec {
     type Decoder = RequestDecoder;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<RateLimitResponse, RateLimitRequest>::default().encoder()
+        ProstCodec::<RateLimitResponse, RateLimitRequest>::raw_encoder(message_buffer())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -166,5 +173,9 @@ impl Decoder for RequestDecoder {
         RateLimitRequest::decode(buf)
             .map(Some)
             .map_err(|e| Status::invalid_argument(format!("not a RateLimitRequest: {e}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        message_buffer()
     }
 }

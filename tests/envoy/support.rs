@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tollgate_testkit::envoy::{Envoy, Params, Upstream, render, upstream};
 use tollgate_testkit::http;
-use tollgate_testkit::keys::{Shape, counter_key};
+use tollgate_testkit::keys::{Shape, redis_key};
 use tollgate_testkit::tollgate::Serve;
 
 /// The example Envoy configuration.
@@ -27,7 +27,7 @@ pub const MINUTE: Duration = Duration::from_secs(60);
 
 /// The Redis key of the example's `api_key` counter for `key` (fixed one-minute window).
 pub fn api_key_counter(key: &str) -> String {
-    counter_key(
+    redis_key(
         "",
         "edge",
         &[("api_key", key)],

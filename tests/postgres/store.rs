@@ -16,19 +16,14 @@ use crate::support::{
     connected,
 };
 
-/// The row key of `user=value`: the counter key, without the braces that pin a Redis
-/// Cluster hash slot.
+/// The row key of `user=value`.
 fn user_key(prefix: &str, value: &str) -> String {
-    let braced = counter_key(
-        "",
+    let key = counter_key(
         DOMAIN,
         &[("user", value)],
         &[Shape::sliding(Duration::from_secs(60))],
     );
-    format!(
-        "{prefix}{}",
-        braced.trim_start_matches('{').trim_end_matches('}')
-    )
+    format!("{prefix}{key}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

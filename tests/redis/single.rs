@@ -207,7 +207,7 @@ async fn fill_yearly(redis: &RedisServer, value: &str) -> (Server, Rls) {
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
-async fn keys_carry_the_prefix_one_hash_per_counter_and_a_window_ttl() {
+async fn keys_carry_the_prefix_one_value_per_counter_and_a_window_ttl() {
     let redis = RedisServer::start();
     let server = single(&redis, &["--cache-key-prefix", "tg-test:"]).await;
     let mut rls = server.client().await;
@@ -223,8 +223,8 @@ async fn keys_carry_the_prefix_one_hash_per_counter_and_a_window_ttl() {
     let mut want = vec![sliding_key.clone(), fixed_key.clone()];
     want.sort();
     assert_eq!(redis.keys("*"), want, "exactly one key per counter");
-    assert_eq!(redis.key_type(&sliding_key), "hash");
-    assert_eq!(redis.key_type(&fixed_key), "hash");
+    assert_eq!(redis.key_type(&sliding_key), "string");
+    assert_eq!(redis.key_type(&fixed_key), "string");
 
     // Expiry as absolute times, bracketed by the client's clock readings.
     let ms = |t: SystemTime| (epoch_ns(t) / 1_000_000) as i64;
@@ -256,6 +256,66 @@ async fn keys_carry_the_prefix_one_hash_per_counter_and_a_window_ttl() {
         "the fixed key expires {} ms from the end of the hour (PTTL {fixed_ttl})",
         expires.0 - window_end
     );
+}
+
+#[tokio::test]
+async fn a_value_the_layout_cannot_hold_reads_as_a_fresh_counter() {
+    let redis = RedisServer::start();
+    // Answers come from the store: a failed script call would be an error.
+    let server = single(&redis, &["--on-store-error", "error"]).await;
+    let mut rls = server.client().await;
+
+    // A sliding window's twelve numbers, the newest sub-window past 2^53 (0xcf: a 64-bit
+    // integer, here 0x80 followed by zeros; "π" is 0xcf 0x80): a script that trusted it
+    // would loop for ever and stall Redis for every client.
+    let odd = key("", "user", "odd");
+    let huge = format!("π{}", "\u{0}".repeat(7 + 11));
+    let () = redis.query(&["SET", &odd, &huge]);
+    // A value of another length, and one that is not MessagePack at all ("Ï" is 0xc3 0x8f:
+    // `true`, then a map cut off).
+    let short = key("", "user", "short");
+    let () = redis.query(&["SET", &short, "not a counter"]);
+    let cut = key("", "user", "cut");
+    let () = redis.query(&["SET", &cut, "Ï"]);
+
+    for value in ["odd", "short", "cut"] {
+        let got = round_robin(
+            std::slice::from_mut(&mut rls),
+            DOMAIN,
+            &[("user", value)],
+            USER_LIMIT + 1,
+        )
+        .await;
+        assert_eq!(got, exactly(USER_LIMIT, 1), "{value}: counted afresh");
+    }
+    assert!(redis.ping());
+}
+
+#[tokio::test]
+async fn a_flushed_script_cache_is_loaded_again() {
+    let redis = RedisServer::start();
+    let server = single(&redis, &[]).await;
+    let mut rls = server.client().await;
+    let status = rls.check(DOMAIN, &[("user", "flush")]).await;
+    assert_eq!(code(&status), Code::Ok, "{status:?}");
+
+    // As after a restart or a failover to a node that never saw the script.
+    let () = redis.query(&["SCRIPT", "FLUSH"]);
+    let before = redis.commandstats();
+    let got = round_robin(
+        std::slice::from_mut(&mut rls),
+        DOMAIN,
+        &[("user", "flush")],
+        USER_LIMIT,
+    )
+    .await;
+    assert_eq!(
+        got,
+        exactly(USER_LIMIT - 1, 1),
+        "counted on across the flush"
+    );
+    let calls = redis.commandstats().since(&before);
+    assert_eq!(calls.get("script|load"), Some(&1), "{calls:?}");
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tollgate_testkit::accuracy::{OverloadRun, assert_steady_overload_kept};
 use tollgate_testkit::grpc::Rls;
-use tollgate_testkit::keys::{Shape, counter_key};
+use tollgate_testkit::keys::{Shape, redis_key};
 use tollgate_testkit::tollgate::{Serve, Server};
 
 pub const DOMAIN: &str = "rl";
@@ -53,7 +53,7 @@ pub fn key(prefix: &str, rule: &str, value: &str) -> String {
         "acc" => Shape::sliding(ACC_WINDOW),
         other => panic!("no rule for `{other}` in RULES"),
     };
-    counter_key(prefix, DOMAIN, &[(rule, value)], &[shape])
+    redis_key(prefix, DOMAIN, &[(rule, value)], &[shape])
 }
 
 /// `tollgate serve` on [`RULES`] with counters in a Redis deployment of `redis_type` at `url`.

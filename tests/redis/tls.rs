@@ -5,7 +5,7 @@
 //! settings' startup errors.
 
 use tollgate_testkit::grpc::{Code, code, request};
-use tollgate_testkit::keys::{Shape, counter_key};
+use tollgate_testkit::keys::{Shape, redis_key};
 use tollgate_testkit::load::timed_check;
 use tollgate_testkit::pki::{Issued, Pki};
 use tollgate_testkit::redis::cluster::RedisCluster;
@@ -199,7 +199,7 @@ async fn a_cluster_over_tls_takes_the_ca_and_the_client_certificate() {
     for i in 0..40 {
         let user = format!("user-{i}");
         let hour = Shape::sliding(std::time::Duration::from_secs(3_600));
-        let key = counter_key("", "tls", &[("user", &user)], &[hour]);
+        let key = redis_key("", "tls", &[("user", &user)], &[hour]);
         assert_limits_with(&mut rls, &user).await;
         assert!(cluster.exists(&key), "{key} in the cluster");
         nodes_used.insert(cluster.node_of(&key));
@@ -233,7 +233,7 @@ async fn a_sentinel_set_over_tls_takes_the_ca_and_the_client_certificate() {
         .await;
     assert_limits(&server, "before").await;
     let hour = Shape::sliding(std::time::Duration::from_secs(3_600));
-    let key = counter_key("", "tls", &[("user", "before")], &[hour]);
+    let key = redis_key("", "tls", &[("user", "before")], &[hour]);
     assert!(set.master.exists(&key), "{key} on the master");
 
     tokio::task::block_in_place(|| set.kill_master_and_await_failover());
@@ -244,7 +244,7 @@ async fn a_sentinel_set_over_tls_takes_the_ca_and_the_client_certificate() {
         async || {
             // Unavailable while the store reconnects (`--on-store-error error`).
             let answer = timed_check(&mut rls, "tls", &[("user", "after")]).await;
-            let key = counter_key("", "tls", &[("user", "after")], &[hour]);
+            let key = redis_key("", "tls", &[("user", "after")], &[hour]);
             match answer.result == Ok(Code::Ok) && set.replica.exists(&key) {
                 true => Ok(()),
                 false => Err(format!("{answer:?}, not counted on the new master yet")),

@@ -11,7 +11,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use tollgate_testkit::grpc::{
     Code, DescriptorStatus, RateLimitRequest, Rls, Unit, code, descriptor, request, until_reset,
 };
-use tollgate_testkit::keys::{Shape, counter_key};
+use tollgate_testkit::keys::{Shape, counter_key, redis_key};
 use tollgate_testkit::load::{burst, tally};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::redis::RedisServer;
@@ -340,15 +340,17 @@ async fn simultaneous_burst_admits_exactly_the_limit(instance: Instance, key: &s
         "{key}: {:?}",
         tally(&answers)
     );
-    // One counter in the shared store: the braces pin a Redis Cluster slot, and a
-    // PostgreSQL row key goes without them.
-    let counter = counter_key("", "shapes", &[(key, "same")], &[shape]);
+    // One counter in the shared store.
+    let entries = [(key, "same")];
     match &instance.backing {
         Backing::Memory => {}
-        Backing::Redis(redis) => assert_eq!(redis.keys("*"), [counter]),
+        Backing::Redis(redis) => assert_eq!(
+            redis.keys("*"),
+            [redis_key("", "shapes", &entries, &[shape])]
+        ),
         Backing::Postgres(postgres) => {
             let rows = postgres.psql("SELECT key FROM tollgate_counters");
-            assert_eq!(rows, counter.trim_start_matches('{').trim_end_matches('}'));
+            assert_eq!(rows, counter_key("shapes", &entries, &[shape]));
         }
     }
 }

@@ -1,7 +1,8 @@
-//! Where Tollgate keeps a counter in Redis: `PREFIX{COUNTER KEY}`, the counter key being
-//! `domain|key=value|…#SHAPE` and the shape naming each limit's algorithm and window
-//! (the braces make the whole counter key the Redis Cluster hash tag). Every test that
-//! looks a counter up in Redis builds its key here, from the limit's parameters.
+//! Where Tollgate keeps a counter: the counter key is `domain|key=value|…#SHAPE`, the shape
+//! naming each limit's algorithm and window; PostgreSQL rows are keyed `PREFIX` and the
+//! counter key, Redis keys are `PREFIX{COUNTER KEY}:v2` (the braces make the whole counter
+//! key the Redis Cluster hash tag; `:v2` names the layout of the value). Every test that
+//! looks a counter up in a store builds its key here, from the limit's parameters.
 
 use std::fmt;
 use std::time::Duration;
@@ -46,26 +47,26 @@ impl fmt::Display for Shape {
     }
 }
 
-/// The Redis key of the counter for `entries` in `domain` under limits of `shapes`.
+/// The key of the counter for `entries` in `domain` under limits of `shapes`.
 /// Only components that need no escaping are supported (asserted).
-pub fn counter_key(
-    prefix: &str,
-    domain: &str,
-    entries: &[(&str, &str)],
-    shapes: &[Shape],
-) -> String {
+pub fn counter_key(domain: &str, entries: &[(&str, &str)], shapes: &[Shape]) -> String {
     let special = |s: &str| s.contains(['%', '|', '=', '#', '{', '}']);
     assert!(
         !special(domain) && entries.iter().all(|(k, v)| !special(k) && !special(v)),
         "counter_key builds keys only of components that need no escaping"
     );
-    let mut key = format!("{prefix}{{{domain}");
+    let mut key = domain.to_owned();
     for (k, v) in entries {
         key.push_str(&format!("|{k}={v}"));
     }
     let shapes: Vec<String> = shapes.iter().map(Shape::to_string).collect();
-    key.push_str(&format!("#{}}}", shapes.join(",")));
+    key.push_str(&format!("#{}", shapes.join(",")));
     key
+}
+
+/// The Redis key of the counter for `entries` in `domain` under limits of `shapes`.
+pub fn redis_key(prefix: &str, domain: &str, entries: &[(&str, &str)], shapes: &[Shape]) -> String {
+    format!("{prefix}{{{}}}:v2", counter_key(domain, entries, shapes))
 }
 
 #[cfg(test)]
@@ -76,16 +77,16 @@ mod tests {
     fn keys_as_tollgate_writes_them() {
         let minute = Duration::from_secs(60);
         assert_eq!(
-            counter_key("p:", "rl", &[("user", "ann")], &[Shape::sliding(minute)]),
-            "p:{rl|user=ann#s60000000000.10}"
+            redis_key("p:", "rl", &[("user", "ann")], &[Shape::sliding(minute)]),
+            "p:{rl|user=ann#s60000000000.10}:v2"
         );
         let shapes = [
             Shape::Fixed { window: minute },
             Shape::Bucket { window: minute },
         ];
         assert_eq!(
-            counter_key("", "d", &[("a", "1"), ("b", "2")], &shapes),
-            "{d|a=1|b=2#f60000000000,g60000000000}"
+            counter_key("d", &[("a", "1"), ("b", "2")], &shapes),
+            "d|a=1|b=2#f60000000000,g60000000000"
         );
     }
 }

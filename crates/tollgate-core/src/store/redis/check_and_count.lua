@@ -3,9 +3,14 @@
 -- algorithms (crates/tollgate-core/src/algo), so both give the same answer on the same
 -- state; they are exact while the products below stay under 2^53.
 --
--- This script is the one definition of the counter's layout in Redis: one hash per counter,
--- fields "<limit>:<name>" per limit. The reply carries the state positionally, so no
--- field name appears anywhere else.
+-- This script is the one definition of the counter's layout in Redis: one string per
+-- counter, the state of its limits in order as MessagePack integers
+--   sliding: newest sub-window, then the ring of precision + 1 counts;
+--   fixed: window index, count;  gcra: theoretical arrival time.
+-- One GET and one SET, and no number turned into text or back: what a hash of fields
+-- cost in field names and tonumber calls was half of the script's time. MessagePack
+-- rather than fixed-width integers: an empty sub-window takes one byte, so a counter
+-- takes less room in Redis than the hash did.
 --
 -- KEYS[1]  the counter
 -- ARGV     mode ('c' consume; 'p' charge: counted even past the limit; 'k' check;
@@ -14,9 +19,7 @@
 --          then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
 --          precision or burst, requests_per_unit
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
---           now_us, then per limit the state as it was before this call:
---           sliding: newest sub-window, then the ring of precision + 1 counts;
---           fixed: window index, count; gcra: theoretical arrival time}
+--           now_us, the stored state as it was before this call ('' if there was none)}
 
 local key = KEYS[1]
 local mode, hits, deadline = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -25,41 +28,31 @@ if now == 0 then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
-if deadline > 0 and now > deadline then return { -1, now } end
+if deadline > 0 and now > deadline then return { -1, now, '' } end
 
--- Library functions as locals, and field names built from digit strings: in Redis's Lua a
--- global lookup costs more than the arithmetic, and turning a number into a string (each
--- `name .. n`) costs about half a microsecond, more than anything else the script does.
+-- Library functions as locals: in Redis's Lua a global lookup costs more than the
+-- arithmetic.
 local floor, max, min = math.floor, math.max, math.min
-local DIGITS = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
--- prefix .. s for s = 0 .. last, each made from a shorter one and one digit.
-local function names(prefix, last)
-  local t = {}
-  for s = 0, last do
-    if s < 10 then t[s] = prefix .. DIGITS[s] else t[s] = t[floor(s / 10)] .. DIGITS[s % 10] end
-  end
-  return t
-end
-
-local raw = redis.call('HGETALL', key)
-local f = {}
-for i = 1, #raw, 2 do f[raw[i]] = tonumber(raw[i + 1]) end
-local function get(name) return f[name] or 0 end
+-- 2^53: below it every integer is exact. Stored numbers stay below it (a count or an
+-- arrival time driven past it by huge charges is held just under it, which denies as the
+-- true value would), so that a value read back past it cannot be one this script wrote.
+local EXACT = 9007199254740992
 
 -- floor(a * b / c) for integers, exact while a * b < 2^53: the float quotient is corrected
 -- by at most one step there (beyond, corrections could not terminate, so none is made).
 local function muldiv(a, b, c)
   local p = a * b
   local q = floor(p / c)
-  if p < 9007199254740992 then
+  if p < EXACT then
     if q * c > p then q = q - 1 elseif (q + 1) * c <= p then q = q + 1 end
   end
   return q
 end
 
--- floor(part * 65536 / whole) for 0 <= part < whole, by long division: exact for any
--- whole below 2^52.
+-- floor(part * 65536 / whole) for 0 <= part < whole: muldiv where that is exact, else by
+-- long division (exact for any whole below 2^52).
 local function fraction(part, whole)
+  if part < 137438953472 and whole == floor(whole) then return muldiv(part, 65536, whole) end
   local q, r = 0, part
   for _ = 1, 16 do
     r = r * 2
@@ -69,143 +62,152 @@ local function fraction(part, whole)
   return q
 end
 
+-- Each limit's count of numbers. A stored value this layout cannot have written (not
+-- MessagePack, too long, another count, anything but integers in 0 .. 2^53) reads as no
+-- state: past 2^53 a loop counter stops moving, and a loop over it would never end.
+local lengths, size = {}, 0
+for i = 1, n do
+  local a = 2 + i * 4
+  local kind, len = ARGV[a], 1
+  if kind == 's' then len = tonumber(ARGV[a + 2]) + 2 elseif kind == 'f' then len = 2 end
+  lengths[i] = len
+  size = size + len
+end
+local raw = redis.call('GET', key)
+if raw and #raw > 9 * size then raw = false end
+local states, offset = {}, 0
+if raw then
+  for i = 1, n do
+    -- {ok, the offset after these numbers (-1 at the end of the value), the numbers}
+    local len = lengths[i]
+    local got = { pcall(cmsgpack.unpack_limit, raw, len, offset) }
+    if not got[1] or #got ~= len + 2 or (got[2] == -1) ~= (i == n) then
+      raw = false
+      break
+    end
+    offset = got[2]
+    local state = {}
+    for j = 1, len do
+      local v = got[j + 2]
+      if type(v) ~= 'number' or v < 0 or v >= EXACT or v ~= floor(v) then
+        raw = false
+      end
+      state[j] = v
+    end
+    states[i] = state
+  end
+end
+if not raw then
+  for i = 1, n do
+    local state = {}
+    for j = 1, lengths[i] do state[j] = 0 end
+    states[i] = state
+  end
+end
+
 local asked = hits
 if mode == 'k' then asked = 1 elseif mode == 'r' then asked = 0 end
 
+-- Check: per limit, the sub-window or window this call falls in, and the time into it.
 local admitted = true
-local limits = {}
-local reply = { 0, now }
-for i = 0, n - 1 do
-  local a = 6 + i * 4
-  -- Every field named in the constructor, so the table is made at its full size once
-  -- (growing it field by field costs more than the arithmetic).
-  local l = { kind = ARGV[a], window = tonumber(ARGV[a + 1]), param = tonumber(ARGV[a + 2]),
-              rpu = tonumber(ARGV[a + 3]), p = false, ring = false, sub = false,
-              newest = false, names = false, vals = false, slot = false, fine = false,
-              stored = false, count = false, w = false, tat = false }
-  l.p = names('', i)[i] .. ':'
-  limits[#limits + 1] = l
-  if l.kind == 's' then
-    -- Each sub-window field holds count * 256 + start (where its count reached two, in
-    -- 1/256ths of the sub-window); see crates/tollgate-core/src/algo/sliding.rs.
-    l.ring = l.param + 1
-    l.sub = l.window / l.param
-    l.newest = get(l.p .. 'n')
-    reply[#reply + 1] = l.newest
-    l.vals = {}
-    l.names = names(l.p, l.param)
-    for s = 0, l.param do
-      local v = get(l.names[s])
-      l.vals[s] = v
-      reply[#reply + 1] = v
-    end
-    l.slot = floor(now / l.sub)
-    local into = now - l.slot * l.sub
-    if l.slot < l.newest then l.slot = l.newest; into = 0 end
-    l.fine = fraction(into, l.sub)
-    local newest, param, ring, vals = l.newest, l.param, l.ring, l.vals
-    local function packed(s)
-      if s <= newest and newest - s <= param then return vals[s % ring] end
-      return 0
-    end
+local slots, fines = {}, {}
+for i = 1, n do
+  local a = 2 + i * 4
+  local kind, window, param, rpu = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local state = states[i]
+  if kind == 's' then
+    -- state[1] is the newest sub-window s written, state[2 + s % ring] its count * 256 +
+    -- start (where its count reached two, in 1/256ths of the sub-window); see
+    -- crates/tollgate-core/src/algo/sliding.rs. Sub-windows older than newest - param
+    -- are stale and count as empty; newest <= slot.
+    local ring, sub, newest = param + 1, window / param, state[1]
+    local slot = floor(now / sub)
+    local into = now - slot * sub
+    if slot < newest then slot = newest; into = 0 end
+    local fine = fraction(into, sub)
+    slots[i], fines[i] = slot, fine
     local full = 0
-    for s = l.slot - param + 1, l.slot do full = full + floor(packed(s) / 256) end
-    local oldest = packed(l.slot - param)
+    for s = slot - param + 1, newest do
+      full = full + floor(state[2 + s % ring] / 256)
+    end
+    local oldest = 0
+    if slot - param <= newest then
+      oldest = state[2 + (slot - param) % ring]
+    end
     local denominator = 65536 - (oldest % 256) * 256
-    local left = min(65536 - l.fine, denominator)
+    local left = min(65536 - fine, denominator)
     -- full + asked + count * left / denominator <= rpu
-    local room = l.rpu - full - asked
+    local room = rpu - full - asked
     if room < 0 or floor(oldest / 256) * left > room * denominator then
       admitted = false
     end
-  elseif l.kind == 'f' then
-    l.stored = get(l.p .. 'w')
-    l.count = get(l.p .. 'c')
-    reply[#reply + 1] = l.stored
-    reply[#reply + 1] = l.count
-    l.w = floor(now / l.window)
-    if l.w <= l.stored then l.w = l.stored else l.count = 0 end
-    if l.count + asked > l.rpu then admitted = false end
+  elseif kind == 'f' then
+    local w, count = floor(now / window), state[2]
+    if w <= state[1] then w = state[1] else count = 0 end
+    slots[i], state[2] = w, count
+    if count + asked > rpu then admitted = false end
+  elseif rpu == 0 then
+    admitted = false
   else
-    l.tat = get(l.p .. 't')
-    reply[#reply + 1] = l.tat
-    if l.rpu == 0 then
+    local used = max(state[1] - now, 0)
+    if used + muldiv(asked, window, rpu) > muldiv(param, window, rpu) then
       admitted = false
-    else
-      local used = max(l.tat - now, 0)
-      if used + muldiv(asked, l.window, l.rpu) > muldiv(l.param, l.window, l.rpu) then
-        admitted = false
-      end
     end
   end
 end
 
--- Write: count admitted (or charged) hits, or give hits back. Fields to drop and to set
--- are gathered, so that the writes are one HDEL and one HSET whatever the limits.
+-- Write: count admitted (or charged) hits, or give hits back; the key lives until its
+-- last limit forgets them.
 if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
-  local ttl, drop, set = 0, {}, {}
-  for _, l in ipairs(limits) do
+  local ttl, parts = 0, {}
+  for i = 1, n do
+    local a = 2 + i * 4
+    local kind, window, param, rpu = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local state = states[i]
     local expires
-    if l.kind == 's' then
-      local vals = l.vals
-      if l.slot > l.newest then
-        for s = max(l.newest + 1, l.slot - l.param), l.slot do
-          local slot = s % l.ring
-          if vals[slot] ~= 0 then drop[#drop + 1] = l.names[slot]; vals[slot] = 0 end
-        end
-        set[#set + 1] = l.p .. 'n'
-        set[#set + 1] = l.slot
-        l.newest = l.slot
+    if kind == 's' then
+      local ring, sub, newest, slot = param + 1, window / param, state[1], slots[i]
+      if slot > newest then
+        for s = max(newest + 1, slot - param), slot do state[2 + s % ring] = 0 end
+        newest = slot
+        state[1] = slot
       end
       if mode ~= 'r' then
-        local slot = l.slot % l.ring
-        local v = vals[slot]
-        local count, start = floor(v / 256), v % 256
-        if count < 2 and l.param > 1 then start = floor(l.fine / 256) end
-        set[#set + 1] = l.names[slot]
-        set[#set + 1] = string.format('%.0f', (count + hits) * 256 + start)
+        local j = 2 + slot % ring
+        local count, start = floor(state[j] / 256), state[j] % 256
+        if count < 2 and param > 1 then start = floor(fines[i] / 256) end
+        state[j] = min((count + hits) * 256 + start, EXACT - 1)
       else
         local left = hits
-        for s = l.slot, l.slot - l.param, -1 do
-          local slot = s % l.ring
-          local v = vals[slot]
-          local take = min(left, floor(v / 256))
-          if take > 0 then
-            set[#set + 1] = l.names[slot]
-            set[#set + 1] = string.format('%.0f', v - take * 256)
-          end
+        for s = slot, slot - param, -1 do
+          local j = 2 + s % ring
+          local take = min(left, floor(state[j] / 256))
+          state[j] = state[j] - take * 256
           left = left - take
         end
       end
-      expires = (l.newest + l.param + 1) * l.sub
-    elseif l.kind == 'f' then
-      local c = l.count
-      if mode ~= 'r' then c = c + hits else c = max(c - hits, 0) end
-      set[#set + 1] = l.p .. 'w'
-      set[#set + 1] = l.w
-      set[#set + 1] = l.p .. 'c'
-      set[#set + 1] = c
-      expires = (l.w + 1) * l.window
-    elseif l.rpu > 0 then
-      local span = muldiv(hits, l.window, l.rpu)
-      local tat
-      if mode ~= 'r' then tat = max(l.tat, now) + span else tat = max(l.tat - span, now) end
-      set[#set + 1] = l.p .. 't'
-      set[#set + 1] = string.format('%.0f', tat)
+      expires = (newest + param + 1) * sub
+    elseif kind == 'f' then
+      local w = slots[i]
+      state[1] = w
+      if mode ~= 'r' then state[2] = min(state[2] + hits, EXACT - 1) else state[2] = max(state[2] - hits, 0) end
+      expires = (w + 1) * window
+    elseif rpu > 0 then
+      local span, tat = muldiv(hits, window, rpu), state[1]
+      if mode ~= 'r' then tat = min(max(tat, now) + span, EXACT - 1) else tat = max(tat - span, now) end
+      state[1] = tat
       expires = tat
     else
       expires = now
     end
     ttl = max(ttl, expires - now)
+    parts[i] = cmsgpack.pack(unpack(state))
   end
   if ttl > 0 then
-    if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
-    if #set > 0 then redis.call('HSET', key, unpack(set)) end
-    redis.call('PEXPIRE', key, math.ceil(ttl / 1000))
+    redis.call('SET', key, table.concat(parts), 'PX', math.ceil(ttl / 1000))
   else
     redis.call('DEL', key)
   end
 end
 
-if admitted then reply[1] = 1 end
-return reply
+return { admitted and 1 or 0, now, raw or '' }

@@ -259,23 +259,35 @@ pub(super) enum Conn {
 }
 
 impl Conn {
-    pub(super) async fn invoke<T: redis::FromRedisValue>(
+    /// Runs `evalsha`, an EVALSHA of `script`; if Redis does not know the script (a new
+    /// or restarted node), loads it and runs the call once more.
+    pub(super) async fn eval<T: redis::FromRedisValue>(
         &mut self,
-        invocation: &redis::ScriptInvocation<'_>,
+        evalsha: &redis::Cmd,
+        script: &redis::Script,
     ) -> redis::RedisResult<T> {
+        match self.query(evalsha).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                match self {
+                    Self::Single(c) => script.load_async(c).await?,
+                    Self::Cluster(c) => script.load_async(c).await?,
+                };
+                self.query(evalsha).await
+            }
+            other => other,
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         match self {
-            Self::Single(c) => invocation.invoke_async(c).await,
-            Self::Cluster(c) => invocation.invoke_async(c).await,
+            Self::Single(c) => cmd.query_async(c).await,
+            Self::Cluster(c) => cmd.query_async(c).await,
         }
     }
 
     /// Redis's clock (`TIME`), in nanoseconds since the epoch.
     async fn time_ns(&mut self) -> redis::RedisResult<u64> {
-        let cmd = redis::cmd("TIME");
-        let (secs, micros): (u64, u64) = match self {
-            Self::Single(c) => cmd.query_async(c).await?,
-            Self::Cluster(c) => cmd.query_async(c).await?,
-        };
+        let (secs, micros): (u64, u64) = self.query(&redis::cmd("TIME")).await?;
         Ok(secs
             .saturating_mul(1_000_000)
             .saturating_add(micros)

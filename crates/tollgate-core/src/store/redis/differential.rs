@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use tollgate_testkit::redis::RedisServer;
 
-use super::script;
+use super::script::{self, Check, ScriptReply};
 use crate::store::shared::differential::{fresh_key, limits, operation, replay};
 
 /// One redis-server for every case of this test binary.
@@ -26,11 +26,58 @@ proptest! {
     ) {
         let mut conn = redis().connection_as(None);
         let script = script::script();
-        let key = format!("differential{{{}}}", fresh_key());
-        replay(&limits, &history, phase_us, |hits, now| {
-            let mut invocation = script.key(&key);
-            script::add_args(&mut invocation, &limits, hits, 0, now);
-            invocation.invoke(&mut conn).map_err(|e| e.to_string())
+        script.load(&mut conn).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let key = fresh_key().to_string();
+        replay(&limits, &history, phase_us, |hits, now_ns| {
+            let check = Check { key: &key, limits: &limits, hits, deadline_ns: 0, now_ns };
+            let reply: ScriptReply = script::call(&script, "differential", &check)
+                .query(&mut conn)
+                .map_err(|e| e.to_string())?;
+            script::numbers(reply).map_err(|e| e.to_string())
         })?;
+    }
+}
+
+/// Charges far past any limit (usage reported after the fact) leave a counter that still
+/// denies: what the script stores stays below 2^53, where it reads back as written rather
+/// than as a value it could not have written (an empty counter).
+#[test]
+fn huge_charges_still_deny() {
+    use crate::algo::Hits;
+    use crate::limit::{Algorithm, Limit};
+    use crate::unit::Unit;
+
+    let mut conn = redis().connection_as(None);
+    let script = script::script();
+    let loaded = script.load(&mut conn);
+    assert!(loaded.is_ok(), "{loaded:?}");
+    let day = Limit::new(1, Unit::Day);
+    for algorithm in [
+        Algorithm::SlidingWindow { precision: 10 },
+        Algorithm::FixedWindow,
+        Algorithm::TokenBucket { burst: 1 },
+    ] {
+        let limits = [day.clone().with_algorithm(algorithm).unwrap_or(day.clone())];
+        let key = fresh_key().to_string();
+        let now_ns = 1_790_000_000_000_000_000;
+        let mut flag = |hits, now_ns| {
+            let check = Check {
+                key: &key,
+                limits: &limits,
+                hits,
+                deadline_ns: 0,
+                now_ns,
+            };
+            let reply: Result<ScriptReply, _> =
+                script::call(&script, "differential", &check).query(&mut conn);
+            reply.map(|(flag, _, _)| flag).map_err(|e| e.to_string())
+        };
+        // Counted, though far over the limit.
+        assert!(flag(Hits::Charge(1 << 50), now_ns).is_ok(), "{algorithm:?}");
+        assert_eq!(
+            flag(Hits::Consume(1), now_ns + 1_000_000),
+            Ok(0),
+            "{algorithm:?}"
+        );
     }
 }

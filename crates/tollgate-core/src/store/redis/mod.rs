@@ -75,10 +75,19 @@ impl RedisBackend {
             return Err(TripError::NotConnected);
         };
         let mut conn: Conn = (*conn).clone();
-        let redis_key = format!("{}{{{key}}}", self.key_prefix);
-        let mut invocation = self.script.key(redis_key);
-        script::add_args(&mut invocation, limits, hits, deadline_ns, 0);
-        conn.invoke(&invocation).await.map_err(|e| self.classify(e))
+        let check = script::Check {
+            key,
+            limits,
+            hits,
+            deadline_ns,
+            now_ns: 0,
+        };
+        let call = script::call(&self.script, &self.key_prefix, &check);
+        let reply: script::ScriptReply = conn
+            .eval(&call, &self.script)
+            .await
+            .map_err(|e| self.classify(e))?;
+        script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
     }
 
     fn classify(&self, e: redis::RedisError) -> TripError {

@@ -1,34 +1,116 @@
-//! The one round trip of the Redis store: arguments in, the counter's state out. The hash
-//! layout lives only in `check_and_count.lua`; its reply carries the state positionally.
+//! The one round trip of the Redis store: arguments in, the counter's state out. The
+//! counter's layout lives only in `check_and_count.lua`; its reply carries the state as
+//! the script stored it.
+
+use redis::RedisWrite as _;
 
 use crate::algo::Hits;
 use crate::limit::Limit;
 use crate::store::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
+
+/// Ends every counter's key: the version of the layout the script keeps there. A build
+/// with another layout (hashes, before this one) counts in other keys instead of failing
+/// on these, so a rolling upgrade never runs two layouts on one key.
+const LAYOUT: &str = ":v2";
 
 /// The check-and-count script, loaded once and run with EVALSHA.
 pub(super) fn script() -> redis::Script {
     redis::Script::new(include_str!("check_and_count.lua"))
 }
 
-/// Adds the script's arguments for `hits` under `limits` to `invocation`; Redis changes
-/// nothing if it runs the script after `deadline_ns` (in Redis time; 0 for none). The
-/// script reads Redis' clock unless `now_ns` gives the time (tests replay histories).
-pub(super) fn add_args(
-    invocation: &mut redis::ScriptInvocation<'_>,
-    limits: &[Limit],
-    hits: Hits,
-    deadline_ns: u64,
-    now_ns: u64,
-) {
-    let (mode, n) = mode(hits);
-    invocation
-        .arg(mode)
+/// The script's reply: the flag, Redis' clock in microseconds, and the state as stored
+/// (MessagePack integers; empty for a new counter).
+pub(super) type ScriptReply = (i64, i64, Vec<u8>);
+
+/// A stored state that is not a run of MessagePack unsigned integers below 2^63.
+#[derive(Debug, thiserror::Error)]
+#[error("the script replied with a state that is not MessagePack integers (at byte {0})")]
+pub(super) struct BadState(usize);
+
+/// `reply` as the numbers of [`crate::store::shared::protocol::decode`].
+pub(super) fn numbers((flag, now_us, state): ScriptReply) -> Result<Vec<i64>, BadState> {
+    let mut numbers = Vec::with_capacity(2 + state.len());
+    numbers.extend([flag, now_us]);
+    let mut at = 0;
+    while let Some(&marker) = state.get(at) {
+        let width = match marker {
+            0x00..=0x7f => 0,
+            0xcc => 1,
+            0xcd => 2,
+            0xce => 4,
+            0xcf => 8,
+            _ => return Err(BadState(at)),
+        };
+        let bytes = state.get(at + 1..at + 1 + width).ok_or(BadState(at))?;
+        let value = match width {
+            0 => u64::from(marker),
+            _ => bytes.iter().fold(0, |n, &b| n << 8 | u64::from(b)),
+        };
+        numbers.push(i64::try_from(value).map_err(|_| BadState(at))?);
+        at += 1 + width;
+    }
+    Ok(numbers)
+}
+
+/// One check-and-count: `hits` under `limits` on counter `key`; Redis changes nothing if
+/// it runs the check after `deadline_ns` (in Redis time; 0 for none). The script reads
+/// Redis' clock unless `now_ns` gives the time (tests replay histories).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Check<'a> {
+    pub(super) key: &'a str,
+    pub(super) limits: &'a [Limit],
+    pub(super) hits: Hits,
+    pub(super) deadline_ns: u64,
+    pub(super) now_ns: u64,
+}
+
+/// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
+/// as the Cluster hash tag, and the layout. Every argument is written into the command's
+/// one buffer: nothing is allocated per argument.
+pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
+    let (mode, n) = mode(check.hits);
+    let limits = check.limits;
+    let mut cmd = redis::Cmd::with_capacity(
+        9 + 4 * limits.len(),
+        96 + 32 * limits.len() + prefix.len() + check.key.len(),
+    );
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(1);
+    cmd.write_arg_fmt(format_args!("{prefix}{{{}}}{LAYOUT}", check.key));
+    cmd.arg(mode)
         .arg(n)
-        .arg(deadline_ns / NANOS_PER_MICRO)
-        .arg(now_ns / NANOS_PER_MICRO)
+        .arg(check.deadline_ns / NANOS_PER_MICRO)
+        .arg(check.now_ns / NANOS_PER_MICRO)
         .arg(limits.len());
     for limit in limits {
         let (kind, window_us, param, rpu) = limit_args(limit);
-        invocation.arg(kind).arg(window_us).arg(param).arg(rpu);
+        cmd.arg(kind).arg(window_us).arg(param).arg(rpu);
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stored_state_reads_as_numbers() {
+        let state = vec![
+            0x05, 0xcc, 0xc8, 0xcd, 0x01, 0x2c, 0xce, 0x00, 0x01, 0x86, 0xa0, 0xcf, 0, 0, 0, 0x01,
+            0, 0, 0, 0,
+        ];
+        assert_eq!(
+            numbers((1, 7, state)).ok(),
+            Some(vec![1, 7, 5, 200, 300, 100_000, 1 << 32])
+        );
+        assert_eq!(numbers((0, 7, Vec::new())).ok(), Some(vec![0, 7]));
+        // A negative number, a float, a cut-off integer, a number past i64.
+        for state in [
+            vec![0xff],
+            vec![0xcb, 0, 0, 0, 0, 0, 0, 0, 0],
+            vec![0x01, 0xcd, 0x01],
+            vec![0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0],
+        ] {
+            assert!(numbers((1, 7, state.clone())).is_err(), "{state:?}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The check-and-count protocol both shared stores speak (`redis/check_and_count.lua`,
-//! `postgres/check_and_count.sql`): the same arguments in, the same positional reply out,
-//! so that the layout of a counter's state is defined once per store and nowhere else.
+//! `postgres/schema_v1.sql`): the same arguments in, the same positional reply out (the
+//! Redis script's stored bytes read as these numbers in `redis/script.rs`), so that the
+//! layout of a counter's state is defined once per store and nowhere else.
 
 use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow};
 use crate::limit::{Algorithm, Limit};
@@ -58,7 +59,9 @@ pub(crate) enum ReplyError {
     Negative(i64),
 }
 
-/// Decodes a raw reply for `limits`.
+/// Decodes a raw reply for `limits`: the flag (1 admitted, 0 denied, -1 late), the store's
+/// clock in microseconds, then the state of each limit in order, or no state at all when
+/// the store held no counter (every limit fresh).
 pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError> {
     let Some((&flag, rest)) = raw.split_first() else {
         return Err(ReplyError::Short(0));
@@ -74,6 +77,14 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
         return Ok(Reply::Late { now_ns });
     }
     let admitted = flag == 1;
+    if rest.len() == 1 {
+        let states = limits.iter().map(LimitState::new).collect();
+        return Ok(Reply::Ran {
+            admitted,
+            now_ns,
+            states,
+        });
+    }
     let mut states = Vec::with_capacity(limits.len());
     for limit in limits {
         states.push(match limit.algorithm {
