@@ -270,6 +270,40 @@ async fn frozen_redis_costs_at_most_the_timeout() {
     report("frozen", &answers, outage.len());
 }
 
+/// A stall shorter than `--store-timeout` is waited out, however long: the store timeout
+/// is the one limit on a call. Before the fix, redis-rs cut every call at its own default
+/// of 500 ms and reported the connection lost, so a timeout of 2 s acted as 500 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_within_the_store_timeout_is_waited_out() {
+    let _timing = serial::timing().await;
+    let mut redis = RedisServer::start();
+    let server = serve("single", &redis.url())
+        .args(["--store-timeout", "2s", "--on-store-error", "error"])
+        .start_connected()
+        .await;
+    let mut rls = server.client().await;
+    let entries = [("user", "stalled-800ms")];
+    blocking(|| redis.freeze());
+    let mut caller = rls.clone();
+    let call = tokio::spawn(async move { timed_check(&mut caller, DOMAIN, &entries).await });
+    // The stall under test: longer than redis-rs's 500 ms, well within the 2 s timeout.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!call.is_finished(), "answered while Redis was frozen");
+    blocking(|| redis.thaw());
+    let answer = call.await.expect("the call's task");
+    assert_eq!(
+        answer.result,
+        Ok(Code::Ok),
+        "a stall within the store timeout"
+    );
+    let status = rls.check(DOMAIN, &entries).await;
+    assert_eq!(
+        status.limit_remaining as usize,
+        USER_LIMIT - 2,
+        "the stalled request was counted in Redis, and this one after it"
+    );
+}
+
 /// Requests refused while Redis was frozen (`deny`, `error`) are not charged when Redis
 /// thaws and runs the scripts queued for them: a script past its request's deadline counts
 /// nothing. Before the fix, a client that was only ever refused was charged for it.

@@ -332,6 +332,9 @@ async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Con
             .set_connection_timeout(Some(PROBE_TIMEOUT))
             .set_number_of_retries(1)
             .set_max_delay(DOWN_RETRY)
+            // The store's own timeout (`--store-timeout`) bounds every call; redis-rs's
+            // default of 500 ms would cut longer ones short and report the link lost.
+            .set_response_timeout(None)
     };
     match target {
         RedisTarget::Sentinel {
