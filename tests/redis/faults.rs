@@ -1,7 +1,8 @@
 //! The Redis store when Redis fails: down at start, killed during load (each
 //! `--on-store-error` mode), frozen; then back.
 //!
-//! Tollgate runs with the default `--store-timeout 10ms`. No call may hang, and 95 % of
+//! Tollgate runs with the default `--store-timeout 10ms` (the test of a stall within a
+//! longer timeout sets its own). No call may hang, and 95 % of
 //! them are answered within [`P95`] (20× the store timeout: room for a loaded 2-core
 //! machine, far below anything that would stall Envoy). After Redis is back, limiting
 //! must be exact again within [`RECOVERY`]: a fresh counter, hit round-robin through two
