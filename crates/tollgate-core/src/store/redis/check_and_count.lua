@@ -13,25 +13,31 @@
 -- takes less room in Redis than the hash did.
 --
 -- KEYS[1]  the counter
--- ARGV     mode ('c' consume; 'p' charge: counted even past the limit; 'k' check;
---          'r' refund), hits, deadline_us (0: none), now_us
---          (0: Redis TIME; tests replay histories at chosen instants), number of limits,
+-- ARGV[1]  the call, as a run of MessagePack values: mode ('c' consume; 'p' charge:
+--          counted even past the limit; 'k' check; 'r' refund), hits, deadline_us
+--          (0: none), now_us (0: Redis TIME; tests replay histories at chosen instants),
 --          then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
---          precision or burst, requests_per_unit
+--          precision or burst, requests_per_unit. One argument read by one unpack: a
+--          dozen arguments, each made a Lua string by Redis and a number by tonumber,
+--          cost a third of the script's time.
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
 --           now_us, the stored state as it was before this call ('' if there was none)}
+--
+-- Each Lua operation costs here what a few dozen arithmetic instructions do, and each
+-- call into a library function more: the loops below are written for the fewest of both
+-- (library functions as locals, x - x % 256 for 256 * floor(x / 256), one table of
+-- numbers for every limit).
 
 local key = KEYS[1]
-local mode, hits, deadline = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now, n = tonumber(ARGV[4]), tonumber(ARGV[5])
+-- args[a .. a + 3] for a = 5, 9, ...: one limit each.
+local args = { cmsgpack.unpack(ARGV[1]) }
+local mode, hits, deadline, now = args[1], args[2], args[3], args[4]
 if now == 0 then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 if deadline > 0 and now > deadline then return { -1, now, '' } end
 
--- Library functions as locals: in Redis's Lua a global lookup costs more than the
--- arithmetic.
 local floor, max, min = math.floor, math.max, math.min
 -- 2^53: below it every integer is exact. Stored numbers stay below it (a count or an
 -- arrival time driven past it by huge charges is held just under it, which denies as the
@@ -62,149 +68,151 @@ local function fraction(part, whole)
   return q
 end
 
--- Each limit's count of numbers. A stored value this layout cannot have written (not
--- MessagePack, too long, another count, anything but integers in 0 .. 2^53) reads as no
--- state: past 2^53 a loop counter stops moving, and a loop over it would never end.
-local lengths, size = {}, 0
-for i = 1, n do
-  local a = 2 + i * 4
-  local kind, len = ARGV[a], 1
-  if kind == 's' then len = tonumber(ARGV[a + 2]) + 2 elseif kind == 'f' then len = 2 end
-  lengths[i] = len
-  size = size + len
+-- Whether v[3], v[4], ... are all integers in 0 .. 2^53; raises an error on anything but
+-- numbers (run under pcall, which is cheaper than a type check per number).
+local function integers(v)
+  for j = 3, #v do
+    local x = v[j]
+    if x < 0 or x >= EXACT or x % 1 ~= 0 then return false end
+  end
+  return true
 end
+
+-- How many numbers the limits keep.
+local size = 0
+for a = 5, #args, 4 do
+  local kind = args[a]
+  if kind == 's' then size = size + args[a + 2] + 2 elseif kind == 'f' then size = size + 2 else size = size + 1 end
+end
+
+-- v: {ok, offset, then every limit's numbers in order} as unpacked, limit by limit from
+-- v[3] on. A stored value this layout cannot have written (not MessagePack, too long,
+-- another count, anything but integers in 0 .. 2^53) reads as no state: past 2^53 a loop
+-- counter stops moving, and a loop over it would never end.
 local raw = redis.call('GET', key)
-if raw and #raw > 9 * size then raw = false end
-local states, offset = {}, 0
-if raw then
-  for i = 1, n do
-    -- {ok, the offset after these numbers (-1 at the end of the value), the numbers}
-    local len = lengths[i]
-    local got = { pcall(cmsgpack.unpack_limit, raw, len, offset) }
-    if not got[1] or #got ~= len + 2 or (got[2] == -1) ~= (i == n) then
-      raw = false
-      break
-    end
-    offset = got[2]
-    local state = {}
-    for j = 1, len do
-      local v = got[j + 2]
-      if type(v) ~= 'number' or v < 0 or v >= EXACT or v ~= floor(v) then
-        raw = false
-      end
-      state[j] = v
-    end
-    states[i] = state
-  end
+local v
+if raw and #raw <= 9 * size then
+  v = { pcall(cmsgpack.unpack_limit, raw, size, 0) }
+  local read, valid = false, false
+  if v[1] and v[2] == -1 and #v == size + 2 then read, valid = pcall(integers, v) end
+  if not (read and valid) then v = nil end
 end
-if not raw then
-  for i = 1, n do
-    local state = {}
-    for j = 1, lengths[i] do state[j] = 0 end
-    states[i] = state
-  end
+if not v then
+  raw = false
+  v = { true, -1 }
+  for j = 3, size + 2 do v[j] = 0 end
 end
 
 local asked = hits
 if mode == 'k' then asked = 1 elseif mode == 'r' then asked = 0 end
 
 -- Check: per limit, the sub-window or window this call falls in, and the time into it.
+-- b: the index in v before the limit's first number.
 local admitted = true
 local slots, fines = {}, {}
-for i = 1, n do
-  local a = 2 + i * 4
-  local kind, window, param, rpu = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local state = states[i]
+local b = 2
+for a = 5, #args, 4 do
+  local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
   if kind == 's' then
-    -- state[1] is the newest sub-window s written, state[2 + s % ring] its count * 256 +
+    -- v[b + 1] is the newest sub-window s written, v[b + 2 + s % ring] its count * 256 +
     -- start (where its count reached two, in 1/256ths of the sub-window); see
     -- crates/tollgate-core/src/algo/sliding.rs. Sub-windows older than newest - param
     -- are stale and count as empty; newest <= slot.
-    local ring, sub, newest = param + 1, window / param, state[1]
+    local ring, sub, newest = param + 1, window / param, v[b + 1]
     local slot = floor(now / sub)
     local into = now - slot * sub
     if slot < newest then slot = newest; into = 0 end
     local fine = fraction(into, sub)
-    slots[i], fines[i] = slot, fine
+    slots[a], fines[a] = slot, fine
     local full = 0
     for s = slot - param + 1, newest do
-      full = full + floor(state[2 + s % ring] / 256)
+      local x = v[b + 2 + s % ring]
+      full = full + x - x % 256
     end
+    full = full / 256
     local oldest = 0
     if slot - param <= newest then
-      oldest = state[2 + (slot - param) % ring]
+      oldest = v[b + 2 + (slot - param) % ring]
     end
-    local denominator = 65536 - (oldest % 256) * 256
+    local start = oldest % 256
+    local denominator = 65536 - start * 256
     local left = min(65536 - fine, denominator)
     -- full + asked + count * left / denominator <= rpu
     local room = rpu - full - asked
-    if room < 0 or floor(oldest / 256) * left > room * denominator then
+    if room < 0 or (oldest - start) / 256 * left > room * denominator then
       admitted = false
     end
+    b = b + param + 2
   elseif kind == 'f' then
-    local w, count = floor(now / window), state[2]
-    if w <= state[1] then w = state[1] else count = 0 end
-    slots[i], state[2] = w, count
+    local w, count = floor(now / window), v[b + 2]
+    if w <= v[b + 1] then w = v[b + 1] else count = 0 end
+    slots[a], v[b + 2] = w, count
     if count + asked > rpu then admitted = false end
-  elseif rpu == 0 then
-    admitted = false
+    b = b + 2
   else
-    local used = max(state[1] - now, 0)
-    if used + muldiv(asked, window, rpu) > muldiv(param, window, rpu) then
+    if rpu == 0 then
+      admitted = false
+    elseif max(v[b + 1] - now, 0) + muldiv(asked, window, rpu) > muldiv(param, window, rpu) then
       admitted = false
     end
+    b = b + 1
   end
 end
 
 -- Write: count admitted (or charged) hits, or give hits back; the key lives until its
 -- last limit forgets them.
 if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
-  local ttl, parts = 0, {}
-  for i = 1, n do
-    local a = 2 + i * 4
-    local kind, window, param, rpu = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local state = states[i]
+  local ttl = 0
+  b = 2
+  for a = 5, #args, 4 do
+    local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
     local expires
     if kind == 's' then
-      local ring, sub, newest, slot = param + 1, window / param, state[1], slots[i]
+      local ring, sub, newest, slot = param + 1, window / param, v[b + 1], slots[a]
       if slot > newest then
-        for s = max(newest + 1, slot - param), slot do state[2 + s % ring] = 0 end
+        for s = max(newest + 1, slot - param), slot do v[b + 2 + s % ring] = 0 end
         newest = slot
-        state[1] = slot
+        v[b + 1] = slot
       end
       if mode ~= 'r' then
-        local j = 2 + slot % ring
-        local count, start = floor(state[j] / 256), state[j] % 256
-        if count < 2 and param > 1 then start = floor(fines[i] / 256) end
-        state[j] = min((count + hits) * 256 + start, EXACT - 1)
+        local j = b + 2 + slot % ring
+        local start = v[j] % 256
+        local count = (v[j] - start) / 256
+        if count < 2 and param > 1 then start = floor(fines[a] / 256) end
+        v[j] = min((count + hits) * 256 + start, EXACT - 1)
       else
         local left = hits
         for s = slot, slot - param, -1 do
-          local j = 2 + s % ring
-          local take = min(left, floor(state[j] / 256))
-          state[j] = state[j] - take * 256
+          local j = b + 2 + s % ring
+          local x = v[j]
+          local take = min(left, (x - x % 256) / 256)
+          v[j] = x - take * 256
           left = left - take
         end
       end
       expires = (newest + param + 1) * sub
+      b = b + param + 2
     elseif kind == 'f' then
-      local w = slots[i]
-      state[1] = w
-      if mode ~= 'r' then state[2] = min(state[2] + hits, EXACT - 1) else state[2] = max(state[2] - hits, 0) end
+      local w = slots[a]
+      v[b + 1] = w
+      if mode ~= 'r' then v[b + 2] = min(v[b + 2] + hits, EXACT - 1) else v[b + 2] = max(v[b + 2] - hits, 0) end
       expires = (w + 1) * window
-    elseif rpu > 0 then
-      local span, tat = muldiv(hits, window, rpu), state[1]
-      if mode ~= 'r' then tat = min(max(tat, now) + span, EXACT - 1) else tat = max(tat - span, now) end
-      state[1] = tat
-      expires = tat
+      b = b + 2
     else
-      expires = now
+      if rpu > 0 then
+        local span, tat = muldiv(hits, window, rpu), v[b + 1]
+        if mode ~= 'r' then tat = min(max(tat, now) + span, EXACT - 1) else tat = max(tat - span, now) end
+        v[b + 1] = tat
+        expires = tat
+      else
+        expires = now
+      end
+      b = b + 1
     end
     ttl = max(ttl, expires - now)
-    parts[i] = cmsgpack.pack(unpack(state))
   end
   if ttl > 0 then
-    redis.call('SET', key, table.concat(parts), 'PX', math.ceil(ttl / 1000))
+    redis.call('SET', key, cmsgpack.pack(unpack(v, 3, size + 2)), 'PX', math.ceil(ttl / 1000))
   else
     redis.call('DEL', key)
   end

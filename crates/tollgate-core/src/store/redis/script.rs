@@ -65,32 +65,94 @@ pub(super) struct Check<'a> {
 }
 
 /// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
-/// as the Cluster hash tag, and the layout. Every argument is written into the command's
-/// one buffer: nothing is allocated per argument.
+/// as the Cluster hash tag, and the layout; the rest of the call is one argument of
+/// MessagePack values, which the script reads with one unpack.
 pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
     let (mode, n) = mode(check.hits);
     let limits = check.limits;
-    let mut cmd = redis::Cmd::with_capacity(
-        9 + 4 * limits.len(),
-        96 + 32 * limits.len() + prefix.len() + check.key.len(),
-    );
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(1);
-    cmd.write_arg_fmt(format_args!("{prefix}{{{}}}{LAYOUT}", check.key));
-    cmd.arg(mode)
-        .arg(n)
-        .arg(check.deadline_ns / NANOS_PER_MICRO)
-        .arg(check.now_ns / NANOS_PER_MICRO)
-        .arg(limits.len());
+    let mut args = Packed(Vec::with_capacity(29 + 21 * limits.len()));
+    args.letter(mode);
+    args.number(n);
+    args.number(check.deadline_ns / NANOS_PER_MICRO);
+    args.number(check.now_ns / NANOS_PER_MICRO);
     for limit in limits {
         let (kind, window_us, param, rpu) = limit_args(limit);
-        cmd.arg(kind).arg(window_us).arg(param).arg(rpu);
+        args.letter(kind);
+        args.number(window_us);
+        args.number(param.into());
+        args.number(rpu.into());
     }
+    let mut cmd = redis::Cmd::with_capacity(5, 64 + prefix.len() + check.key.len() + args.0.len());
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(1);
+    cmd.write_arg_fmt(format_args!("{prefix}{{{}}}{LAYOUT}", check.key));
+    cmd.arg(args.0.as_slice());
     cmd
+}
+
+/// MessagePack values, written in the shortest form `cmsgpack` reads.
+struct Packed(Vec<u8>);
+
+impl Packed {
+    /// An unsigned integer (exact in the script below 2^53, as every argument is).
+    fn number(&mut self, n: u64) {
+        let out = &mut self.0;
+        match n {
+            0..=0x7f => out.push(n as u8),
+            0x80..=0xff => out.extend_from_slice(&[0xcc, n as u8]),
+            0x100..=0xffff => {
+                out.push(0xcd);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            0x1_0000..=0xffff_ffff => {
+                out.push(0xce);
+                out.extend_from_slice(&(n as u32).to_be_bytes());
+            }
+            _ => {
+                out.push(0xcf);
+                out.extend_from_slice(&n.to_be_bytes());
+            }
+        }
+    }
+
+    /// A one-letter string (a mode or a kind).
+    fn letter(&mut self, letter: &'static str) {
+        debug_assert_eq!(letter.len(), 1);
+        self.0.push(0xa0 | letter.len() as u8);
+        self.0.extend_from_slice(letter.as_bytes());
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_numbers_read_back_as_written() {
+        let edges = [
+            0,
+            0x7f,
+            0x80,
+            0xff,
+            0x100,
+            0xffff,
+            0x1_0000,
+            0xffff_ffff,
+            0x1_0000_0000,
+            (1 << 53) - 1,
+        ];
+        let mut packed = Packed(Vec::new());
+        for n in edges {
+            packed.number(n);
+        }
+        let read = numbers((0, 0, packed.0)).ok();
+        let mut expected = vec![0, 0];
+        expected.extend(edges.map(|n| n as i64));
+        assert_eq!(read, Some(expected));
+
+        let mut packed = Packed(Vec::new());
+        packed.letter("s");
+        assert_eq!(packed.0, [0xa1, b's']);
+    }
 
     #[test]
     fn the_stored_state_reads_as_numbers() {
