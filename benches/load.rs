@@ -165,9 +165,13 @@ impl RateLimitService for NoopService {
 }
 
 fn run_noop_server() -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // Scheduled as Tollgate is (`runtime` in src/main.rs: no LIFO slot), so that the ceiling
+    // gains what Tollgate gains from it.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    #[cfg(tokio_unstable)]
+    builder.disable_lifo_slot();
+    let runtime = builder.build()?;
     runtime.block_on(async {
         let incoming =
             TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?.with_nodelay(Some(true));
