@@ -93,7 +93,8 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
 struct Packed(Vec<u8>);
 
 impl Packed {
-    /// An unsigned integer (exact in the script below 2^53, as every argument is).
+    /// An unsigned integer (the script reads it as a double: exact below 2^53, as
+    /// tonumber of its decimal text was).
     fn number(&mut self, n: u64) {
         let out = &mut self.0;
         match n {
