@@ -397,6 +397,49 @@ mod tests {
     }
 
     #[test]
+    fn a_counter_adopted_again_is_replaced_without_evicting_or_miscounting_bytes() {
+        // Room for two counters, in one shard; several limits keep their states on the heap.
+        let capacity = Capacity {
+            counters: 2,
+            bytes: usize::MAX,
+        };
+        let v = LocalView::new(capacity, Arc::new(ManualClock::new(T0)));
+        let two = [limit(SLIDING, 10, SECOND), limit(FIXED, 10, 60 * SECOND)];
+        let three = [
+            two[0].clone(),
+            two[1].clone(),
+            limit(FIXED, 20, 60 * SECOND),
+        ];
+        let adopt = |key, limits: &[Limit], used| {
+            v.adopt(
+                key,
+                limits,
+                Hits::Consume(1),
+                snapshot(limits, used, T0, true),
+            );
+        };
+        adopt("a", &two, 0);
+        adopt("b", &two, 0);
+        let full = v.stats();
+        for used in 1..5 {
+            adopt("a", &two, used);
+        }
+        let again = v.stats();
+        assert_eq!(
+            (again.entries, again.bytes, again.evictions),
+            (2, full.bytes, 0)
+        );
+        // A counter that grows (a limit added by a reload) is counted with its new bytes,
+        // and shrinking back gives them up.
+        adopt("a", &three, 5);
+        let grown = v.stats();
+        assert_eq!((grown.entries, grown.evictions), (2, 0));
+        assert!(grown.bytes > full.bytes, "{grown:?} against {full:?}");
+        adopt("a", &two, 6);
+        assert_eq!(v.stats().bytes, full.bytes);
+    }
+
+    #[test]
     fn fallbacks_decide_without_the_store_and_never_deny_for_it_afterwards() {
         let (v, _) = view();
         let limits = [limit(FIXED, 2, 60 * SECOND)];

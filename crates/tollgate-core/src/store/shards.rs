@@ -260,8 +260,18 @@ impl<V: Entry> Locked<'_, V> {
     /// exceed its entries or bytes: expired ones first, else the least-used of a random
     /// sample (dropping it forgives the fewest units), soonest-expiring on a tie.
     pub(crate) fn insert(&mut self, value: V, now_ns: u64) {
-        self.remove();
         let heap = value.counter().heap_bytes();
+        if let Some(entry) = self.shard.table.get_mut(&self.key) {
+            let held = entry.counter().heap_bytes();
+            if heap <= held {
+                // Replaced in place: nothing grows, so nothing else need make room (and
+                // the table is spared a removal's shifting and a second probe).
+                *entry = value;
+                self.shard.heap_bytes -= held - heap;
+                return;
+            }
+        }
+        self.remove();
         while self.shard.table.len() > 0 && !self.room_for(heap) {
             self.evict_one(now_ns);
         }
