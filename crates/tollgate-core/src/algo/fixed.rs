@@ -17,6 +17,7 @@ pub(crate) struct FixedWindow {
 
 impl FixedWindow {
     /// A window as stored elsewhere: its index since the epoch and its count.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn from_parts(window: u64, count: u64) -> Self {
         Self { window, count }
     }

@@ -18,6 +18,7 @@ pub(crate) struct Gcra {
 
 impl Gcra {
     /// A bucket as stored elsewhere: its theoretical arrival time.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn from_tat(tat_ns: u64) -> Self {
         Self { tat_ns }
     }

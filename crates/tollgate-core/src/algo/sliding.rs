@@ -123,6 +123,7 @@ impl SlidingWindow {
     /// A window as stored elsewhere: the newest sub-window and the ring of sub-windows,
     /// indexed by sub-window number modulo its length (precision + 1), each packed as
     /// count × 256 + start.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn from_ring(newest: u64, packed: Vec<u64>) -> Self {
         let mut slots = Ring::zeroed(packed.len().max(2));
         for (i, value) in packed.into_iter().enumerate() {

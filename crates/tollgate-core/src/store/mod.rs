@@ -2,6 +2,7 @@
 //! by instances, with a local view that denies without a round trip). A closed enum keeps
 //! the request path statically dispatched.
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod local;
 mod memory;
 #[cfg(feature = "postgres")]

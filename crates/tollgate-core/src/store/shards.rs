@@ -242,6 +242,7 @@ impl<V: Entry> Shards<V> {
 }
 
 impl<V: Entry> Locked<'_, V> {
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn get(&self) -> Option<&V> {
         self.shard.table.get(&self.key)
     }

@@ -33,7 +33,8 @@ use crate::stats::Histogram;
 pub(crate) enum TripError {
     /// Nothing was sent: the store is believed down.
     NotConnected,
-    /// The store's own time limit cut the call (a statement timeout).
+    /// The store's own time limit cut the call (PostgreSQL's statement timeout).
+    #[cfg(feature = "postgres")]
     Timeout,
     /// The connection failed, or the store can no longer write (a former primary): the
     /// backend has reported the link down.
@@ -305,12 +306,15 @@ impl SharedStore {
         let call = self.backend.check_and_count(key, limits, hits, deadline_ns);
         let answer = tokio::time::timeout(self.behaviour.timeout, call).await;
         self.counts.latency.observe(started.elapsed());
+        let timed_out = || {
+            bump(&self.counts.timeouts);
+            self.backend.health().report_slow();
+            StoreError::Timeout
+        };
         let raw = match answer {
-            Err(_) | Ok(Err(TripError::Timeout)) => {
-                bump(&self.counts.timeouts);
-                self.backend.health().report_slow();
-                return Err(StoreError::Timeout);
-            }
+            Err(_) => return Err(timed_out()),
+            #[cfg(feature = "postgres")]
+            Ok(Err(TripError::Timeout)) => return Err(timed_out()),
             Ok(Err(TripError::NotConnected)) => return Err(StoreError::NotConnected),
             Ok(Err(TripError::Lost(e))) => {
                 bump(&self.counts.connection_errors);
