@@ -18,11 +18,15 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::load::{Answer, closed_loop, open_loop, percentile};
 use tollgate_testkit::postgres::PostgresServer;
@@ -141,8 +145,9 @@ fn main() -> ExitCode {
 // No-op server (child process)
 // ---------------------------------------------------------------------------
 
-/// Answers every request OK without looking at it: the floor of what any
-/// tonic-based rate-limit service can cost.
+/// Answers every request OK without looking at it, each descriptor's status shaped as
+/// Tollgate's (a limit, what remains, when it resets): the floor of what any tonic-based
+/// rate-limit service can cost.
 struct NoopService;
 
 #[tonic::async_trait]
@@ -153,6 +158,16 @@ impl RateLimitService for NoopService {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let ok = DescriptorStatus {
             code: Code::Ok as i32,
+            current_limit: Some(RateLimit {
+                name: String::new(),
+                requests_per_unit: 1_000_000_000,
+                unit: Unit::Second as i32,
+            }),
+            limit_remaining: 999_999_999,
+            duration_until_reset: Some(ProtoDuration {
+                seconds: 1,
+                nanos: 0,
+            }),
             ..Default::default()
         };
         let statuses = vec![ok; request.get_ref().descriptors.len()];
@@ -391,7 +406,8 @@ struct Stats {
     latencies_us: Vec<u32>,
     ok: u64,
     over_limit: u64,
-    /// gRPC error statuses and answers with an unexpected overall code.
+    /// gRPC error statuses, answers with an unexpected overall code, and answers that
+    /// are not [`Answer::well_formed`] (every descriptor here matches a rule).
     errors: u64,
 }
 
@@ -400,8 +416,8 @@ impl Stats {
         let mut stats = Stats::default();
         for answer in answers {
             match answer.result {
-                Ok(Code::Ok) => stats.ok += 1,
-                Ok(Code::OverLimit) => stats.over_limit += 1,
+                Ok(Code::Ok) if answer.well_formed => stats.ok += 1,
+                Ok(Code::OverLimit) if answer.well_formed => stats.over_limit += 1,
                 _ => {
                     stats.errors += 1;
                     continue;

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use tollgate_testkit::grpc::{
     Code, Unit, assert_limited, assert_unlimited, code, limit, overall, request, until_reset,
 };
+use tollgate_testkit::load::timed;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait::room_in_window;
 use tonic_health::pb::HealthCheckRequest;
@@ -209,6 +210,31 @@ async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit(
         0,
     );
     assert_unlimited(&resp.statuses[2]);
+}
+
+/// The load benchmark counts an answer only if it is well formed: a status with its limit
+/// per descriptor, and the overall code agreeing with them.
+#[tokio::test]
+async fn answers_under_rules_are_well_formed_and_others_are_not() {
+    let server = Serve::rules(RULES).start();
+    let mut rls = server.client().await;
+    let big: &[(&str, &str)] = &[("big", "wf")];
+    let blocked: &[(&str, &str)] = &[("blocked", "wf")];
+    let nobody: &[(&str, &str)] = &[("nobody", "wf")];
+    let cases = [
+        (vec![big], Code::Ok, true),
+        (vec![big, blocked], Code::OverLimit, true),
+        (vec![big, nobody], Code::Ok, false),
+        (vec![nobody], Code::Ok, false),
+    ];
+    for (descriptors, code, well_formed) in cases {
+        let answer = timed(&mut rls, request("api", &descriptors)).await;
+        assert_eq!(
+            (answer.result, answer.well_formed),
+            (Ok(code), well_formed),
+            "{descriptors:?}"
+        );
+    }
 }
 
 #[tokio::test]

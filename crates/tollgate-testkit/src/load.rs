@@ -24,23 +24,36 @@ pub struct Answer {
     pub took: Duration,
     /// The overall code, or the gRPC error code (`DeadlineExceeded` if it hung).
     pub result: Result<Code, tonic::Code>,
+    /// Whether the answer has one status per descriptor, each with its `current_limit`,
+    /// and is OVER_LIMIT overall exactly when one of them is: what an answer must be when
+    /// every descriptor matches a rule (false for an error).
+    pub well_formed: bool,
 }
 
 /// Sends `req`, timing it; never waits longer than [`HANG`].
 pub async fn timed(rls: &mut Rls, req: RateLimitRequest) -> Answer {
+    let descriptors = req.descriptors.len();
     let sent = SystemTime::now();
     let start = Instant::now();
-    let result = match tokio::time::timeout(HANG, rls.call(req)).await {
-        Err(_) => Err(tonic::Code::DeadlineExceeded),
-        Ok(Err(status)) => Err(status.code()),
-        Ok(Ok(resp)) => Ok(Code::try_from(resp.overall_code)
-            .unwrap_or_else(|_| panic!("unknown code in {resp:?}"))),
+    let (result, well_formed) = match tokio::time::timeout(HANG, rls.call(req)).await {
+        Err(_) => (Err(tonic::Code::DeadlineExceeded), false),
+        Ok(Err(status)) => (Err(status.code()), false),
+        Ok(Ok(resp)) => {
+            let code = Code::try_from(resp.overall_code)
+                .unwrap_or_else(|_| panic!("unknown code in {resp:?}"));
+            let over = Code::OverLimit as i32;
+            let well_formed = resp.statuses.len() == descriptors
+                && resp.statuses.iter().all(|s| s.current_limit.is_some())
+                && resp.statuses.iter().any(|s| s.code == over) == (code == Code::OverLimit);
+            (Ok(code), well_formed)
+        }
     };
     Answer {
         sent,
         received: SystemTime::now(),
         took: start.elapsed(),
         result,
+        well_formed,
     }
 }
 
