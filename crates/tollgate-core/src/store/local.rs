@@ -123,7 +123,7 @@ impl LocalView {
     ) -> Option<Verdict> {
         let asked = match hits {
             Hits::Consume(n) => n,
-            Hits::Check => 1,
+            Hits::Check => 0,
             // A charge must reach the store even when over: it records usage that happened.
             Hits::Charge(_) | Hits::Refund(_) => return None,
         };
@@ -321,8 +321,9 @@ mod tests {
             assert!(denied.is_some_and(|d| !d.decision.admitted));
         }
         assert_eq!(queued, 1, "one background read until it is adopted");
-        // A check asks whether one more fits: it does not. A refund always goes to the store.
-        assert!(v.deny("k", &limits, Hits::Check, T0, || true).is_some());
+        // A check at the limit is within it: the store answers it. A refund always goes
+        // to the store.
+        assert!(v.deny("k", &limits, Hits::Check, T0, || true).is_none());
         assert!(v.deny("k", &limits, Hits::Refund(1), T0, || true).is_none());
         // Once the window has passed, the view admits and the request goes to the store.
         assert!(

@@ -45,8 +45,8 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Checks every limit of counter `p_key` and counts `p_hits` only if all admit.
---   p_mode      'c' consume; 'p' charge (counted even past the limit); 'k' check;
---               'r' refund
+--   p_mode      'c' consume; 'p' charge (counted even past the limit); 'k' check
+--               (within the limits, at them included); 'r' refund
 --   p_debt      units the caller admitted while the database did not answer: charged
 --               first, as 'p'
 --   p_deadline  microseconds; past it nothing changes and {-1, now} is returned (0: none)
@@ -155,9 +155,7 @@ BEGIN
             step_hits := p_hits;
         END IF;
         asked := step_hits;
-        IF step_mode = 'k' THEN
-            asked := 1;
-        ELSIF step_mode = 'r' THEN
+        IF step_mode = 'k' OR step_mode = 'r' THEN
             asked := 0;
         END IF;
 

@@ -14,7 +14,8 @@
 --
 -- KEYS[1]  the counter
 -- ARGV[1]  the call, as a run of MessagePack values: mode ('c' consume; 'p' charge:
---          counted even past the limit; 'k' check; 'r' refund), hits, debt (units this
+--          counted even past the limit; 'k' check: within the limits, at them included;
+--          'r' refund), hits, debt (units this
 --          instance admitted while Redis did not answer: charged first, as 'p'),
 --          deadline_us (0: none), now_us (0: Redis TIME; tests replay histories at chosen
 --          instants), then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
@@ -111,7 +112,7 @@ end
 local expiry = nil
 local function step(mode, hits)
   local asked = hits
-  if mode == 'k' then asked = 1 elseif mode == 'r' then asked = 0 end
+  if mode == 'k' or mode == 'r' then asked = 0 end
 
   -- Check: per limit, the sub-window or window this call falls in, and the time into it.
   -- b: the index in v before the limit's first number.
