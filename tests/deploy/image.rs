@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use tollgate_testkit::helm;
-
 /// The Dockerfile's final stage, as far as the chart depends on it.
 pub(crate) struct Image {
     /// `ENTRYPOINT [...]`.
@@ -17,7 +15,7 @@ pub(crate) struct Image {
 
 impl Image {
     pub(crate) fn read() -> Self {
-        let path = helm::workspace().join("Dockerfile");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile");
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let rules_file = instruction(&text, "COPY config/example.yaml ");
