@@ -73,7 +73,7 @@ pub(crate) struct ServeArgs {
     /// gRPC listen port, when --grpc-addr is not given.
     #[arg(long, env = "GRPC_PORT", default_value_t = 8081)]
     pub(crate) grpc_port: u16,
-    /// HTTP listen address for /healthcheck [default: HOST:PORT]
+    /// HTTP listen address: /healthcheck, /json, /metrics, /rlconfig [default: HOST:PORT]
     #[arg(long, env = "HTTP_ADDR")]
     pub(crate) http_addr: Option<SocketAddr>,
     /// HTTP listen host, when --http-addr is not given.
@@ -82,12 +82,14 @@ pub(crate) struct ServeArgs {
     /// HTTP listen port, when --http-addr is not given.
     #[arg(long = "port", env = "PORT", default_value_t = 8080)]
     pub(crate) http_port: u16,
-    /// Most counters the memory store keeps; past it, the soonest-expiring are evicted.
+    /// Most counters kept in memory (the memory store, or the local view of Redis or
+    /// PostgreSQL); past it, expired counters are evicted first, else of 8 sampled the one
+    /// using the least of its limit (the eviction that forgives the fewest requests).
     #[arg(long, env = "MAX_COUNTERS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_counters: u64,
-    /// Most memory counters take (the memory store, or the Redis local view), e.g. 256MiB,
-    /// 1GiB; past it the least-used are evicted. Bounds memory whatever the keys' length
-    /// and the limits' precision.
+    /// Most memory counters take (the memory store, or the local view of Redis or
+    /// PostgreSQL), e.g. 256MiB, 1GiB; past it counters are evicted as for --max-counters.
+    /// Bounds memory whatever the keys' length and the limits' precision.
     #[arg(long, env = "MAX_COUNTER_MEMORY", default_value = "256MiB", value_parser = parse_bytes)]
     pub(crate) max_counter_memory: u64,
     #[command(flatten)]
