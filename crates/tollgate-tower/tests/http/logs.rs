@@ -16,8 +16,11 @@ impl Logs {
         static LOGS: OnceLock<Logs> = OnceLock::new();
         LOGS.get_or_init(|| {
             let logs = Logs::default();
+            // Plain text whatever features the workspace turns on (ANSI colours would
+            // split `domain=example` apart).
             tracing_subscriber::fmt()
                 .with_max_level(tracing::Level::DEBUG)
+                .with_ansi(false)
                 .with_writer(logs.clone())
                 .init();
             logs
