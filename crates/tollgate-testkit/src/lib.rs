@@ -18,11 +18,14 @@
 //!   Tollgate and records its ACKs and NACKs, [`pki`]: a test CA and certificates
 //!   made with the `openssl` command, and [`tls`]: the clients that use them;
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
-//!   it receives.
+//!   it receives;
+//! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
+//!   manifests.
 
 pub mod accuracy;
 pub mod envoy;
 pub mod grpc;
+pub mod helm;
 pub mod http;
 pub mod keys;
 pub mod load;
