@@ -224,7 +224,8 @@ impl Recorder for RuleMetrics {
             RuleStats::Detailed { by_value, overflow } => {
                 let names: Vec<String> = descriptor
                     .pairs()
-                    .map(|(k, v)| format!("{k}_{v}"))
+                    .enumerate()
+                    .map(|(i, (k, v))| format!("{k}_{}", rule.key_value(i, v)))
                     .collect();
                 let labels = DescriptorLabels::new(rule.domain(), &names);
                 let mut seen = by_value.lock().unwrap_or_else(|p| p.into_inner());

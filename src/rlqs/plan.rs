@@ -41,11 +41,15 @@ pub(crate) fn plan<'r>(rules: &'r Rules, bucket: &BucketKey) -> Plan<'r> {
         {
             Plan::Fixed(Strategy::DenyAll)
         }
-        Policy::Limited { limits, .. } => Plan::Counted {
-            rule,
-            key: counter_key(&bucket.domain, ordered, limits),
-            limits,
-        },
+        Policy::Limited { limits, .. } => {
+            let entries = ordered.into_iter().enumerate();
+            let entries = entries.map(|(i, (k, v))| (k, rule.key_value(i, v)));
+            Plan::Counted {
+                rule,
+                key: counter_key(&bucket.domain, entries, limits),
+                limits,
+            }
+        }
     }
 }
 

@@ -91,6 +91,8 @@ fn descriptor(d: RateLimitDescriptor) -> DescriptorSpec {
         shadow_mode: d.shadow_mode,
         detailed_metric: d.detailed_metric,
         value_to_metric: false,
+        // The protocol has no field for it either.
+        share_threshold: false,
         quota_mode: d.quota_mode,
         // xDS has no field for it: BUDGET_DOMAINS makes rules of a domain budgets.
         budget: false,

@@ -315,7 +315,9 @@ impl<R: Recorder> Limiter<R> {
             }
         }
         let mut key = String::new();
-        write_counter_key(&mut key, domain, descriptor.pairs(), &shape);
+        let entries = descriptor.pairs().enumerate();
+        let entries = entries.map(|(i, (k, v))| (k, rule.map_or(v, |r| r.key_value(i, v))));
+        write_counter_key(&mut key, domain, entries, &shape);
         let budget = self.options.quota_mode || rule.is_some_and(|r| r.budget);
         let hits = match descriptor.hits {
             Hits::Consume(n) if budget => Hits::Charge(n),

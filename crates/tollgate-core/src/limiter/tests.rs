@@ -424,3 +424,33 @@ async fn all_or_nothing_gives_back_what_the_other_descriptors_counted() {
         );
     }
 }
+
+#[tokio::test]
+async fn values_of_a_shared_wildcard_count_on_one_counter() {
+    let rules = Rules::from_yaml(
+        "rules.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: files
+    value: "docs/*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: files
+    value: "img/*"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"#,
+    )
+    .expect("rules");
+    let l = Limiter::new(rules, Store::Memory(MemoryStore::default()));
+    for (value, admitted) in [("docs/a", true), ("docs/b", true), ("docs/c", false)] {
+        let got = limited(&l, one("files", value)).await.admitted;
+        assert_eq!(got, admitted, "{value}: the docs/* values share 2 a minute");
+    }
+    for value in ["img/a", "img/a", "img/b", "img/b"] {
+        assert!(
+            limited(&l, one("files", value)).await.admitted,
+            "{value}: 2 each"
+        );
+    }
+}

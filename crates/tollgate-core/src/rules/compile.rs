@@ -38,7 +38,7 @@ pub(super) fn compile(
     if spec.domain.is_empty() {
         ctx.error("domain", "config file cannot have empty domain".into());
     }
-    let root = ctx.level(spec.descriptors, "descriptors", &[]);
+    let root = ctx.level(spec.descriptors, "descriptors", &Path::default());
     (!ctx.failed).then(|| Compiled {
         domain: Domain {
             origins: vec![origin.to_owned()],
@@ -46,6 +46,14 @@ pub(super) fn compile(
         },
         rules: ctx.next_id - first_id,
     })
+}
+
+/// The levels above a descriptor: their metric names, and those matched by a
+/// `share_threshold` wildcard with its pattern.
+#[derive(Default, Clone)]
+struct Path {
+    names: Vec<String>,
+    shared: Vec<(usize, Box<str>)>,
 }
 
 struct Context<'a> {
@@ -69,8 +77,8 @@ impl Context<'_> {
         });
     }
 
-    /// Compiles one level; `parents` are the metric name parts of the levels above.
-    fn level(&mut self, specs: Vec<DescriptorSpec>, path: &str, parents: &[String]) -> Level {
+    /// Compiles one level below `parents`.
+    fn level(&mut self, specs: Vec<DescriptorSpec>, path: &str, parents: &Path) -> Level {
         let mut level = Level::default();
         // Where each (key, value) was first seen, to name both places of a duplicate.
         let mut seen: std::collections::HashMap<(String, Option<String>), String> =
@@ -98,27 +106,37 @@ impl Context<'_> {
                     slot.insert(here.clone());
                 }
             }
-            let mut names = parents.to_vec();
-            names.push(match &value {
+            let pattern = value.as_deref().and_then(Pattern::new);
+            let mut below = parents.clone();
+            if spec.share_threshold {
+                match (&pattern, &value) {
+                    (Some(_), Some(v)) => {
+                        below.shared.push((parents.names.len(), v.as_str().into()))
+                    }
+                    _ => self.error(
+                        &format!("{here}.share_threshold"),
+                        "share_threshold applies only to a wildcard value (one with `*`)".into(),
+                    ),
+                }
+            }
+            below.names.push(match &value {
                 Some(v) => format!("{key}_{v}"),
                 None => key.clone(),
             });
-            let node = self.node(spec, &here, &names);
+            let node = self.node(spec, &here, &below);
             let nodes: &mut KeyNodes = level.keys.entry(key).or_default();
-            match value {
-                None => nodes.default = Some(node),
-                Some(v) => match Pattern::new(&v) {
-                    Some(pattern) => nodes.wildcards.push((pattern, node)),
-                    None => {
-                        nodes.exact.insert(v, node);
-                    }
-                },
+            match (value, pattern) {
+                (None, _) => nodes.default = Some(node),
+                (Some(_), Some(pattern)) => nodes.wildcards.push((pattern, node)),
+                (Some(v), None) => {
+                    nodes.exact.insert(v, node);
+                }
             }
         }
         level
     }
 
-    fn node(&mut self, spec: DescriptorSpec, path: &str, names: &[String]) -> Node {
+    fn node(&mut self, spec: DescriptorSpec, path: &str, here: &Path) -> Node {
         let (limits, limits_path) = match (spec.rate_limit, spec.rate_limits) {
             (Some(_), Some(_)) => {
                 self.error(
@@ -164,7 +182,7 @@ impl Context<'_> {
                 Rule {
                     id: self.next_id - 1,
                     domain: self.domain.clone(),
-                    path: names.into(),
+                    path: here.names.as_slice().into(),
                     policy,
                     shadow_mode: spec.shadow_mode,
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
@@ -172,10 +190,11 @@ impl Context<'_> {
                     quota_mode: spec.quota_mode,
                     budget: spec.quota_mode || spec.budget || self.budget_domain,
                     metadata: spec.metadata.map(Arc::new),
+                    shared: here.shared.as_slice().into(),
                 }
             })
         };
-        let children = self.level(spec.descriptors, &format!("{path}.descriptors"), names);
+        let children = self.level(spec.descriptors, &format!("{path}.descriptors"), here);
         Node { rule, children }
     }
 
@@ -198,7 +217,12 @@ impl Context<'_> {
                 path.to_owned()
             };
             let spec = specs.into_iter().next()?;
-            if spec.unit.is_some() {
+            // `UNKNOWN` is the protocol's "no unit", which the reference accepts here.
+            let unit = spec
+                .unit
+                .as_deref()
+                .filter(|u| !u.eq_ignore_ascii_case("unknown"));
+            if unit.is_some() {
                 self.error(
                     &here,
                     "should not specify rate limit unit when unlimited".into(),

@@ -46,6 +46,10 @@ pub struct DescriptorSpec {
     /// The reference's flag for metrics keyed by the request value (see `detailed_metric`).
     #[serde(default)]
     pub value_to_metric: bool,
+    /// The reference's: every value this wildcard matches counts on one counter, the
+    /// pattern's, instead of one counter per value.
+    #[serde(default)]
+    pub share_threshold: bool,
     /// A budget, in the reference's words: the request is denied only when every quota
     /// descriptor of it is over (or a non-quota one is), and charges are recorded even
     /// past the limit.

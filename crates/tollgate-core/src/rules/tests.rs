@@ -308,3 +308,55 @@ descriptors:
         .expect("a match");
     assert!(d.find(order).is_some());
 }
+
+#[test]
+fn an_unknown_unit_is_no_unit_for_an_unlimited_limit_as_in_the_reference() {
+    let r = rules(
+        "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true, unit: UNKNOWN}}\n",
+    );
+    assert_eq!(matched(&r, &[("k", "v")]), Some(u32::MAX));
+    let errors = problems(
+        "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: unknown, requests_per_unit: 1}}\n",
+    );
+    assert!(
+        errors.contains("descriptors[0].rate_limit.unit: invalid rate limit unit 'unknown'"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn share_threshold_counts_every_value_of_a_wildcard_as_its_pattern() {
+    let r = rules(
+        r#"
+domain: d
+descriptors:
+  - key: files
+    value: "docs/*"
+    share_threshold: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: files
+    value: "img/*"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"#,
+    );
+    let domain = r.domain("d").expect("domain d");
+    let shared = domain
+        .find([("files", "docs/a.pdf"), ("user", "u")])
+        .expect("a rule");
+    assert_eq!(shared.key_value(0, "docs/a.pdf"), "docs/*");
+    assert_eq!(shared.key_value(1, "u"), "u");
+    let own = domain.find([("files", "img/a.png")]).expect("a rule");
+    assert_eq!(own.key_value(0, "img/a.png"), "img/a.png");
+
+    let errors = problems(
+        "domain: d\ndescriptors:\n  - {key: k, value: exact, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+    );
+    assert!(
+        errors.contains(
+            "descriptors[0].share_threshold: share_threshold applies only to a wildcard value"
+        ),
+        "{errors}"
+    );
+}

@@ -227,6 +227,9 @@ pub struct Rule {
     /// budget domain).
     pub(crate) budget: bool,
     pub(crate) metadata: Option<Arc<Metadata>>,
+    /// The levels on the rule's path matched by a `share_threshold` wildcard, with its
+    /// pattern: the value its counter and metrics use instead of the request's.
+    pub(super) shared: Box<[(usize, Box<str>)]>,
 }
 
 impl Rule {
@@ -273,6 +276,16 @@ impl Rule {
     /// Values returned to Envoy while this rule's descriptor is not over.
     pub fn metadata(&self) -> Option<&Metadata> {
         self.metadata.as_deref()
+    }
+
+    /// The value entry `index` of a request counts under: the request's own `value`, or
+    /// for a level matched by a `share_threshold` wildcard, the pattern all its values
+    /// share.
+    pub fn key_value<'a>(&'a self, index: usize, value: &'a str) -> &'a str {
+        self.shared
+            .iter()
+            .find(|(level, _)| *level == index)
+            .map_or(value, |(_, pattern)| pattern)
     }
 
     /// Whether this rule has a limit called `name`.
