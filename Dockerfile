@@ -42,7 +42,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 tollgate \
  && useradd --system --uid 10001 --gid tollgate --no-create-home \
-        --home-dir /nonexistent --shell /usr/sbin/nologin tollgate
+        --home-dir /nonexistent --shell /usr/sbin/nologin tollgate \
+ && ln -s /usr/local/bin/tollgate /bin/ratelimit
+# /bin/ratelimit is the reference's binary path, which Envoy Gateway's Deployment and the
+# reference's manifests run with no arguments: Tollgate then serves, configured by the
+# environment as the reference is.
 COPY --from=builder /out/tollgate /usr/local/bin/tollgate
 COPY config/example.yaml /srv/runtime_data/current/config/example.yaml
 

@@ -34,7 +34,13 @@ use tracing_subscriber::{Layer, Registry};
 use crate::settings::{Cli, Command, LogArgs, LogFormat};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // With no arguments at all, serve: the reference's image contract (`/bin/ratelimit`,
+    // configured by the environment alone), which Envoy Gateway and most manifests use.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 1 {
+        args.push("serve".into());
+    }
+    let cli = Cli::parse_from(args);
     match cli.command {
         Command::CheckConfig { path, rules } => match load_now(&path, &rules) {
             Ok(_) => {

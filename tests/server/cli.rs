@@ -156,6 +156,26 @@ async fn config_path_from_runtime_variables_with_app_directory() {
     assert_rule_loaded(&server).await;
 }
 
+/// The reference's image contract: Envoy Gateway and most manifests run `/bin/ratelimit`
+/// with no arguments and configure it through the environment alone. The image links
+/// that name to `tollgate`; a plain invocation with no arguments serves.
+#[tokio::test]
+async fn the_binary_run_as_ratelimit_with_no_arguments_serves_from_the_environment() {
+    let dir = ConfigDir::new();
+    dir.write("data/ratelimit/config/rules.yaml", RULE);
+    let link = dir.path().join("ratelimit");
+    let binary = tollgate_testkit::tollgate::binary().expect("the tollgate binary");
+    std::os::unix::fs::symlink(&binary, &link).expect("link the binary as ratelimit");
+    let mut cmd = tollgate_testkit::tollgate::command_at(&link);
+    cmd.env("GRPC_ADDR", "127.0.0.1:0")
+        .env("HTTP_ADDR", "127.0.0.1:0")
+        .env("RUNTIME_ROOT", dir.path().join("data"))
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("USE_STATSD", "false");
+    let server = Serve::custom(cmd).keep(dir).start();
+    assert_rule_loaded(&server).await;
+}
+
 /// `--precision 1` and a small `--max-counters` keep burst limits exact; counters past
 /// the cap are evicted (and counted), not refused.
 #[tokio::test]
