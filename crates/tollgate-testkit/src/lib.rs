@@ -18,7 +18,9 @@
 //!   Tollgate and records its ACKs and NACKs, [`pki`]: a test CA and certificates
 //!   made with the `openssl` command, and [`tls`]: the clients that use them;
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
-//!   it receives.
+//!   it receives;
+//! - [`reference`]: the reference service (envoyproxy/ratelimit, built from the Go module
+//!   proxy) as a black box beside Tollgate, and [`statsd_exporter`]: where its metrics go.
 
 pub mod accuracy;
 pub mod envoy;
@@ -32,8 +34,10 @@ pub mod postgres;
 pub mod process;
 pub mod raw_grpc;
 pub mod redis;
+pub mod reference;
 pub mod rng;
 pub mod serial;
+pub mod statsd_exporter;
 pub mod tls;
 pub mod tollgate;
 pub mod wait;
