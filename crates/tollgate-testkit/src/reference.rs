@@ -158,6 +158,11 @@ impl RuntimeRoot {
         Self::new_in(&std::env::temp_dir())
     }
 
+    /// The root (`RUNTIME_ROOT`).
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The directory the rule files go in.
     pub fn config_dir(&self) -> PathBuf {
         self.dir.path().join(&self.subdirectory).join("config")
