@@ -13,5 +13,8 @@
 //! Without Go there is no reference: every test here then passes after printing a
 //! `SKIPPED` line that says why.
 
+mod compare;
+mod differential;
+mod generate;
 mod integration;
 mod support;
