@@ -46,6 +46,41 @@ impl Difference {
     }
 }
 
+impl Difference {
+    /// How much the difference matters to a client, most first: an error, the overall
+    /// code, a descriptor's code, its limit, remaining, reset, then headers, metadata.
+    pub fn rank(&self) -> usize {
+        const ORDER: &[&str] = &[
+            "answer",
+            "overall_code",
+            "statuses.len",
+            "code",
+            "current_limit",
+            "limit_remaining",
+            "duration_until_reset",
+            "quota",
+            "response_headers_to_add",
+            "request_headers_to_add",
+            "dynamic_metadata",
+        ];
+        let last = self.field.rsplit('.').next().unwrap_or(&self.field);
+        ORDER
+            .iter()
+            .position(|f| *f == self.field || *f == last)
+            .unwrap_or(ORDER.len())
+    }
+
+    /// The index of the descriptor whose status differs, if it is one.
+    pub fn status(&self) -> Option<usize> {
+        self.field
+            .strip_prefix("statuses[")?
+            .split_once(']')?
+            .0
+            .parse()
+            .ok()
+    }
+}
+
 /// The first word of a value: `OVER_LIMIT` of `OVER_LIMIT (…)`, `error` of an error.
 fn short(value: &str) -> &str {
     value.split([' ', ':']).next().unwrap_or(value)

@@ -10,7 +10,9 @@
 //! exactly as the reference does.
 //!
 //! The test command runs seed [`FIXED_SEED`]; `DIFFERENTIAL_SEEDS=N` runs seeds 1 to N,
-//! `DIFFERENTIAL_SEED=S` seed S alone. A seed stops at its first difference, which is then
+//! `DIFFERENTIAL_SEED=S` seed S alone; `DIFFERENTIAL_WITHOUT=name,…` leaves features out
+//! of the cases ([`crate::generate::FEATURES`]), so that a known difference stops hiding
+//! the ones behind it. A seed stops at its first difference, which is then
 //! made minimal: the requests before it are dropped one by one, and the descriptors of
 //! each, as long as a difference of the same kind remains (each attempt counts in fresh
 //! counters: the rules are loaded under several domains, one per attempt); then, on
@@ -27,12 +29,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::reference::{self, Installed, Reference, RuntimeRoot};
-use tollgate_testkit::tollgate::{self, Server};
-use tollgate_testkit::{http, process, wait};
+use tollgate_testkit::tollgate::Server;
+use tollgate_testkit::{http, wait};
 
 use crate::compare::{self, Answer, Difference};
-use crate::generate::Case;
-use crate::support::{tollgate_with_env, vars, work_dir};
+use crate::generate::{Case, without_from_env};
+use crate::support::{reference_mode_note, tollgate_with_env, vars, work_dir};
 
 /// The seed of the test command.
 const FIXED_SEED: u64 = 1;
@@ -120,9 +122,10 @@ async fn run(variant: Variant) {
         serial: 0,
     };
     let seeds = seeds();
+    let without = without_from_env();
     let mut findings = Vec::new();
     for &seed in &seeds {
-        if let Some(finding) = session.check(Case::generate(seed)).await {
+        if let Some(finding) = session.check(Case::generate(seed, &without)).await {
             findings.push(finding);
         }
     }
@@ -137,11 +140,16 @@ async fn run(variant: Variant) {
             .push(finding);
     }
     let mut report = format!(
-        "\n##### {}: {} of {} seeds answer differently from the reference; {} kinds #####\n",
+        "\n##### {}: {} of {} seeds answer differently from the reference; {} kinds{} #####\n",
         variant.describe(),
         classes.values().map(Vec::len).sum::<usize>(),
         seeds.len(),
-        classes.len()
+        classes.len(),
+        if without.is_empty() {
+            String::new()
+        } else {
+            format!(" (DIFFERENTIAL_WITHOUT={})", without.join(","))
+        }
     );
     for (kind, list) in &classes {
         let seeds: Vec<String> = list
@@ -168,23 +176,6 @@ async fn run(variant: Variant) {
         "{}: answers differ from the reference's (cases above){note}",
         variant.describe()
     );
-}
-
-/// Whether this Tollgate knows `REFERENCE_MODE` (its `serve --help` lists every setting).
-fn reference_mode_note() -> String {
-    let mut cmd = tollgate::command();
-    cmd.args(["serve", "--help"]);
-    let help = process::run("tollgate serve --help", cmd, tollgate::COMMAND_TIMEOUT)
-        .unwrap_or_else(|e| panic!("{e}"));
-    if help.stdout.contains("REFERENCE_MODE") {
-        String::new()
-    } else {
-        "\nNOTE: this Tollgate has no REFERENCE_MODE setting (`tollgate serve --help` does \
-         not list it): it ignored REFERENCE_MODE=true and answered with its defaults \
-         (sliding windows, its own counting). These differences are what reference mode \
-         is to remove.\n"
-            .to_owned()
-    }
 }
 
 /// A case on which Tollgate differs from the reference.
@@ -215,13 +206,7 @@ impl Outcome {
     /// the answers agree.
     fn kind(&self) -> Option<String> {
         match self {
-            Outcome::Refused(why) => Some(format!(
-                "Tollgate refuses the rules: {}",
-                why.lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or_default()
-            )),
+            Outcome::Refused(why) => Some(format!("Tollgate refuses the rules: {}", problem(why))),
             Outcome::Ran { steps, .. } => kind_of(steps),
         }
     }
@@ -234,17 +219,50 @@ impl Outcome {
     }
 }
 
-/// What the last of `steps` differs in, if anything.
+/// The problem in Tollgate's refusal of a rule file, without the file and the place
+/// (`FILE: PLACE: PROBLEM (line L column C)` in its last line).
+fn problem(refusal: &str) -> &str {
+    let line = refusal
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    let problem = line.rsplit_once(".yaml: ").map_or(line, |(_, rest)| rest);
+    let problem = problem.split_once(": ").map_or(problem, |(_, rest)| rest);
+    problem
+        .rsplit_once(" (line ")
+        .map_or(problem, |(problem, _)| problem)
+}
+
+/// What the last of `steps` differs in most (see [`Difference::rank`]), and for a
+/// descriptor's status how many hits it asked for and whether with an override or
+/// negative, if it differs at all.
 fn kind_of(steps: &[Step]) -> Option<String> {
-    let mut kinds: Vec<String> = steps
-        .last()?
-        .differences
-        .iter()
-        .map(Difference::class)
-        .collect();
-    kinds.sort();
-    kinds.dedup();
-    (!kinds.is_empty()).then(|| kinds.join("; "))
+    let step = steps.last()?;
+    let primary = step.differences.iter().min_by_key(|d| d.rank())?;
+    let mut kind = primary.class();
+    if let Some(d) = primary
+        .status()
+        .and_then(|i| step.request.descriptors.get(i))
+    {
+        let hits = d
+            .hits_addend
+            .as_ref()
+            .map_or(u64::from(step.request.hits_addend.max(1)), |h| h.value);
+        let mut features = vec![match hits {
+            0 => "hits 0",
+            1 => "hits 1",
+            _ => "hits n",
+        }];
+        if d.limit.is_some() {
+            features.push("override");
+        }
+        if d.is_negative_hits {
+            features.push("negative");
+        }
+        kind.push_str(&format!(" ({})", features.join(", ")));
+    }
+    Some(kind)
 }
 
 /// One request and the two answers.
@@ -367,7 +385,7 @@ impl Session {
         }
         let common = |redis: &RedisServer| {
             let mut env = vars(&[
-                ("USE_STATSD", "false"),
+                ("DISABLE_STATS", "true"),
                 ("LOG_LEVEL", "warn"),
                 ("REDIS_SOCKET_TYPE", "tcp"),
                 ("RUNTIME_WATCH_ROOT", "false"),

@@ -17,4 +17,5 @@ mod compare;
 mod differential;
 mod generate;
 mod integration;
+mod mixed_fleet;
 mod support;

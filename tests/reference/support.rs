@@ -1,10 +1,10 @@
 //! What the suites share: Tollgate started the way the reference is, from environment
-//! variables alone, and where their files go.
+//! variables alone; whether it knows reference mode; where their files go.
 
 use std::path::PathBuf;
 
-use tollgate_testkit::free_port;
 use tollgate_testkit::tollgate::{self, Serve};
+use tollgate_testkit::{free_port, process};
 
 /// Where the suites keep their files (rules, rewritten scripts and configurations):
 /// under `target/`, removed when each test ends.
@@ -40,4 +40,22 @@ pub fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .iter()
         .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
         .collect()
+}
+
+/// Empty if this Tollgate knows `REFERENCE_MODE` (its `serve --help` lists every
+/// setting); else a note for failure messages saying that it ignored it.
+pub fn reference_mode_note() -> String {
+    let mut cmd = tollgate::command();
+    cmd.args(["serve", "--help"]);
+    let help = process::run("tollgate serve --help", cmd, tollgate::COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    if help.stdout.contains("REFERENCE_MODE") {
+        String::new()
+    } else {
+        "\nNOTE: this Tollgate has no REFERENCE_MODE setting (`tollgate serve --help` does \
+         not list it): it ignored REFERENCE_MODE=true and answered and counted with its \
+         defaults (sliding windows, its own keys and counting). What fails here is what \
+         reference mode is to fix.\n"
+            .to_owned()
+    }
 }
