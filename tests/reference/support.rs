@@ -15,21 +15,23 @@ pub fn work_dir(suite: &str) -> PathBuf {
 }
 
 /// `tollgate serve` with `env` (a clean environment otherwise) and the reference's
-/// listener variables (`HOST`/`PORT`, `GRPC_HOST`/`GRPC_PORT`, `DEBUG_HOST`/`DEBUG_PORT`)
-/// on free loopback ports, as the reference is started.
+/// listener variables on loopback: `HOST`/`PORT` and `GRPC_HOST`/`GRPC_PORT` on ports the
+/// OS assigns (its readiness line tells them), `DEBUG_HOST`/`DEBUG_PORT` on a free one.
 pub fn tollgate_with_env(env: &[(String, String)]) -> Serve {
     let mut serve = Serve::custom(tollgate::command()).args(["serve"]);
     for (name, value) in env {
         serve = serve.env(name, value);
     }
-    for (host, port) in [
-        ("HOST", "PORT"),
-        ("GRPC_HOST", "GRPC_PORT"),
-        ("DEBUG_HOST", "DEBUG_PORT"),
+    let debug_port = free_port().to_string();
+    for (name, value) in [
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", &debug_port),
     ] {
-        serve = serve
-            .env(host, "127.0.0.1")
-            .env(port, free_port().to_string());
+        serve = serve.env(name, value);
     }
     serve
 }
