@@ -27,7 +27,7 @@ use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::reference::{self, Installed, Reference, RuntimeRoot};
 use tollgate_testkit::statsd_exporter::StatsdExporter;
 use tollgate_testkit::tollgate::Server;
-use tollgate_testkit::{free_port, http, process, serial, wait};
+use tollgate_testkit::{free_ports, http, process, serial, wait};
 
 use crate::support::{tollgate_with_env, vars, work_dir};
 
@@ -164,7 +164,8 @@ async fn run(script: &str, target: Target) {
     );
     let server = Running::start(target, installed, &env).await;
 
-    let mock_port = free_port();
+    // Envoy listens with SO_REUSEPORT: the two must not be given one port.
+    let [mock_port, proxy_port] = free_ports();
     let mock = rewrite(
         &read(&module.join("examples/envoy/mock.yaml")),
         &[
@@ -178,7 +179,6 @@ async fn run(script: &str, target: Target) {
         &["--service-node", "mock", "--service-cluster", "mock"],
     )
     .await;
-    let proxy_port = free_port();
     let proxy = rewrite(
         &read(&module.join("examples/envoy/proxy.yaml")),
         &[

@@ -79,6 +79,21 @@ pub fn free_port() -> u16 {
         .expect("bind a free port on 127.0.0.1")
 }
 
+/// `N` different loopback ports nothing listens on right now: all bound at once, so that
+/// the OS cannot hand out one twice (as [`free_port`] called twice in a row can: it
+/// reuses a port just released), then closed.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [TcpListener; N] = std::array::from_fn(|_| {
+        TcpListener::bind("127.0.0.1:0").expect("bind a free port on 127.0.0.1")
+    });
+    listeners.map(|listener| {
+        listener
+            .local_addr()
+            .map(|addr| addr.port())
+            .expect("the port of a bound listener")
+    })
+}
+
 /// `127.0.0.1:port`.
 pub fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))

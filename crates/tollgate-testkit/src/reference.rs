@@ -18,7 +18,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::grpc::Rls;
 use crate::process::{Lines, Process};
-use crate::{Error, free_port, http, loopback};
+use crate::{Error, free_ports, http, loopback};
 
 /// How long the reference may take to answer on its ports.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -237,11 +237,9 @@ impl Reference {
 
     /// [`Reference::start`], returning why it failed.
     pub async fn try_start(installed: &Installed, env: &[(String, String)]) -> Result<Self, Error> {
-        let (grpc, http, debug) = (
-            loopback(free_port()),
-            loopback(free_port()),
-            loopback(free_port()),
-        );
+        // It listens with SO_REUSEPORT: two of its listeners given one port would both
+        // bind it, and share its connections.
+        let [grpc, http, debug] = free_ports().map(loopback);
         let mut cmd = Command::new(&installed.server);
         cmd.env_clear();
         cmd.envs(env.iter().map(|(k, v)| (k, v)));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::process::Process;
 use crate::reference::Installed;
-use crate::{Error, free_port, http, loopback};
+use crate::{Error, free_ports, http, loopback};
 
 /// How long the exporter may take to answer on its ports.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -34,7 +34,7 @@ impl StatsdExporter {
     }
 
     async fn try_start(installed: &Installed, mapping: &Path) -> Result<Self, Error> {
-        let (statsd, web) = (loopback(free_port()), loopback(free_port()));
+        let [statsd, web] = free_ports().map(loopback);
         let mut cmd = Command::new(&installed.statsd_exporter);
         cmd.env_clear()
             .arg(format!("--statsd.mapping-config={}", mapping.display()))
