@@ -5,15 +5,17 @@
 //! Rules: nested descriptors up to three deep; exact values, values ending in `*` (the
 //! only wildcard this reference knows: a prefix), key-only defaults; limits per minute or
 //! longer (a second window could roll over between the two servers' answers), 0 to 10
-//! requests, `unlimited` (sometimes with `unit: unknown`), `name`, `replaces`, `shadow_mode`, `quota_mode`,
-//! `detailed_metric`, `value_to_metric`, `share_threshold`. Keys and values have no `_`
-//! (the reference joins them with `_`, so `a`=`b_c` and `a_b`=`c` are one counter there:
-//! a known difference, kept out of the way of the others).
+//! requests, `unlimited` (sometimes with `unit: unknown`), `name`, `replaces`,
+//! `shadow_mode`, `quota_mode`, `detailed_metric`, `value_to_metric`, `share_threshold`.
+//! Keys and values have no `_` (the reference joins them with `_`, so `a`=`b_c` and
+//! `a_b`=`c` are one counter there: a known difference, kept out of the way of the
+//! others). The reference at this version has no `metadata` on rules.
 //!
 //! Requests: one to three descriptors drawn from a few shapes that follow the rules
 //! (their wildcards filled in, sometimes a level short or an entry too many, sometimes
-//! nothing the rules know, rarely no entries at all), `hits_addend` 0, 1 or more at request and descriptor level,
-//! limit overrides, `is_negative_hits`, and now and then an unknown domain.
+//! nothing the rules know, rarely no entries at all), `hits_addend` 0, 1 or more at
+//! request and descriptor level, limit overrides, `is_negative_hits`, and now and then
+//! an unknown domain.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
