@@ -612,7 +612,7 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
         ("RUNTIME_IGNOREDOTFILES", "true"),
         ("RUNTIME_WATCH_ROOT", "false"),
         ("LOG_LEVEL", "info"),
-        ("DISABLE_STATS", "true"),
+        ("USE_STATSD", "false"),
         ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
         ("CONFIG_GRPC_XDS_SERVER_URL", &xds.addr().to_string()),
         ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
