@@ -337,21 +337,13 @@ fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<Ser
 }
 
 /// The reference on the same rules, counting in `redis`: its defaults, but no statsd
-/// (there is no collector), plus `--reference-env`.
+/// (there is no collector) and warnings only in its log (its default), plus
+/// `--reference-env`.
 async fn start_reference(args: &Args, redis: &RedisServer) -> Result<ServerProcess> {
     let installed = reference::installed()?;
     let rules = RuntimeRoot::new();
     rules.write("rules.yaml", &rules_yaml(args.limit));
-    let mut env: Vec<(String, String)> = [
-        ("DISABLE_STATS", "true"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("RUNTIME_WATCH_ROOT", "false"),
-    ]
-    .iter()
-    .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-    .collect();
-    env.push(("REDIS_URL".to_owned(), redis.host_port()));
-    env.extend(rules.env());
+    let mut env = reference::plain_env(&redis.host_port(), &rules);
     env.extend(args.reference_env.iter().cloned());
     let server = Reference::try_start(installed, &env).await?;
     Ok(ServerProcess::Reference {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::reference::{self, Installed, Reference, RuntimeRoot};
+use tollgate_testkit::reference::{self, Installed, Reference, RuntimeRoot, plain_env};
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::{http, wait};
 
@@ -384,14 +384,7 @@ impl Session {
             root.write(&format!("{domain}.yaml"), &case.rules_yaml(domain));
         }
         let common = |redis: &RedisServer| {
-            let mut env = vars(&[
-                ("DISABLE_STATS", "true"),
-                ("LOG_LEVEL", "warn"),
-                ("REDIS_SOCKET_TYPE", "tcp"),
-                ("RUNTIME_WATCH_ROOT", "false"),
-            ]);
-            env.push(("REDIS_URL".to_owned(), redis.host_port()));
-            env.extend(root.env());
+            let mut env = plain_env(&redis.host_port(), &root);
             env.extend(case.settings.iter().cloned());
             env
         };

@@ -10,7 +10,7 @@ use tollgate_testkit::accuracy::steady_overload;
 use tollgate_testkit::grpc::{Code, Rls, request};
 use tollgate_testkit::load::burst;
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::reference::{self, Reference, RuntimeRoot};
+use tollgate_testkit::reference::{self, Reference, RuntimeRoot, plain_env};
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::{serial, wait};
 
@@ -39,14 +39,7 @@ async fn fleet(test: &str) -> Option<Fleet> {
     let redis = RedisServer::start();
     let root = RuntimeRoot::new_in(&work_dir("mixed_fleet"));
     root.write("fleet.yaml", RULES);
-    let mut env = vars(&[
-        ("DISABLE_STATS", "true"),
-        ("LOG_LEVEL", "warn"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("RUNTIME_WATCH_ROOT", "false"),
-    ]);
-    env.push(("REDIS_URL".to_owned(), redis.host_port()));
-    env.extend(root.env());
+    let mut env = plain_env(&redis.host_port(), &root);
     let reference = Reference::start(installed, &env).await;
     env.extend(vars(&[("REFERENCE_MODE", "true")]));
     let tollgate = tollgate_with_env(&env).start_connected().await;
@@ -107,18 +100,18 @@ async fn per_minute_limits_are_shared() {
         answers.iter().all(|a| a.received < end),
         "the burst outlasted its minute"
     );
-    let admitted = answers.iter().filter(|a| a.result == Ok(Code::Ok)).count();
-    let denied = answers
+    let failed: Vec<_> = answers
         .iter()
-        .filter(|a| a.result == Ok(Code::OverLimit))
-        .count();
-    assert_eq!(
-        admitted + denied,
-        900,
-        "every answer OK or OVER_LIMIT: {:?}{}",
-        tollgate_testkit::load::tally(&answers),
+        .filter(|a| !matches!(a.result, Ok(Code::Ok | Code::OverLimit)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} answers neither OK nor OVER_LIMIT, e.g. {:?}{}",
+        failed.len(),
+        &failed[..failed.len().min(5)],
         reference_mode_note()
     );
+    let admitted = answers.iter().filter(|a| a.result == Ok(Code::Ok)).count();
     assert!(
         admitted <= 300,
         "{admitted} of 900 admitted in one minute across the reference and Tollgate, for a \

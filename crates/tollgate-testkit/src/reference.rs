@@ -57,6 +57,9 @@ fn find() -> Result<Installed, String> {
     let server = from_env("REFERENCE_BIN")
         .or_else(|| newest_install(&installs, "ratelimit@", "service_cmd"))
         .ok_or_else(|| format!("no reference binary: {hint}"))?;
+    if !server.is_file() {
+        return Err(format!("{} is not a file: {hint}", server.display()));
+    }
     let module_dir = match from_env("REFERENCE_MODULE_DIR") {
         Some(dir) => dir,
         None => module_cache_dir(&server).ok_or_else(|| {
@@ -69,10 +72,11 @@ fn find() -> Result<Installed, String> {
     let statsd_exporter = from_env("STATSD_EXPORTER_BIN")
         .or_else(|| newest_install(&installs, "statsd_exporter@", "statsd_exporter"))
         .ok_or_else(|| format!("no statsd_exporter binary: {hint}"))?;
-    for path in [&server, &statsd_exporter] {
-        if !path.is_file() {
-            return Err(format!("{} is not a file: {hint}", path.display()));
-        }
+    if !statsd_exporter.is_file() {
+        return Err(format!(
+            "{} is not a file: {hint}",
+            statsd_exporter.display()
+        ));
     }
     let scripts = module_dir.join("integration-test/scripts");
     if !scripts.is_dir() {
@@ -207,6 +211,24 @@ impl Default for RuntimeRoot {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The reference's settings for counting in the redis-server at `redis` (`HOST:PORT`) on
+/// the rules of `root`, with no statsd collector and warnings only in its log. Tollgate
+/// reads the same variables.
+pub fn plain_env(redis: &str, root: &RuntimeRoot) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("DISABLE_STATS", "true"),
+        ("LOG_LEVEL", "warn"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", redis),
+        ("RUNTIME_WATCH_ROOT", "false"),
+    ]
+    .iter()
+    .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+    .collect();
+    env.extend(root.env());
+    env
 }
 
 // ---------------------------------------------------------------------------
