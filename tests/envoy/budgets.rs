@@ -195,24 +195,25 @@ async fn reference_quota_scenarios() {
     assert_eq!(statuses, [200, 200, 429]);
 
     // token-quota.sh: a check, then one hit charged when the response ends, against
-    // service_2's 2 a minute. Tollgate admits while used + 1 fits: two pass (the
-    // reference, whose check passes at used == limit, lets a third through).
+    // service_2's 2 a minute. A check passes while used <= limit, as the reference's
+    // does: three pass, the fourth is refused.
     let tollgate = Serve::rules(RULES).start();
     let envoy = budgets_envoy(&upstream, &tollgate).await;
     let mut statuses = Vec::new();
-    for used in 1..=2 {
+    for used in 1..=3 {
         statuses.push(envoy.get("/tokenquota", &[]).await.status);
         await_counted(&tollgate, "service_service_2", used).await;
     }
     statuses.push(envoy.get("/tokenquota", &[]).await.status);
-    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(statuses, [200, 200, 200, 429]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_routes_each_request_to_a_service_with_budget_left() {
     // multiservice-tokenquota.sh: the budgets of two services are checked; the metadata of
     // those not exhausted comes back (first one wins), Envoy routes on it, and the service
-    // that answered is charged one hit.
+    // that answered is charged one hit. Charged after the response, "a total of 2
+    // requests/minute for service_1 [1 a minute] and 3 for service_2 [2] is allowed".
     let tollgate = Serve::rules(RULES)
         .env("RESPONSE_DYNAMIC_METADATA", "true")
         .start();
@@ -227,7 +228,7 @@ async fn metadata_routes_each_request_to_a_service_with_budget_left() {
     );
     let envoy = Envoy::start(&yaml).await;
     let mut served = Vec::new();
-    for charged in 1..=3 {
+    for charged in 1..=5 {
         let status = envoy.get("/", &[]).await.status;
         served.push((status, service_1.hits(), service_2.hits()));
         if status == 200 {
@@ -242,6 +243,16 @@ async fn metadata_routes_each_request_to_a_service_with_budget_left() {
         service_1.hits(),
         service_2.hits(),
     ));
-    // service_1 (1 a minute) serves one, service_2 (2) the next two, then both are spent.
-    assert_eq!(served, [(200, 1, 0), (200, 1, 1), (200, 1, 2), (429, 1, 2)]);
+    // service_1 (1 a minute) serves two, service_2 (2) the next three, then both are spent.
+    assert_eq!(
+        served,
+        [
+            (200, 1, 0),
+            (200, 2, 0),
+            (200, 2, 1),
+            (200, 2, 2),
+            (200, 2, 3),
+            (429, 2, 3)
+        ]
+    );
 }

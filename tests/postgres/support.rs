@@ -19,6 +19,9 @@ descriptors:
   # 5 per year: no sub-window closes while a test runs.
   - key: yearly
     rate_limit: {unit: year, requests_per_unit: 5}
+  # 100 per hour: a limit a test reaches under load.
+  - key: hundred
+    rate_limit: {unit: hour, requests_per_unit: 100}
   # Never reached: every request for it needs the store.
   - key: busy
     rate_limit: {unit: hour, requests_per_unit: 1000000}

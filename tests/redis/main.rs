@@ -3,6 +3,7 @@
 //! over). Tests that measure time take the testkit's timing lock.
 
 mod cluster;
+mod debts;
 mod faults;
 mod sentinel;
 mod single;

@@ -254,19 +254,18 @@ async fn json_accepts_overrides_descriptor_hits_and_snake_case() {
         1,
     );
 
-    // hitsAddend 0 only checks (remaining as if one more were counted); isNegativeHits
-    // gives units back.
+    // hitsAddend 0 only checks (remaining: what is left); isNegativeHits gives units back.
     let check = r#"{"domain":"d","descriptors":[{"entries":[{"key":"override","value":"a"}],
         "limit":{"requestsPerUnit":5,"unit":"MINUTE"},"hitsAddend":0}]}"#;
     let resp = decide(&server, check, 200).await;
-    assert_limited(&resp.statuses[0], Code::Ok, &limit(5, Unit::Minute, ""), 0);
+    assert_limited(&resp.statuses[0], Code::Ok, &limit(5, Unit::Minute, ""), 1);
     let resp = decide(&server, check, 200).await;
-    assert_limited(&resp.statuses[0], Code::Ok, &limit(5, Unit::Minute, ""), 0);
+    assert_limited(&resp.statuses[0], Code::Ok, &limit(5, Unit::Minute, ""), 1);
     let refund = r#"{"domain":"d","descriptors":[{"entries":[{"key":"override","value":"a"}],
         "limit":{"requestsPerUnit":5,"unit":"MINUTE"},"hitsAddend":2,"isNegativeHits":true}]}"#;
     decide(&server, refund, 200).await;
     let resp = decide(&server, check, 200).await;
-    assert_limited(&resp.statuses[0], Code::Ok, &limit(5, Unit::Minute, ""), 2);
+    assert_limited(&resp.statuses[0], Code::Ok, &limit(5, Unit::Minute, ""), 3);
 }
 
 #[tokio::test]

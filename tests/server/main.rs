@@ -4,6 +4,7 @@
 
 mod algorithms;
 mod cli;
+mod client;
 mod config_errors;
 mod grpc_api;
 mod http_api;

@@ -112,11 +112,25 @@ pub struct PostgresServer {
     port: u16,
     dir: TempDir,
     process: Option<Process>,
+    /// Commits wait for the WAL to reach the disk (PostgreSQL's defaults), instead of the
+    /// tests' faster `fsync=off`.
+    durable: bool,
 }
 
 impl PostgresServer {
     /// A fresh cluster, accepting connections.
     pub fn start() -> Self {
+        Self::initialised(false)
+    }
+
+    /// [`Self::start`] with PostgreSQL's durable defaults (`fsync=on`,
+    /// `synchronous_commit=on`): each counter update waits for a flush to the disk, as in
+    /// production.
+    pub fn start_durable() -> Self {
+        Self::initialised(true)
+    }
+
+    fn initialised(durable: bool) -> Self {
         let dir = data_parent();
         let pwfile = dir.path().join("pwfile");
         std::fs::write(&pwfile, PASSWORD).expect("write the password file");
@@ -128,7 +142,7 @@ impl PostgresServer {
             .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
             .arg(format!("--pwfile={}", pwfile.display()));
         finish("initdb", initdb);
-        Self::launched(dir)
+        Self::launched(dir, durable)
     }
 
     /// A streaming-replication standby of `primary` (read-only until promoted), from a
@@ -146,7 +160,7 @@ impl PostgresServer {
             .arg(dir.path().join("data"))
             .args(["-R", "-X", "stream", "--no-sync"]);
         finish("pg_basebackup", backup);
-        Self::launched(dir)
+        Self::launched(dir, false)
     }
 
     /// Serves TLS with `issued` (from the testkit's [`crate::pki`]) from now on; plaintext
@@ -177,11 +191,12 @@ impl PostgresServer {
         assert_eq!(self.psql("SELECT pg_promote()"), "t", "promotion");
     }
 
-    fn launched(dir: TempDir) -> Self {
+    fn launched(dir: TempDir, durable: bool) -> Self {
         let mut server = Self {
             port: 0,
             dir,
             process: None,
+            durable,
         };
         server.launch_on_free_port();
         server
@@ -211,10 +226,12 @@ impl PostgresServer {
                 "listen_addresses=127.0.0.1",
                 "-c",
                 "unix_socket_directories=",
-            ])
+            ]);
+        if !self.durable {
             // Test data need not survive a power cut.
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off"]);
+            cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+                .args(["-c", "full_page_writes=off"]);
+        }
         let process = Process::start("postgres", cmd).map_err(|e| e.to_string())?;
         let process = self.process.insert(process);
         let deadline = Instant::now() + START_TIMEOUT;

@@ -46,7 +46,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on {}", listener.local_addr()?);
-    // ConnectInfo puts each connection's peer address where `extract::client_ip` finds it.
+    // ConnectInfo puts each connection's peer address where `extract::client_ip` finds it;
+    // served as `axum::serve(listener, app)`, every request would be answered 500.
     let service = app()?.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, service).await?;
     Ok(())

@@ -7,10 +7,20 @@ use std::net::{IpAddr, SocketAddr};
 use http::Request;
 use tollgate_core::{Descriptor, Entry};
 
+use crate::DescribeError;
+
+/// Why [`client_ip`] finds no address, for the log.
+const NO_PEER: &str = "the request carries no client address, so limits per client IP \
+    can never apply: serve an axum app with \
+    `app.into_make_service_with_connect_info::<SocketAddr>()` (and tollgate-tower's `axum` \
+    feature on), or put the peer's `SocketAddr` into the request's extensions; behind a \
+    proxy, use `extract::forwarded_for` instead";
+
 /// The client's address: the connection's peer, as the server recorded it in the
 /// request's extensions (`SocketAddr`, or axum's `ConnectInfo<SocketAddr>` with the `axum`
-/// feature). Behind a proxy, use [`forwarded_for`] instead.
-pub fn client_ip<B>(req: &Request<B>) -> Option<Entry<'static>> {
+/// feature). A request without one is an error (the layer answers 500 and logs why):
+/// the server is not set up to record peers, and no request would ever be limited.
+pub fn client_ip<B>(req: &Request<B>) -> Result<Entry<'static>, DescribeError> {
     let peer = req.extensions().get::<SocketAddr>().copied();
     #[cfg(feature = "axum")]
     let peer = peer.or_else(|| {
@@ -19,6 +29,7 @@ pub fn client_ip<B>(req: &Request<B>) -> Option<Entry<'static>> {
             .map(|info| info.0)
     });
     peer.map(|addr| ip_entry(addr.ip()))
+        .ok_or(DescribeError::new(NO_PEER))
 }
 
 /// The client's address as the nearest proxy reported it: the last address of
@@ -54,13 +65,10 @@ pub fn header<B>(req: &Request<B>, name: &str) -> Option<Entry<'static>> {
     })
 }
 
-/// One descriptor `[remote_address, path]`: a limit per client and path (nothing when the
-/// client address is unknown).
-pub fn client_ip_and_path<B>(req: &Request<B>) -> Vec<Descriptor<'static>> {
-    let Some(ip) = client_ip(req) else {
-        return Vec::new();
-    };
-    vec![Descriptor::from(vec![ip, path(req)])]
+/// One descriptor `[remote_address, path]`: a limit per client and path; an error when
+/// the server records no client address (see [`client_ip`]).
+pub fn client_ip_and_path<B>(req: &Request<B>) -> Result<Vec<Descriptor<'static>>, DescribeError> {
+    Ok(vec![Descriptor::from(vec![client_ip(req)?, path(req)])])
 }
 
 #[cfg(test)]
@@ -82,7 +90,7 @@ mod tests {
             .insert(SocketAddr::from(([192, 0, 2, 1], 4711)));
         let got = |e: Option<Entry<'_>>| e.map(|e| pair(&e));
         assert_eq!(
-            got(client_ip(&req)),
+            got(client_ip(&req).ok()),
             Some(("remote_address".into(), "192.0.2.1".into()))
         );
         assert_eq!(
@@ -95,7 +103,7 @@ mod tests {
             Some(("x-api-key".into(), "k1".into()))
         );
         assert_eq!(got(header(&req, "missing")), None);
-        let both = client_ip_and_path(&req);
+        let both = client_ip_and_path(&req).expect("a client address");
         let pairs: Vec<_> = both[0].entries.iter().map(pair).collect();
         assert_eq!(
             pairs,
@@ -107,10 +115,11 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_client_is_not_limited_by_address() {
+    fn a_request_without_a_client_address_cannot_be_described_by_it() {
         let req = Request::get("/").body(()).expect("a request");
-        assert!(client_ip(&req).is_none());
-        assert!(client_ip_and_path(&req).is_empty());
+        let why = client_ip(&req).expect_err("no peer address").to_string();
+        assert!(why.contains("into_make_service_with_connect_info"), "{why}");
+        assert!(client_ip_and_path(&req).is_err());
         let forged = Request::get("/")
             .header("x-forwarded-for", "not an address")
             .body(())

@@ -1,5 +1,8 @@
-//! The limiter's own answers: 429 with `Retry-After`, gRPC `RESOURCE_EXHAUSTED`, 503, and
-//! the RateLimit headers on every limited response.
+//! The limiter's own answers: 429 with `Retry-After`, gRPC `RESOURCE_EXHAUSTED`, 500 when
+//! a request cannot be described, 503, and the RateLimit headers on every limited
+//! response; and how a denial reads in the log.
+
+use std::fmt;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -8,10 +11,13 @@ use http_body_util::{Either, Full};
 use tollgate_core::Decision;
 use tollgate_core::headers::{HeaderStyle, headers};
 
+use crate::denial::{Denial, DenialBody};
 use crate::layer::LimitedBody;
 
 /// gRPC's status code for "rate limited".
 const RESOURCE_EXHAUSTED: &str = "8";
+/// gRPC's status code for "the server is broken".
+const INTERNAL: &str = "13";
 /// gRPC's status code for "try again later".
 const UNAVAILABLE: &str = "14";
 
@@ -23,41 +29,76 @@ pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
         .is_some_and(|v| v.starts_with("application/grpc"))
 }
 
-/// The answer to a request over its limit.
-pub(crate) fn over_limit<B>(
-    decision: &Decision,
-    style: HeaderStyle,
-    grpc: bool,
-) -> Response<LimitedBody<B>> {
-    let mut response = if grpc {
-        grpc_status(RESOURCE_EXHAUSTED, "rate limit exceeded")
-    } else {
-        plain(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded\n")
-    };
-    // Waiting this long is enough for every descriptor that denied.
-    let wait = decision
+/// Seconds a denied client waits: enough for every descriptor that denied.
+pub(crate) fn retry_after(decision: &Decision) -> u64 {
+    decision
         .descriptors
         .iter()
         .filter_map(|o| o.limited().filter(|l| l.is_over()))
         .map(|l| l.reset_seconds())
         .max()
-        .unwrap_or(1);
+        .unwrap_or(1)
+}
+
+/// The answer to a request over its limit: `body` (the service's hook) or ours.
+pub(crate) fn over_limit<B>(
+    denial: &Denial<'_>,
+    style: HeaderStyle,
+    grpc: bool,
+    body: Option<DenialBody>,
+) -> Response<LimitedBody<B>> {
+    let mut response = match body {
+        _ if grpc => grpc_status(RESOURCE_EXHAUSTED, "rate limit exceeded"),
+        Some(DenialBody { content_type, body }) => {
+            let mut response = Response::new(Either::Right(Full::new(body)));
+            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            response.headers_mut().insert(CONTENT_TYPE, content_type);
+            response
+        }
+        None => plain(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded\n"),
+    };
     response
         .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(wait));
-    add_headers(response.headers_mut(), decision, style);
+        .insert(RETRY_AFTER, HeaderValue::from(denial.retry_after));
+    add_headers(response.headers_mut(), denial.decision, style);
     response
+}
+
+/// The answer to a request the describe function could not describe: the service is
+/// misconfigured (the log says how); the client learns nothing of its internals.
+pub(crate) fn misconfigured<B>(grpc: bool) -> Response<LimitedBody<B>> {
+    failure(grpc, Failure::Misconfigured)
 }
 
 /// The answer when the limiter could not decide and the layer denies then.
 pub(crate) fn unavailable<B>(grpc: bool) -> Response<LimitedBody<B>> {
-    if grpc {
-        grpc_status(UNAVAILABLE, "rate limit service unavailable")
-    } else {
-        plain(
+    failure(grpc, Failure::Unavailable)
+}
+
+/// Why the layer answers instead of the service, other than a limit.
+#[derive(Clone, Copy)]
+enum Failure {
+    Misconfigured,
+    Unavailable,
+}
+
+fn failure<B>(grpc: bool, failure: Failure) -> Response<LimitedBody<B>> {
+    let (status, code, text) = match failure {
+        Failure::Misconfigured => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            INTERNAL,
+            "rate limit misconfigured\n",
+        ),
+        Failure::Unavailable => (
             StatusCode::SERVICE_UNAVAILABLE,
+            UNAVAILABLE,
             "rate limit service unavailable\n",
-        )
+        ),
+    };
+    if grpc {
+        grpc_status(code, text.trim_end())
+    } else {
+        plain(status, text)
     }
 }
 
@@ -72,6 +113,48 @@ pub(crate) fn add_headers(map: &mut HeaderMap, decision: &Decision, style: Heade
         ) {
             map.insert(name, value);
         }
+    }
+}
+
+/// A request's descriptors for the log: `[remote_address=192.0.2.1, path=/login]`, one
+/// list per descriptor.
+pub(crate) struct Described<'a>(pub(crate) &'a tollgate_core::Request<'a>);
+
+impl fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, descriptor) in self.0.descriptors.iter().enumerate() {
+            f.write_str(if i == 0 { "[" } else { " [" })?;
+            for (j, (key, value)) in descriptor.pairs().enumerate() {
+                let comma = if j == 0 { "" } else { ", " };
+                write!(f, "{comma}{key}={value}")?;
+            }
+            f.write_str("]")?;
+        }
+        Ok(())
+    }
+}
+
+/// The limits that denied, for the log: `"remote_address.path_/login" 3/60s`.
+pub(crate) struct OverLimits<'a>(pub(crate) &'a Decision);
+
+impl fmt::Display for OverLimits<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let over = self
+            .0
+            .descriptors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| o.limited().filter(|l| l.is_over()).map(|l| (i, &l.limit)));
+        for (n, (index, limit)) in over.enumerate() {
+            let comma = if n == 0 { "" } else { ", " };
+            let window = limit.window().as_secs();
+            match limit.name() {
+                Some(name) => write!(f, "{comma}{name:?}")?,
+                None => write!(f, "{comma}descriptor {index}")?,
+            }
+            write!(f, " {}/{window}s", limit.requests_per_unit())?;
+        }
+        Ok(())
     }
 }
 
@@ -117,13 +200,22 @@ mod tests {
         })
     }
 
+    fn denial(decision: &Decision) -> Denial<'_> {
+        Denial {
+            domain: "api",
+            decision,
+            retry_after: retry_after(decision),
+        }
+    }
+
     #[test]
     fn a_denial_says_how_long_to_wait_for_every_limit() {
         let decision = Decision {
             over_limit: true,
             descriptors: vec![denied(1_500, 10), Outcome::NoLimit, denied(30_200, 100)],
         };
-        let r: Response<LimitedBody<()>> = over_limit(&decision, HeaderStyle::Draft, false);
+        let r: Response<LimitedBody<()>> =
+            over_limit(&denial(&decision), HeaderStyle::Draft, false, None);
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         let h = r.headers();
         assert_eq!(h[RETRY_AFTER], "31");
@@ -142,8 +234,10 @@ mod tests {
             over_limit: true,
             descriptors: vec![denied(900, 1)],
         };
-        let r: Response<LimitedBody<()>> = over_limit(&decision, HeaderStyle::Off, true);
-        assert_eq!(r.status(), StatusCode::OK);
+        let body = Some(DenialBody::json("{}"));
+        let r: Response<LimitedBody<()>> =
+            over_limit(&denial(&decision), HeaderStyle::Off, true, body);
+        assert_eq!(r.status(), StatusCode::OK, "a body hook is for HTTP only");
         assert_eq!(r.headers()["grpc-status"], RESOURCE_EXHAUSTED);
         assert_eq!(r.headers()[RETRY_AFTER], "1");
         assert!(!r.headers().contains_key("ratelimit"));

@@ -21,7 +21,8 @@ pub enum Hits {
     /// the fact): the answer says whether they fitted, and a debt past the limit denies
     /// later requests until it has aged out.
     Charge(u64),
-    /// Answer whether one more unit would be admitted; count nothing.
+    /// Answer whether the counter is within its limits (at a limit is within, as the
+    /// reference service answers `hits_addend: 0`); count nothing.
     Check,
     /// Give back this many units (Envoy's `is_negative_hits`).
     Refund(u64),
@@ -134,7 +135,7 @@ pub(crate) fn apply(
 ) -> Verdict {
     let asked = match hits {
         Hits::Consume(n) | Hits::Charge(n) => n,
-        Hits::Check => 1,
+        Hits::Check => 0,
         Hits::Refund(n) => {
             for (state, limit) in states.iter_mut().zip(limits) {
                 state.refund(limit, now_ns, n);
@@ -250,7 +251,8 @@ mod tests {
         assert_eq!(denied.limit_index, 1);
         // The denied hit was not counted by the per-second limit either.
         let next_second = apply(&mut states, &limits, SECOND, Hits::Check);
-        assert!(!next_second.decision.admitted);
+        assert!(next_second.decision.admitted, "at the limit, not over it");
+        assert_eq!(next_second.decision.remaining, 0);
         assert_eq!(
             states[0].evaluate(&limits[0], SECOND - 1, 7).remaining,
             0,
@@ -271,22 +273,30 @@ mod tests {
     fn check_counts_nothing_and_refund_gives_back() {
         let limits = [limit(SLIDING, 2, SECOND)];
         let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
-        assert!(
-            apply(&mut states, &limits, 0, Hits::Check)
-                .decision
-                .admitted
+        let fresh = apply(&mut states, &limits, 0, Hits::Check);
+        assert!(fresh.decision.admitted);
+        assert_eq!(
+            fresh.decision.remaining, 2,
+            "nothing used, as the reference says"
         );
         assert!(
             apply(&mut states, &limits, 0, Hits::Consume(2))
                 .decision
                 .admitted
         );
+        // At the limit a check is OK, as the reference answers; a charge past it is not.
+        assert!(
+            apply(&mut states, &limits, 0, Hits::Check)
+                .decision
+                .admitted
+        );
+        apply(&mut states, &limits, 0, Hits::Charge(1));
         assert!(
             !apply(&mut states, &limits, 0, Hits::Check)
                 .decision
                 .admitted
         );
-        let refunded = apply(&mut states, &limits, 0, Hits::Refund(1));
+        let refunded = apply(&mut states, &limits, 0, Hits::Refund(2));
         assert!(refunded.decision.admitted);
         assert_eq!(refunded.decision.remaining, 1);
         assert!(

@@ -68,19 +68,22 @@ async fn limited(l: &Limiter, d: Descriptor<'_>) -> Limited {
 }
 
 #[tokio::test]
-async fn a_check_counts_nothing_and_tells_whether_one_more_fits() {
+async fn a_check_counts_nothing_and_says_whether_the_counter_is_within_its_limit() {
     let (l, _) = limiter();
     let check = || one("user", "ann").with_hits(Hits::Check);
     for _ in 0..5 {
         let c = limited(&l, check()).await;
         assert!(c.admitted);
-        assert_eq!(c.remaining, 2, "what one more request would leave");
+        assert_eq!(c.remaining, 3, "what is left, as the reference says");
         assert_eq!(c.hits, 0);
     }
     for _ in 0..3 {
         assert!(limited(&l, one("user", "ann")).await.admitted);
     }
-    assert!(!limited(&l, check()).await.admitted);
+    let at_limit = limited(&l, check()).await;
+    assert!(at_limit.admitted, "at the limit, not over it");
+    assert_eq!(at_limit.remaining, 0);
+    assert!(!limited(&l, one("user", "ann")).await.admitted);
 }
 
 #[tokio::test]
@@ -416,8 +419,8 @@ async fn all_or_nothing_gives_back_what_the_other_descriptors_counted() {
         let next = decide_q(&l, vec![one("user", "ann").with_hits(Hits::Check)]).await;
         assert_eq!(
             limited_of(&next).remaining,
-            user_left - 1,
-            "all_or_nothing={all_or_nothing}: what one more would leave"
+            user_left,
+            "all_or_nothing={all_or_nothing}: what is left"
         );
     }
 }

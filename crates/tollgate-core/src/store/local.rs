@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::memory::Capacity;
 use super::shards::{Counter, Entry, ShardStats, Shards};
+use super::shared::protocol::effect;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -45,6 +46,10 @@ struct View {
     counter: Counter,
     shared: bool,
     refreshing: bool,
+    /// The store's clock when it returned the state this view was built from (0: none).
+    /// The store runs one counter's calls one at a time, so an answer stamped earlier
+    /// is older and knows less: adopting it would forget calls the view already holds.
+    stamp_ns: u64,
 }
 
 impl Entry for View {
@@ -118,7 +123,7 @@ impl LocalView {
     ) -> Option<Verdict> {
         let asked = match hits {
             Hits::Consume(n) => n,
-            Hits::Check => 1,
+            Hits::Check => 0,
             // A charge must reach the store even when over: it records usage that happened.
             Hits::Charge(_) | Hits::Refund(_) => return None,
         };
@@ -134,21 +139,25 @@ impl LocalView {
         Some(verdict)
     }
 
-    /// Turns the shared store's answer into the verdict and the counter's new view. The
-    /// flag tells whether the store's decision differed from the local algorithm's on the
-    /// same state (the store's wins).
+    /// Turns the shared store's answer to a call of `debt` and `hits` into the verdict and
+    /// the counter's new view, which also holds the units this instance admitted that the
+    /// store has not counted yet (`unsettled`, asked under the view's lock, so that no
+    /// fallback decided meanwhile is lost from the view). The flag tells whether the
+    /// store's decision differed from the local algorithm's on the same state (the
+    /// store's wins).
     pub(crate) fn adopt(
         &self,
         key: &str,
         limits: &[Limit],
-        hits: Hits,
+        (debt, hits): (u64, Hits),
         snapshot: Snapshot,
+        unsettled: impl FnOnce() -> u64,
     ) -> (Verdict, bool) {
         let now = snapshot.now_ns;
         self.learn_time(now);
 
         let mut counter = Counter::from_states(snapshot.states);
-        let mut verdict = apply(counter.states.as_mut_slice(), limits, now, hits);
+        let mut verdict = effect(counter.states.as_mut_slice(), limits, now, debt, hits);
         let compared = !matches!(hits, Hits::Refund(_));
         let disagreed = compared && verdict.decision.admitted != snapshot.admitted;
         if disagreed {
@@ -165,13 +174,26 @@ impl LocalView {
             verdict.decision.admitted = snapshot.admitted;
             verdict.decision.remaining = 0;
         }
-        let expires_ns = counter.touch(limits, &verdict);
         let mut slot = self.views.lock(key);
+        if slot.get().is_some_and(|view| view.stamp_ns > now) {
+            return (verdict, disagreed);
+        }
+        let unsettled = unsettled();
+        if unsettled > 0 {
+            apply(
+                counter.states.as_mut_slice(),
+                limits,
+                now,
+                Hits::Charge(unsettled),
+            );
+        }
+        let expires_ns = counter.touch(limits, &verdict);
         if expires_ns > now {
             let view = View {
                 counter,
                 shared: true,
                 refreshing: false,
+                stamp_ns: now,
             };
             slot.insert(view, now);
         } else {
@@ -181,7 +203,9 @@ impl LocalView {
         (verdict, disagreed)
     }
 
-    /// The verdict when the shared store could not answer, decided `how`.
+    /// The verdict when the shared store could not answer, decided `how`; `decided` is
+    /// told the verdict under the view's lock, so that what it records about the decision
+    /// and the view change together.
     pub(crate) fn fall_back(
         &self,
         key: &str,
@@ -189,6 +213,7 @@ impl LocalView {
         now_ns: u64,
         hits: Hits,
         how: Fallback,
+        decided: impl FnOnce(&Verdict),
     ) -> Verdict {
         let mut slot = self.views.lock(key);
         let forced = match how {
@@ -210,6 +235,7 @@ impl LocalView {
             if !admitted {
                 verdict.decision.remaining = 0;
             }
+            decided(&verdict);
             return verdict;
         }
         // Decide as the memory store would; the view then holds hits the store never saw.
@@ -217,11 +243,13 @@ impl LocalView {
             counter: Counter::new(limits),
             shared: false,
             refreshing: false,
+            stamp_ns: 0,
         });
         let verdict = apply(view.counter.states.as_mut_slice(), limits, now_ns, hits);
         view.counter.touch(limits, &verdict);
         view.shared = false;
         slot.insert(view, now_ns);
+        decided(&verdict);
         verdict
     }
 
@@ -279,8 +307,9 @@ mod tests {
         let (admitted, disagreed) = v.adopt(
             "k",
             &limits,
-            Hits::Consume(1),
+            (0, Hits::Consume(1)),
             snapshot(&limits, 2, T0, true),
+            || 0,
         );
         assert!(admitted.decision.admitted && !disagreed);
         let mut queued = 0;
@@ -292,12 +321,34 @@ mod tests {
             assert!(denied.is_some_and(|d| !d.decision.admitted));
         }
         assert_eq!(queued, 1, "one background read until it is adopted");
-        // A check asks whether one more fits: it does not. A refund always goes to the store.
-        assert!(v.deny("k", &limits, Hits::Check, T0, || true).is_some());
+        // A check at the limit is within it: the store answers it. A refund always goes
+        // to the store.
+        assert!(v.deny("k", &limits, Hits::Check, T0, || true).is_none());
         assert!(v.deny("k", &limits, Hits::Refund(1), T0, || true).is_none());
         // Once the window has passed, the view admits and the request goes to the store.
         assert!(
             v.deny("k", &limits, Hits::Consume(1), T0 + 60 * SECOND, || true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_older_answer_never_replaces_a_newer_view() {
+        let (v, _) = view();
+        let limits = [limit(FIXED, 5, 60 * SECOND)];
+        // The store ran call B after call A; B's answer arrives first.
+        let b = snapshot(&limits, 3, T0 + 2_000, true);
+        let a = snapshot(&limits, 2, T0 + 1_000, true);
+        v.adopt("k", &limits, (0, Hits::Consume(1)), b, || 0);
+        let (verdict, _) = v.adopt("k", &limits, (0, Hits::Consume(1)), a, || 0);
+        assert_eq!(verdict.decision.remaining, 2, "A's own answer");
+        // The view still holds B's four units: one more request fits, two do not.
+        assert!(
+            v.deny("k", &limits, Hits::Consume(2), T0 + 3_000, || true)
+                .is_some()
+        );
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), T0 + 3_000, || true)
                 .is_none()
         );
     }
@@ -309,8 +360,9 @@ mod tests {
         v.adopt(
             "k",
             &limits,
-            Hits::Consume(4),
+            (0, Hits::Consume(4)),
             snapshot(&limits, 0, T0, true),
+            || 0,
         );
         assert!(
             v.deny("k", &limits, Hits::Consume(6), T0, || true)
@@ -331,8 +383,9 @@ mod tests {
         let (verdict, disagreed) = v.adopt(
             "k",
             &limits,
-            Hits::Consume(1),
+            (0, Hits::Consume(1)),
             snapshot(&limits, 0, T0, false),
+            || 0,
         );
         assert!(!verdict.decision.admitted && disagreed);
         assert!(
@@ -348,8 +401,9 @@ mod tests {
         v.adopt(
             "k",
             &limits,
-            Hits::Consume(5),
+            (0, Hits::Consume(5)),
             snapshot(&limits, 0, T0, true),
+            || 0,
         );
         assert!(
             v.deny("k", &limits, Hits::Consume(1), T0, || true)
@@ -359,8 +413,9 @@ mod tests {
         let (refunded, _) = v.adopt(
             "k",
             &limits,
-            Hits::Refund(5),
+            (0, Hits::Refund(5)),
             snapshot(&limits, 5, T0, true),
+            || 0,
         );
         assert_eq!(refunded.decision.remaining, 5);
         assert!(
@@ -379,8 +434,9 @@ mod tests {
         v.adopt(
             "k",
             &limits,
-            Hits::Consume(1),
+            (0, Hits::Consume(1)),
             snapshot(&limits, 0, store_now, true),
+            || 0,
         );
         assert_eq!(v.now_ns(), store_now);
         // Local time has not reached that window yet; on the store's clock it is full.
@@ -414,8 +470,9 @@ mod tests {
             v.adopt(
                 key,
                 limits,
-                Hits::Consume(1),
+                (0, Hits::Consume(1)),
                 snapshot(limits, used, T0, true),
+                || 0,
             );
         };
         adopt("a", &two, 0);
@@ -444,13 +501,13 @@ mod tests {
         let (v, _) = view();
         let limits = [limit(FIXED, 2, 60 * SECOND)];
         for how in [Fallback::Allow, Fallback::Deny] {
-            let verdict = v.fall_back("k", &limits, T0, Hits::Consume(1), how);
+            let verdict = v.fall_back("k", &limits, T0, Hits::Consume(1), how, |_| {});
             assert_eq!(verdict.decision.admitted, how == Fallback::Allow);
         }
         assert_eq!(v.stats().entries, 0, "forced answers remember nothing");
         let admitted: Vec<bool> = (0..3)
             .map(|_| {
-                v.fall_back("k", &limits, T0, Hits::Consume(1), Fallback::Local)
+                v.fall_back("k", &limits, T0, Hits::Consume(1), Fallback::Local, |_| {})
                     .decision
                     .admitted
             })

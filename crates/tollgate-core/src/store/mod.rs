@@ -132,6 +132,15 @@ pub struct SharedStats {
     /// Round trips where the store's decision and the local algorithm's differed (the
     /// store's wins); zero unless their arithmetic parted ways.
     pub disagreements: u64,
+    /// Counters for which units admitted without the store are still owed to it.
+    pub debts: usize,
+    /// Units admitted without the store and not yet counted there.
+    pub debt_units: u64,
+    /// Owed units that reached the store.
+    pub debt_charged: u64,
+    /// Owed units forgiven: their windows passed before the store answered again, or too
+    /// many counters owed at once.
+    pub debt_forgiven: u64,
     /// Round-trip latency.
     pub latency: HistogramSnapshot,
 }

@@ -55,12 +55,12 @@ async fn fresh_database(name: &str) -> Client {
     open(&postgres().url().replace("/postgres?", &format!("/{name}?"))).await
 }
 
-/// `tollgate_check_and_count` at the instant `now_ns`.
+/// `tollgate_apply` at the instant `now_ns`.
 async fn call(
     client: &Client,
     key: &str,
     limits: &[Limit],
-    hits: Hits,
+    (debt, hits): (u64, Hits),
     deadline_ns: u64,
     now_ns: u64,
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
@@ -68,11 +68,12 @@ async fn call(
     let (kinds, windows, params, rpus) = limit_arrays(limits);
     let row = client
         .query_one(
-            "SELECT tollgate_check_and_count($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             &[
                 &key,
                 &mode,
                 &signed(n),
+                &signed(debt),
                 &signed(deadline_ns / 1_000),
                 &signed(now_ns / 1_000),
                 &kinds,
@@ -97,8 +98,8 @@ proptest! {
         let rt = runtime();
         let client = rt.block_on(connect());
         let key = format!("differential:{}", fresh_key());
-        replay(&limits, &history, phase_us, |hits, now| {
-            rt.block_on(call(&client, &key, &limits, hits, 0, now)).map_err(|e| e.to_string())
+        replay(&limits, &history, phase_us, |debt, hits, now| {
+            rt.block_on(call(&client, &key, &limits, (debt, hits), 0, now)).map_err(|e| e.to_string())
         })?;
     }
 }
@@ -114,12 +115,19 @@ fn a_late_call_changes_nothing_and_denials_leave_no_row() {
         let key = format!("late:{}", fresh_key());
         let limits = one_per_second();
         let now = 1_790_000_000_000_000_000;
-        let late = call(&client, &key, &limits, Hits::Consume(1), now - 1_000, now)
-            .await
-            .expect("a late call");
+        let late = call(
+            &client,
+            &key,
+            &limits,
+            (1, Hits::Consume(1)),
+            now - 1_000,
+            now,
+        )
+        .await
+        .expect("a late call");
         assert_eq!(late, vec![-1, 1_790_000_000_000_000]);
         // Denied (6 > 5): nothing stored, not even the empty row the lock needed.
-        let denied = call(&client, &key, &limits, Hits::Consume(6), 0, now)
+        let denied = call(&client, &key, &limits, (0, Hits::Consume(6)), 0, now)
             .await
             .expect("a denied call");
         assert_eq!(denied[0], 0);
@@ -158,7 +166,7 @@ fn the_sweep_deletes_expired_counters_only() {
                 &client,
                 &format!("{prefix}{name}"),
                 &limits,
-                Hits::Consume(1),
+                (0, Hits::Consume(1)),
                 0,
                 at,
             )

@@ -22,7 +22,7 @@ use tokio_postgres::error::SqlState;
 use self::connect::{PgConnector, describe};
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
-use super::shared::{Backend, SharedBehaviour, SharedStore, TripError};
+use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -107,66 +107,70 @@ impl PgBackend {
         &self.link.health
     }
 
-    /// One `tollgate_check_and_count`; it changes nothing if it runs after `deadline_ns`
-    /// (database time).
-    pub(crate) async fn check_and_count(
+    /// One `tollgate_apply`, owning all it needs; it changes nothing if it runs after
+    /// `deadline_ns` (database time).
+    pub(crate) fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
-        hits: Hits,
+        (debt, hits): (u64, Hits),
         deadline_ns: u64,
-    ) -> Result<Vec<i64>, TripError> {
+    ) -> Trip {
         let Some(pool) = self.link.conn() else {
-            return Err(TripError::NotConnected);
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
-        let conn = pool.pick();
         let (mode, n) = mode(hits);
         let (kinds, windows, params, rpus) = limit_arrays(limits);
         let key = format!("{}{key}", self.key_prefix);
         let deadline_us = signed(deadline_ns / NANOS_PER_MICRO);
-        let row = conn
-            .client
-            .query_one(
-                &conn.check,
-                &[
-                    &key,
-                    &mode,
-                    &signed(n),
-                    &deadline_us,
-                    &kinds,
-                    &windows,
-                    &params,
-                    &rpus,
-                ],
-            )
-            .await
-            .map_err(|e| self.classify(e))?;
-        row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
+        let link = self.link.clone();
+        Box::pin(async move {
+            let conn = pool.pick();
+            let row = conn
+                .client
+                .query_one(
+                    &conn.check,
+                    &[
+                        &key,
+                        &mode,
+                        &signed(n),
+                        &signed(debt),
+                        &deadline_us,
+                        &kinds,
+                        &windows,
+                        &params,
+                        &rpus,
+                    ],
+                )
+                .await
+                .map_err(|e| classify(&link, e))?;
+            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
     }
+}
 
-    fn classify(&self, e: tokio_postgres::Error) -> TripError {
-        let lost = match e.code() {
-            Some(code) if *code == SqlState::QUERY_CANCELED => return TripError::Timeout,
-            // Connection exceptions, a server shutting down or starting, or a standby
-            // (a former primary after a failover) that cannot write.
-            Some(code) => {
-                code.code().starts_with("08")
-                    || [
-                        SqlState::ADMIN_SHUTDOWN,
-                        SqlState::CRASH_SHUTDOWN,
-                        SqlState::CANNOT_CONNECT_NOW,
-                        SqlState::READ_ONLY_SQL_TRANSACTION,
-                    ]
-                    .contains(code)
-            }
-            None => true,
-        };
-        if lost {
-            self.link.health.report_down(&describe(&e));
-            TripError::Lost(Arc::new(e))
-        } else {
-            TripError::Failed(Arc::new(e))
+fn classify(link: &Link<PgConnector>, e: tokio_postgres::Error) -> TripError {
+    let lost = match e.code() {
+        Some(code) if *code == SqlState::QUERY_CANCELED => return TripError::Timeout,
+        // Connection exceptions, a server shutting down or starting, or a standby
+        // (a former primary after a failover) that cannot write.
+        Some(code) => {
+            code.code().starts_with("08")
+                || [
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::CANNOT_CONNECT_NOW,
+                    SqlState::READ_ONLY_SQL_TRANSACTION,
+                ]
+                .contains(code)
         }
+        None => true,
+    };
+    if lost {
+        link.health.report_down(&describe(&e));
+        TripError::Lost(Arc::new(e))
+    } else {
+        TripError::Failed(Arc::new(e))
     }
 }
 

@@ -1,16 +1,20 @@
-//! The versioned schema: migrations applied in order, once, under an advisory lock so
-//! that instances starting together do not race. The version lives in
-//! `tollgate_schema`; a database newer than this Tollgate is refused, never downgraded.
+//! The versioned schema: `schema.sql`, whose every statement is idempotent, run under an
+//! advisory lock so that instances starting together do not race, whenever the database
+//! is at an earlier version. The version lives in `tollgate_schema`; a database newer
+//! than this Tollgate is refused, never downgraded.
+//!
+//! Versions: 1 `tollgate_check_and_count`; 2 `tollgate_apply`, which charges a debt before
+//! the hits (1's function stays, for the instances of a rolling upgrade).
 
 use tokio_postgres::Client;
 
 use super::connect::describe;
 
-/// Each migration's SQL; version N is `MIGRATIONS[N - 1]`.
-const MIGRATIONS: [&str; 1] = [include_str!("schema_v1.sql")];
+/// The schema at [`SCHEMA_VERSION`], from any earlier version.
+const SCHEMA: &str = include_str!("schema.sql");
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
@@ -41,21 +45,15 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
              ({SCHEMA_VERSION}); run a Tollgate at least as new"
         ));
     }
-    for version in found + 1..=SCHEMA_VERSION {
-        let Some(sql) = usize::try_from(version - 1)
-            .ok()
-            .and_then(|i| MIGRATIONS.get(i))
-        else {
-            break;
-        };
-        tx.batch_execute(sql).await.map_err(db)?;
+    if found < SCHEMA_VERSION {
+        tx.batch_execute(SCHEMA).await.map_err(db)?;
         tx.execute(
             "INSERT INTO tollgate_schema (version) VALUES ($1)",
-            &[&version],
+            &[&SCHEMA_VERSION],
         )
         .await
         .map_err(db)?;
-        tracing::info!("postgres schema migrated to version {version}");
+        tracing::info!("postgres schema migrated from version {found} to {SCHEMA_VERSION}");
     }
     let is_unlogged: bool = tx
         .query_one(

@@ -14,14 +14,17 @@
 --
 -- KEYS[1]  the counter
 -- ARGV[1]  the call, as a run of MessagePack values: mode ('c' consume; 'p' charge:
---          counted even past the limit; 'k' check; 'r' refund), hits, deadline_us
---          (0: none), now_us (0: Redis TIME; tests replay histories at chosen instants),
---          then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
+--          counted even past the limit; 'k' check: within the limits, at them included;
+--          'r' refund), hits, debt (units this
+--          instance admitted while Redis did not answer: charged first, as 'p'),
+--          deadline_us (0: none), now_us (0: Redis TIME; tests replay histories at chosen
+--          instants), then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
 --          precision or burst, requests_per_unit. One argument read by one unpack: a
 --          dozen arguments, each made a Lua string by Redis and a number by tonumber,
 --          cost a third of the script's time.
--- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
---           now_us, the stored state as it was before this call ('' if there was none)}
+-- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing,
+--           the debt included), now_us, the stored state as it was before this call,
+--           before its debt too ('' if there was none)}
 --
 -- Each Lua operation costs here what a few dozen arithmetic instructions do, and each
 -- call into a library function more: the loops below are written for the fewest of both
@@ -29,9 +32,10 @@
 -- numbers for every limit).
 
 local key = KEYS[1]
--- args[a .. a + 3] for a = 5, 9, ...: one limit each.
+-- args[a .. a + 3] for a = FIRST, FIRST + 4, ...: one limit each.
 local args = { cmsgpack.unpack(ARGV[1]) }
-local mode, hits, deadline, now = args[1], args[2], args[3], args[4]
+local mode, hits, debt, deadline, now = args[1], args[2], args[3], args[4], args[5]
+local FIRST = 6
 if now == 0 then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -80,7 +84,7 @@ end
 
 -- How many numbers the limits keep.
 local size = 0
-for a = 5, #args, 4 do
+for a = FIRST, #args, 4 do
   local kind = args[a]
   if kind == 's' then size = size + args[a + 2] + 2 elseif kind == 'f' then size = size + 2 else size = size + 1 end
 end
@@ -103,116 +107,130 @@ if not v then
   for j = 3, size + 2 do v[j] = 0 end
 end
 
-local asked = hits
-if mode == 'k' then asked = 1 elseif mode == 'r' then asked = 0 end
+-- One step on the state in v: check, then count admitted (or charged) hits or give hits
+-- back; whether it admitted. Sets expiry when it wrote: how long the key must live.
+local expiry = nil
+local function step(mode, hits)
+  local asked = hits
+  if mode == 'k' or mode == 'r' then asked = 0 end
 
--- Check: per limit, the sub-window or window this call falls in, and the time into it.
--- b: the index in v before the limit's first number.
-local admitted = true
-local slots, fines = {}, {}
-local b = 2
-for a = 5, #args, 4 do
-  local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
-  if kind == 's' then
-    -- v[b + 1] is the newest sub-window s written, v[b + 2 + s % ring] its count * 256 +
-    -- start (where its count reached two, in 1/256ths of the sub-window); see
-    -- crates/tollgate-core/src/algo/sliding.rs. Sub-windows older than newest - param
-    -- are stale and count as empty; newest <= slot.
-    local ring, sub, newest = param + 1, window / param, v[b + 1]
-    local slot = floor(now / sub)
-    local into = now - slot * sub
-    if slot < newest then slot = newest; into = 0 end
-    local fine = fraction(into, sub)
-    slots[a], fines[a] = slot, fine
-    local full = 0
-    for s = slot - param + 1, newest do
-      local x = v[b + 2 + s % ring]
-      full = full + x - x % 256
-    end
-    full = full / 256
-    local oldest = 0
-    if slot - param <= newest then
-      oldest = v[b + 2 + (slot - param) % ring]
-    end
-    local start = oldest % 256
-    local denominator = 65536 - start * 256
-    local left = min(65536 - fine, denominator)
-    -- full + asked + count * left / denominator <= rpu
-    local room = rpu - full - asked
-    if room < 0 or (oldest - start) / 256 * left > room * denominator then
-      admitted = false
-    end
-    b = b + param + 2
-  elseif kind == 'f' then
-    local w, count = floor(now / window), v[b + 2]
-    if w <= v[b + 1] then w = v[b + 1] else count = 0 end
-    slots[a], v[b + 2] = w, count
-    if count + asked > rpu then admitted = false end
-    b = b + 2
-  else
-    if rpu == 0 then
-      admitted = false
-    elseif max(v[b + 1] - now, 0) + muldiv(asked, window, rpu) > muldiv(param, window, rpu) then
-      admitted = false
-    end
-    b = b + 1
-  end
-end
-
--- Write: count admitted (or charged) hits, or give hits back; the key lives until its
--- last limit forgets them.
-if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
-  local ttl = 0
-  b = 2
-  for a = 5, #args, 4 do
+  -- Check: per limit, the sub-window or window this call falls in, and the time into it.
+  -- b: the index in v before the limit's first number.
+  local admitted = true
+  local slots, fines = {}, {}
+  local b = 2
+  for a = FIRST, #args, 4 do
     local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
-    local expires
     if kind == 's' then
-      local ring, sub, newest, slot = param + 1, window / param, v[b + 1], slots[a]
-      if slot > newest then
-        for s = max(newest + 1, slot - param), slot do v[b + 2 + s % ring] = 0 end
-        newest = slot
-        v[b + 1] = slot
+      -- v[b + 1] is the newest sub-window s written, v[b + 2 + s % ring] its count * 256 +
+      -- start (where its count reached two, in 1/256ths of the sub-window); see
+      -- crates/tollgate-core/src/algo/sliding.rs. Sub-windows older than newest - param
+      -- are stale and count as empty; newest <= slot.
+      local ring, sub, newest = param + 1, window / param, v[b + 1]
+      local slot = floor(now / sub)
+      local into = now - slot * sub
+      if slot < newest then slot = newest; into = 0 end
+      local fine = fraction(into, sub)
+      slots[a], fines[a] = slot, fine
+      local full = 0
+      for s = slot - param + 1, newest do
+        local x = v[b + 2 + s % ring]
+        full = full + x - x % 256
       end
-      if mode ~= 'r' then
-        local j = b + 2 + slot % ring
-        local start = v[j] % 256
-        local count = (v[j] - start) / 256
-        if count < 2 and param > 1 then start = floor(fines[a] / 256) end
-        v[j] = min((count + hits) * 256 + start, EXACT - 1)
-      else
-        local left = hits
-        for s = slot, slot - param, -1 do
-          local j = b + 2 + s % ring
-          local x = v[j]
-          local take = min(left, (x - x % 256) / 256)
-          v[j] = x - take * 256
-          left = left - take
-        end
+      full = full / 256
+      local oldest = 0
+      if slot - param <= newest then
+        oldest = v[b + 2 + (slot - param) % ring]
       end
-      expires = (newest + param + 1) * sub
+      local start = oldest % 256
+      local denominator = 65536 - start * 256
+      local left = min(65536 - fine, denominator)
+      -- full + asked + count * left / denominator <= rpu
+      local room = rpu - full - asked
+      if room < 0 or (oldest - start) / 256 * left > room * denominator then
+        admitted = false
+      end
       b = b + param + 2
     elseif kind == 'f' then
-      local w = slots[a]
-      v[b + 1] = w
-      if mode ~= 'r' then v[b + 2] = min(v[b + 2] + hits, EXACT - 1) else v[b + 2] = max(v[b + 2] - hits, 0) end
-      expires = (w + 1) * window
+      local w, count = floor(now / window), v[b + 2]
+      if w <= v[b + 1] then w = v[b + 1] else count = 0 end
+      slots[a], v[b + 2] = w, count
+      if count + asked > rpu then admitted = false end
       b = b + 2
     else
-      if rpu > 0 then
-        local span, tat = muldiv(hits, window, rpu), v[b + 1]
-        if mode ~= 'r' then tat = min(max(tat, now) + span, EXACT - 1) else tat = max(tat - span, now) end
-        v[b + 1] = tat
-        expires = tat
-      else
-        expires = now
+      if rpu == 0 then
+        admitted = false
+      elseif max(v[b + 1] - now, 0) + muldiv(asked, window, rpu) > muldiv(param, window, rpu) then
+        admitted = false
       end
       b = b + 1
     end
-    ttl = max(ttl, expires - now)
   end
-  if ttl > 0 then
-    redis.call('SET', key, cmsgpack.pack(unpack(v, 3, size + 2)), 'PX', math.ceil(ttl / 1000))
+
+  -- Write: count admitted (or charged) hits, or give hits back; the key lives until its
+  -- last limit forgets them.
+  if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
+    local ttl = 0
+    b = 2
+    for a = FIRST, #args, 4 do
+      local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
+      local expires
+      if kind == 's' then
+        local ring, sub, newest, slot = param + 1, window / param, v[b + 1], slots[a]
+        if slot > newest then
+          for s = max(newest + 1, slot - param), slot do v[b + 2 + s % ring] = 0 end
+          newest = slot
+          v[b + 1] = slot
+        end
+        if mode ~= 'r' then
+          local j = b + 2 + slot % ring
+          local start = v[j] % 256
+          local count = (v[j] - start) / 256
+          if count < 2 and param > 1 then start = floor(fines[a] / 256) end
+          v[j] = min((count + hits) * 256 + start, EXACT - 1)
+        else
+          local left = hits
+          for s = slot, slot - param, -1 do
+            local j = b + 2 + s % ring
+            local x = v[j]
+            local take = min(left, (x - x % 256) / 256)
+            v[j] = x - take * 256
+            left = left - take
+          end
+        end
+        expires = (newest + param + 1) * sub
+        b = b + param + 2
+      elseif kind == 'f' then
+        local w = slots[a]
+        v[b + 1] = w
+        if mode ~= 'r' then v[b + 2] = min(v[b + 2] + hits, EXACT - 1) else v[b + 2] = max(v[b + 2] - hits, 0) end
+        expires = (w + 1) * window
+        b = b + 2
+      else
+        if rpu > 0 then
+          local span, tat = muldiv(hits, window, rpu), v[b + 1]
+          if mode ~= 'r' then tat = min(max(tat, now) + span, EXACT - 1) else tat = max(tat - span, now) end
+          v[b + 1] = tat
+          expires = tat
+        else
+          expires = now
+        end
+        b = b + 1
+      end
+      ttl = max(ttl, expires - now)
+    end
+    expiry = ttl
+  end
+  return admitted
+end
+
+-- A debt is charged before the call's own step, as if it had been counted when its units
+-- were admitted.
+if debt > 0 then step('p', debt) end
+local admitted = step(mode, hits)
+if expiry then
+  if expiry > 0 then
+    redis.call('SET', key, cmsgpack.pack(unpack(v, 3, size + 2)), 'PX', math.ceil(expiry / 1000))
   else
     redis.call('DEL', key)
   end

@@ -28,8 +28,8 @@ proptest! {
         let script = script::script();
         script.load(&mut conn).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let key = fresh_key().to_string();
-        replay(&limits, &history, phase_us, |hits, now_ns| {
-            let check = Check { key: &key, limits: &limits, hits, deadline_ns: 0, now_ns };
+        replay(&limits, &history, phase_us, |debt, hits, now_ns| {
+            let check = Check { key: &key, limits: &limits, hits, debt, deadline_ns: 0, now_ns };
             let reply: ScriptReply = script::call(&script, "differential", &check)
                 .query(&mut conn)
                 .map_err(|e| e.to_string())?;
@@ -65,6 +65,7 @@ fn huge_charges_still_deny() {
                 key: &key,
                 limits: &limits,
                 hits,
+                debt: 0,
                 deadline_ns: 0,
                 now_ns,
             };

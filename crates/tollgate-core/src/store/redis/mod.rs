@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use self::connect::{Conn, RedisConnector};
 use super::shared::link::{Health, Link};
-use super::shared::{Backend, SharedBehaviour, SharedStore, TripError};
+use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -43,7 +43,7 @@ impl SharedStore {
             };
             Backend::Redis(RedisBackend {
                 link: Link::start(connector, time),
-                script: script::script(),
+                script: Arc::new(script::script()),
                 key_prefix: config.key_prefix,
             })
         };
@@ -54,7 +54,7 @@ impl SharedStore {
 /// One script call per round trip over the supervised connection.
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
-    script: redis::Script,
+    script: Arc<redis::Script>,
     key_prefix: String,
 }
 
@@ -63,44 +63,49 @@ impl RedisBackend {
         &self.link.health
     }
 
-    /// One EVALSHA; Redis ignores it if it runs after `deadline_ns` (Redis time).
-    pub(crate) async fn check_and_count(
+    /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline_ns`
+    /// (Redis time).
+    pub(crate) fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
-        hits: Hits,
+        (debt, hits): (u64, Hits),
         deadline_ns: u64,
-    ) -> Result<Vec<i64>, TripError> {
+    ) -> Trip {
         let Some(conn) = self.link.conn() else {
-            return Err(TripError::NotConnected);
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
         let check = script::Check {
             key,
             limits,
             hits,
+            debt,
             deadline_ns,
             now_ns: 0,
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
-        let reply: script::ScriptReply = conn
-            .eval(&call, &self.script)
-            .await
-            .map_err(|e| self.classify(e))?;
-        script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+        let (script, link) = (self.script.clone(), self.link.clone());
+        Box::pin(async move {
+            let reply: script::ScriptReply = conn
+                .eval(&call, &script)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
     }
+}
 
-    fn classify(&self, e: redis::RedisError) -> TripError {
-        let lost = e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-        if lost {
-            // Gone, or a former master after a failover: reconnect (and re-resolve).
-            self.link.health.report_down(&e);
-            TripError::Lost(Arc::new(e))
-        } else {
-            TripError::Failed(Arc::new(e))
-        }
+fn classify(link: &Link<RedisConnector>, e: redis::RedisError) -> TripError {
+    let lost = e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+    if lost {
+        // Gone, or a former master after a failover: reconnect (and re-resolve).
+        link.health.report_down(&e);
+        TripError::Lost(Arc::new(e))
+    } else {
+        TripError::Failed(Arc::new(e))
     }
 }

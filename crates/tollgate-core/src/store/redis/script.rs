@@ -52,14 +52,15 @@ pub(super) fn numbers((flag, now_us, state): ScriptReply) -> Result<Vec<i64>, Ba
     Ok(numbers)
 }
 
-/// One check-and-count: `hits` under `limits` on counter `key`; Redis changes nothing if
-/// it runs the check after `deadline_ns` (in Redis time; 0 for none). The script reads
-/// Redis' clock unless `now_ns` gives the time (tests replay histories).
+/// One check-and-count: `debt` charged, then `hits` under `limits` on counter `key`; Redis
+/// changes nothing if it runs the check after `deadline_ns` (in Redis time; 0 for none).
+/// The script reads Redis' clock unless `now_ns` gives the time (tests replay histories).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Check<'a> {
     pub(super) key: &'a str,
     pub(super) limits: &'a [Limit],
     pub(super) hits: Hits,
+    pub(super) debt: u64,
     pub(super) deadline_ns: u64,
     pub(super) now_ns: u64,
 }
@@ -70,9 +71,10 @@ pub(super) struct Check<'a> {
 pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
     let (mode, n) = mode(check.hits);
     let limits = check.limits;
-    let mut args = Packed(Vec::with_capacity(29 + 21 * limits.len()));
+    let mut args = Packed(Vec::with_capacity(38 + 21 * limits.len()));
     args.letter(mode);
     args.number(n);
+    args.number(check.debt);
     args.number(check.deadline_ns / NANOS_PER_MICRO);
     args.number(check.now_ns / NANOS_PER_MICRO);
     for limit in limits {

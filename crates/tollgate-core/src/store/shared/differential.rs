@@ -1,6 +1,6 @@
 //! A shared store's check-and-count against the Rust algorithms: random limits and random
-//! histories of consumptions, charges, checks and refunds at chosen instants go through
-//! both, and every answer must agree — the admission, and what the state each side holds
+//! histories of consumptions, charges, checks and refunds at chosen instants, some with a
+//! debt charged first, go through both, and every answer must agree — the admission, and what the state each side holds
 //! afterwards says about the next request. Each store runs [`replay`] on a real server.
 //!
 //! The domain is every product below 2^53 (the Redis script is exact there): limits up to
@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use proptest::prelude::*;
 
-use super::protocol::{self, Reply};
-use crate::algo::{Hits, LimitState, apply, evaluate};
+use super::protocol::{self, Reply, effect};
+use crate::algo::{Hits, LimitState, evaluate};
 use crate::limit::{Algorithm, Limit};
 use crate::unit::Unit;
 
@@ -42,7 +42,10 @@ pub(crate) fn limits() -> impl Strategy<Value = Vec<Limit>> {
     prop::collection::vec(one, 1..4)
 }
 
-pub(crate) fn operation() -> impl Strategy<Value = (u64, Hits)> {
+/// One call: the gap since the last, the debt it carries, and its hits.
+pub(crate) type Operation = (u64, u64, Hits);
+
+pub(crate) fn operation() -> impl Strategy<Value = Operation> {
     let hits = prop_oneof![
         4 => (1u64..20).prop_map(Hits::Consume),
         1 => (1u64..500).prop_map(Hits::Consume),
@@ -54,30 +57,31 @@ pub(crate) fn operation() -> impl Strategy<Value = (u64, Hits)> {
     // sub-windows of a one-minute window.
     (
         prop_oneof![3 => 0u64..1_000, 3 => 0u64..2_000_000, 1 => 0u64..200_000_000],
+        prop_oneof![4 => Just(0u64), 1 => 1u64..300],
         hits,
     )
 }
 
-/// Replays `history` (gaps and hits) on a fresh counter through `call` (the store's
-/// check-and-count at a given instant, its raw reply) and through the algorithms.
+/// Replays `history` on a fresh counter through `call` (the store's check-and-count of a
+/// debt and hits at a given instant, its raw reply) and through the algorithms.
 pub(crate) fn replay(
     limits: &[Limit],
-    history: &[(u64, Hits)],
+    history: &[Operation],
     phase_us: u64,
-    mut call: impl FnMut(Hits, u64) -> Result<Vec<i64>, String>,
+    mut call: impl FnMut(u64, Hits, u64) -> Result<Vec<i64>, String>,
 ) -> Result<(), TestCaseError> {
     let started = Instant::now();
     // A time of day like a real clock's.
     let mut now = 1_790_000_000 * SECOND + phase_us * MICRO;
     let start = now;
     let mut states: Vec<LimitState> = limits.iter().map(LimitState::new).collect();
-    for &(gap_us, hits) in history {
+    for &(gap_us, debt, hits) in history {
         // Never behind real time since the start: a store expires counters on its own
         // clock, so a counter it drops must be one the algorithm no longer needs.
         let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         now = (now + gap_us * MICRO).max(start + elapsed.div_ceil(MICRO) * MICRO);
 
-        let raw = call(hits, now).map_err(TestCaseError::fail)?;
+        let raw = call(debt, hits, now).map_err(TestCaseError::fail)?;
         let Ok(Reply::Ran {
             admitted,
             now_ns,
@@ -98,7 +102,7 @@ pub(crate) fn replay(
                 (now - start) / MICRO
             );
         }
-        let ours = apply(&mut states, limits, now, hits);
+        let ours = effect(&mut states, limits, now, debt, hits);
         if !matches!(hits, Hits::Refund(_)) {
             prop_assert_eq!(
                 admitted,

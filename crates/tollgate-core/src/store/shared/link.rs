@@ -53,6 +53,8 @@ pub(crate) struct Health {
     /// Notified whenever the link comes up.
     connected: Notify,
     reconnects: AtomicU64,
+    /// How long the last successful probe took, in nanoseconds (0: none yet).
+    probe_ns: AtomicU64,
     /// Why the link last went down or failed to connect, for the operator.
     last_error: std::sync::Mutex<Option<String>>,
 }
@@ -65,6 +67,7 @@ impl Health {
             wake: Notify::new(),
             connected: Notify::new(),
             reconnects: AtomicU64::new(0),
+            probe_ns: AtomicU64::new(0),
             last_error: std::sync::Mutex::new(None),
         }
     }
@@ -75,6 +78,19 @@ impl Health {
 
     pub(crate) fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// The store's name in logs.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// How long the last successful health probe took, once one has.
+    pub(crate) fn probe_time(&self) -> Option<Duration> {
+        match self.probe_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
     }
 
     /// Why the store last failed, if it has.
@@ -171,11 +187,14 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
                 Err(_) => failure = Some(format!("no connection within {:?}", C::CONNECT_TIMEOUT)),
             }
         }
+        let probed = std::time::Instant::now();
         let healthy = match strong.current.load_full() {
             Some(conn) => match tokio::time::timeout(PROBE_TIMEOUT, connector.time_ns(&conn)).await
             {
                 Ok(Ok(now_ns)) => {
                     time(now_ns);
+                    let took = u64::try_from(probed.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    strong.health.probe_ns.store(took.max(1), Ordering::Relaxed);
                     true
                 }
                 Ok(Err(e)) => {

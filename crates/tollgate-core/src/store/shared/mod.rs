@@ -6,18 +6,28 @@
 //! returns the counter's state, which becomes the local view (see [`super::local`] for why
 //! a local denial is always the decision the store would make). Only the round trip
 //! itself differs between stores ([`Backend`]).
+//!
+//! A request the store does not answer in time is decided per `--on-store-error`, and
+//! what that admits is owed to the store ([`debts`]): the call keeps running and, once it
+//! is heard from ([`late`]), only what the store did not count is charged later.
 
+mod background;
+mod debts;
 #[cfg(test)]
 pub(crate) mod differential;
+mod late;
 pub(crate) mod link;
 pub(crate) mod protocol;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
+use self::debts::Debts;
 use self::link::{Health, TimeSink};
 use self::protocol::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
@@ -25,7 +35,7 @@ use super::memory::Capacity;
 use super::{OnStoreError, SharedStats, StoreError, StoreStats};
 use crate::algo::{Hits, Verdict};
 use crate::clock::Clock;
-use crate::limit::{Algorithm, Limit};
+use crate::limit::Limit;
 use crate::stats::Histogram;
 
 /// Why one round trip failed, as the store saw it.
@@ -33,7 +43,8 @@ use crate::stats::Histogram;
 pub(crate) enum TripError {
     /// Nothing was sent: the store is believed down.
     NotConnected,
-    /// The store's own time limit cut the call (PostgreSQL's statement timeout).
+    /// The store's own time limit cut the call (PostgreSQL's statement timeout): it
+    /// changed nothing.
     #[cfg(feature = "postgres")]
     Timeout,
     /// The connection failed, or the store can no longer write (a former primary): the
@@ -41,6 +52,21 @@ pub(crate) enum TripError {
     Lost(Arc<dyn std::error::Error + Send + Sync>),
     /// The store answered with an error.
     Failed(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+/// One round trip, owning all it needs, so that a call the request stopped waiting for
+/// can still be heard from; the raw reply of [`protocol`].
+pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<Vec<i64>, TripError>> + Send>>;
+
+/// How a round trip ended for the one waiting on it.
+enum Answer {
+    /// The store ran the call.
+    Ran(Snapshot),
+    /// It failed or was ignored: nothing was counted (for a lost connection this is not
+    /// known, and taken so).
+    Failed(StoreError),
+    /// No answer within the wait; the call may still run.
+    Pending(Trip),
 }
 
 /// The store a [`SharedStore`] talks to: a closed set, statically dispatched.
@@ -72,19 +98,19 @@ impl Backend {
         }
     }
 
-    /// One atomic check-and-count; the raw reply of [`protocol`].
-    async fn check_and_count(
+    /// One atomic check-and-count of `hits` after `debt`, under way once first polled.
+    fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
-        hits: Hits,
+        call: (u64, Hits),
         deadline_ns: u64,
-    ) -> Result<Vec<i64>, TripError> {
+    ) -> Trip {
         match self {
             #[cfg(feature = "redis")]
-            Self::Redis(b) => b.check_and_count(key, limits, hits, deadline_ns).await,
+            Self::Redis(b) => b.check_and_count(key, limits, call, deadline_ns),
             #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.check_and_count(key, limits, hits, deadline_ns).await,
+            Self::Postgres(b) => b.check_and_count(key, limits, call, deadline_ns),
         }
     }
 }
@@ -135,22 +161,17 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A counter to read again in the background once its current sub-window closes.
-struct Refresh {
-    key: Box<str>,
-    limits: Vec<Limit>,
-}
-
-/// Refreshes queued at most; past that, denials just skip queueing one.
-const REFRESH_QUEUE: usize = 4_096;
-
 /// A store shared by every instance pointed at it, with a local view in front.
 pub struct SharedStore {
     backend: Backend,
     local: LocalView,
     behaviour: SharedBehaviour,
-    refresh_tx: tokio::sync::mpsc::Sender<Refresh>,
+    refresh_tx: tokio::sync::mpsc::Sender<background::Refresh>,
     counts: Counts,
+    /// What this instance admitted without the store and still owes it.
+    debts: Debts,
+    /// Round trips that outlived their request's wait and are still awaited ([`late`]).
+    awaited: AtomicUsize,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -172,7 +193,7 @@ impl SharedStore {
     ) -> Arc<Self> {
         let local = LocalView::new(behaviour.local_capacity, clock);
         local.spawn_sweeper(sweep_period);
-        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(REFRESH_QUEUE);
+        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(background::REFRESH_QUEUE);
         let store = Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
             let me = me.clone();
             // From the first probe on, every request carries a deadline in store time.
@@ -187,9 +208,11 @@ impl SharedStore {
                 behaviour,
                 refresh_tx,
                 counts: Counts::default(),
+                debts: Debts::default(),
+                awaited: AtomicUsize::new(0),
             }
         });
-        tokio::spawn(refresher(Arc::downgrade(&store), refresh_rx));
+        background::spawn(&store, refresh_rx);
         store
     }
 
@@ -218,6 +241,7 @@ impl SharedStore {
         let local = self.local.stats();
         let c = &self.counts;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let debts = self.debts.stats();
         StoreStats {
             up: self.is_up(),
             counters: local.entries,
@@ -234,55 +258,97 @@ impl SharedStore {
                 refreshes: load(&c.refreshes),
                 reconnects: self.backend.health().reconnects(),
                 disagreements: load(&c.disagreements),
+                debts: debts.counters,
+                debt_units: debts.units,
+                debt_charged: debts.charged,
+                debt_forgiven: debts.forgiven,
                 latency: c.latency.snapshot(),
             }),
         }
     }
 
     pub(crate) async fn apply(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         limits: &[Limit],
         hits: Hits,
     ) -> Result<Verdict, StoreError> {
         let now = self.local.now_ns();
-        let queue = || {
-            let job = Refresh {
-                key: key.into(),
-                limits: limits.to_vec(),
-            };
-            self.refresh_tx.try_send(job).is_ok()
-        };
+        let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
             bump(&self.counts.local_denials);
             return Ok(denied);
         }
+        let debt = match self.debts.is_empty() {
+            true => 0,
+            false => self.debts.take(key, now),
+        };
         let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
         let span = self.backend.span(limits.len());
+        let call = (debt, hits);
         match self
-            .round_trip(key, limits, hits, deadline)
+            .round_trip(key, limits, call, deadline, self.behaviour.timeout)
             .instrument(span)
             .await
         {
-            Ok(snapshot) => {
+            Answer::Ran(snapshot) => {
                 bump(&self.counts.round_trips);
-                Ok(self.adopt(key, limits, hits, snapshot))
+                if debt > 0 {
+                    self.debts.landed(key, debt);
+                }
+                Ok(self.adopt(key, limits, call, snapshot))
             }
-            Err(e) => {
-                bump(&self.counts.fallbacks);
-                let how = match self.behaviour.on_error {
-                    OnStoreError::Error => return Err(e),
-                    OnStoreError::Local => Fallback::Local,
-                    OnStoreError::Allow => Fallback::Allow,
-                    OnStoreError::Deny => Fallback::Deny,
-                };
-                Ok(self.local.fall_back(key, limits, now, hits, how))
+            Answer::Failed(e) => {
+                self.debts.restore(key, debt);
+                self.fall_back(key, limits, hits, now, e, |verdict| {
+                    let decided = counted(hits, verdict.decision.admitted);
+                    self.debts.owe(key, limits, decided, now);
+                })
+            }
+            Answer::Pending(trip) => {
+                let mut decided = 0;
+                let verdict = self.fall_back(key, limits, hits, now, StoreError::Timeout, |v| {
+                    decided = counted(hits, v.decision.admitted);
+                    self.debts
+                        .expect(key, limits, u64::try_from(decided).unwrap_or(0));
+                });
+                self.hear_late(trip, key, limits, call, decided, now);
+                verdict
             }
         }
     }
 
-    fn adopt(&self, key: &str, limits: &[Limit], hits: Hits, snapshot: Snapshot) -> Verdict {
-        let (verdict, disagreed) = self.local.adopt(key, limits, hits, snapshot);
+    /// The verdict per `--on-store-error` when the store gave none (`error`'s answer is
+    /// the error itself); `decided` records the decision as the view takes it.
+    fn fall_back(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        now_ns: u64,
+        error: StoreError,
+        decided: impl FnOnce(&Verdict),
+    ) -> Result<Verdict, StoreError> {
+        bump(&self.counts.fallbacks);
+        let how = match self.behaviour.on_error {
+            OnStoreError::Error => return Err(error),
+            OnStoreError::Local => Fallback::Local,
+            OnStoreError::Allow => Fallback::Allow,
+            OnStoreError::Deny => Fallback::Deny,
+        };
+        Ok(self
+            .local
+            .fall_back(key, limits, now_ns, hits, how, decided))
+    }
+
+    /// The store's answer to `call` as the verdict and the counter's new view, which also
+    /// holds what this instance admitted that the store has not counted yet.
+    fn adopt(&self, key: &str, limits: &[Limit], call: (u64, Hits), snapshot: Snapshot) -> Verdict {
+        let unsettled = || match self.debts.is_empty() {
+            true => 0,
+            false => self.debts.unsettled(key),
+        };
+        let (verdict, disagreed) = self.local.adopt(key, limits, call, snapshot, unsettled);
         if disagreed {
             bump(&self.counts.disagreements);
             tracing::debug!(
@@ -293,38 +359,57 @@ impl SharedStore {
         verdict
     }
 
-    /// One check-and-count. The store ignores it if it runs after `deadline_ns` (store
-    /// time), by when this request will have been answered without it.
+    /// One check-and-count, waited for at most `timeout`. The store ignores it if it runs
+    /// after `deadline_ns` (store time), by when this request will have been answered
+    /// without it.
     async fn round_trip(
         &self,
         key: &str,
         limits: &[Limit],
-        hits: Hits,
+        call: (u64, Hits),
         deadline_ns: u64,
-    ) -> Result<Snapshot, StoreError> {
+        timeout: Duration,
+    ) -> Answer {
         let started = Instant::now();
-        let call = self.backend.check_and_count(key, limits, hits, deadline_ns);
-        let answer = tokio::time::timeout(self.behaviour.timeout, call).await;
+        let mut trip = self.backend.check_and_count(key, limits, call, deadline_ns);
+        let answer = tokio::time::timeout(timeout, &mut trip).await;
         self.counts.latency.observe(started.elapsed());
-        let timed_out = || {
-            bump(&self.counts.timeouts);
-            self.backend.health().report_slow();
-            StoreError::Timeout
-        };
-        let raw = match answer {
-            Err(_) => return Err(timed_out()),
+        match answer {
+            Err(_) => {
+                bump(&self.counts.timeouts);
+                self.backend.health().report_slow();
+                Answer::Pending(trip)
+            }
+            Ok(raw) => match self.read(raw, limits) {
+                Ok(snapshot) => Answer::Ran(snapshot),
+                Err(e) => Answer::Failed(e),
+            },
+        }
+    }
+
+    /// What a finished round trip says, counted by kind when it failed.
+    fn read(
+        &self,
+        raw: Result<Vec<i64>, TripError>,
+        limits: &[Limit],
+    ) -> Result<Snapshot, StoreError> {
+        let raw = match raw {
             #[cfg(feature = "postgres")]
-            Ok(Err(TripError::Timeout)) => return Err(timed_out()),
-            Ok(Err(TripError::NotConnected)) => return Err(StoreError::NotConnected),
-            Ok(Err(TripError::Lost(e))) => {
+            Err(TripError::Timeout) => {
+                bump(&self.counts.timeouts);
+                self.backend.health().report_slow();
+                return Err(StoreError::Timeout);
+            }
+            Err(TripError::NotConnected) => return Err(StoreError::NotConnected),
+            Err(TripError::Lost(e)) => {
                 bump(&self.counts.connection_errors);
                 return Err(StoreError::Failed(e));
             }
-            Ok(Err(TripError::Failed(e))) => {
+            Err(TripError::Failed(e)) => {
                 bump(&self.counts.script_errors);
                 return Err(StoreError::Failed(e));
             }
-            Ok(Ok(raw)) => raw,
+            Ok(raw) => raw,
         };
         match protocol::decode(&raw, limits) {
             Ok(Reply::Ran {
@@ -349,46 +434,13 @@ impl SharedStore {
     }
 }
 
-/// Reads denied counters again once their current sub-window has closed, off the request
-/// path, so the local view learns other instances' hits before it next has to decide.
-async fn refresher(
-    store: std::sync::Weak<SharedStore>,
-    mut jobs: tokio::sync::mpsc::Receiver<Refresh>,
-) {
-    while let Some(job) = jobs.recv().await {
-        let Some(strong) = store.upgrade() else {
-            return;
-        };
-        let wait = until_next_boundary(&job.limits, strong.local.now_ns());
-        drop(strong);
-        let store = store.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            let Some(store) = store.upgrade() else { return };
-            let reply = store
-                .round_trip(&job.key, &job.limits, Hits::Check, 0)
-                .await;
-            if let Ok(snapshot) = reply {
-                bump(&store.counts.refreshes);
-                store.adopt(&job.key, &job.limits, Hits::Check, snapshot);
-            }
-        });
+/// The units a decision on `hits` counted (negative: gave back).
+fn counted(hits: Hits, admitted: bool) -> i64 {
+    let units = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    match hits {
+        Hits::Consume(n) if admitted => units(n),
+        Hits::Charge(n) => units(n),
+        Hits::Refund(n) => -units(n),
+        Hits::Consume(_) | Hits::Check => 0,
     }
-}
-
-/// Time until the earliest sub-window (or window, or emission interval) boundary.
-fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
-    let step = limits
-        .iter()
-        .map(|l| match l.algorithm {
-            Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
-            Algorithm::FixedWindow => l.window_ns,
-            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                l.window_ns / u64::from(l.requests_per_unit.max(1))
-            }
-        })
-        .min()
-        .unwrap_or(1_000_000_000)
-        .max(1_000_000);
-    Duration::from_nanos(step - now_ns % step)
 }

@@ -1,9 +1,12 @@
 //! The check-and-count protocol both shared stores speak (`redis/check_and_count.lua`,
-//! `postgres/schema_v1.sql`): the same arguments in, the same positional reply out (the
+//! `postgres/schema.sql`): the same arguments in, the same positional reply out (the
 //! Redis script's stored bytes read as these numbers in `redis/script.rs`), so that the
 //! layout of a counter's state is defined once per store and nowhere else.
+//!
+//! A call carries the request's hits and a debt: units this instance admitted while the
+//! store did not answer, charged before the hits are checked ([`effect`]).
 
-use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow};
+use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow, Verdict, apply};
 use crate::limit::{Algorithm, Limit};
 
 /// The stores count time in microseconds.
@@ -18,6 +21,21 @@ pub(crate) fn mode(hits: Hits) -> (&'static str, u64) {
         Hits::Check => ("k", 0),
         Hits::Refund(n) => ("r", n),
     }
+}
+
+/// What one call does to a counter's `states` at `now_ns`, as the stores do it: `debt`
+/// charged (counted even past the limit), then `hits` applied; the verdict on the hits.
+pub(crate) fn effect(
+    states: &mut [LimitState],
+    limits: &[Limit],
+    now_ns: u64,
+    debt: u64,
+    hits: Hits,
+) -> Verdict {
+    if debt > 0 {
+        apply(states, limits, now_ns, Hits::Charge(debt));
+    }
+    apply(states, limits, now_ns, hits)
 }
 
 /// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `g` GCRA),

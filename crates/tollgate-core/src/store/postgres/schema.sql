@@ -1,0 +1,323 @@
+-- Tollgate's PostgreSQL schema: one row per counter, checked and counted by one function
+-- call in the database's clock (microseconds). Every statement is idempotent: a database at
+-- any earlier version is brought to this one by running the whole file again (schema.rs).
+-- Functions an earlier version defined under another signature are left in place, for
+-- the instances of a rolling upgrade that still call them. The same integer formulas as
+-- the Rust algorithms (crates/tollgate-core/src/algo) and the Redis script
+-- (../redis/check_and_count.lua); products are taken in numeric, so they are exact at any
+-- size.
+--
+-- A row's `state` holds, per limit in the order the rule lists them:
+--   sliding window: newest sub-window, then the ring of precision + 1 packed counts
+--                   (count * 256 + start, see algo/sliding.rs);
+--   fixed window:   window index, count;
+--   token/leaky bucket (GCRA): theoretical arrival time.
+-- `shape` names the kinds and sliding precisions that layout was written for; a row whose
+-- shape differs (the rule changed) reads as empty. There is no index on `expires_us`:
+-- counter updates then touch no index and stay heap-only (HOT); the sweeper finds expired
+-- rows by a scan instead.
+
+CREATE TABLE IF NOT EXISTS tollgate_counters (
+    key text PRIMARY KEY,
+    shape text NOT NULL,
+    state bigint[] NOT NULL,
+    expires_us bigint NOT NULL
+) WITH (fillfactor = 70);
+
+-- The database's clock, microseconds since the epoch: one clock for every instance.
+CREATE OR REPLACE FUNCTION tollgate_now_us() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+$$;
+
+-- Deletes up to `batch` expired counters, skipping rows a request holds; how many went.
+CREATE OR REPLACE FUNCTION tollgate_sweep(batch integer) RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    WITH gone AS (
+        DELETE FROM tollgate_counters
+        WHERE key IN (
+            SELECT key FROM tollgate_counters
+            WHERE expires_us < tollgate_now_us()
+            LIMIT batch
+            FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;
+
+-- Checks every limit of counter `p_key` and counts `p_hits` only if all admit.
+--   p_mode      'c' consume; 'p' charge (counted even past the limit); 'k' check
+--               (within the limits, at them included); 'r' refund
+--   p_debt      units the caller admitted while the database did not answer: charged
+--               first, as 'p'
+--   p_deadline  microseconds; past it nothing changes and {-1, now} is returned (0: none)
+--   p_now       microseconds; 0 reads the database's clock (tests replay histories)
+--   p_kinds     one letter per limit: 's' sliding, 'f' fixed, 'g' GCRA
+--   p_windows, p_params (precision or burst), p_rpus: per limit
+-- Returns {admitted (1/0), now, then the state as it was before this call, before its
+-- debt too}.
+CREATE OR REPLACE FUNCTION tollgate_apply(
+    p_key text, p_mode text, p_hits bigint, p_debt bigint, p_deadline bigint, p_now bigint,
+    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    n integer := length(p_kinds);
+    want_shape text := '';
+    width integer := 0;
+    row_shape text;
+    row_state bigint[];
+    placeholder boolean := false;
+    before bigint[];
+    after bigint[];
+    now_us bigint;
+    step_mode text;
+    step_hits bigint;
+    asked bigint;
+    admitted boolean;
+    wrote boolean := false;
+    writes boolean;
+    ttl bigint := 0;
+    expires bigint;
+    kind text;
+    win bigint; param bigint; rpu bigint;
+    o integer;
+    ring bigint; sub bigint; newest bigint; slot bigint; into_sub bigint; fine bigint;
+    full_count bigint; oldest bigint; denominator bigint; room_left bigint; room bigint;
+    s bigint; v bigint; cnt bigint; start bigint; take bigint; left_hits bigint;
+    stored bigint; w bigint; tat bigint; span bigint;
+    -- What the check found per limit, for the write: the current sub-window (sliding)
+    -- or window (fixed), and the fraction into it (sliding) or the count in it (fixed).
+    at_slot bigint[] := '{}';
+    at_aux bigint[] := '{}';
+BEGIN
+    FOR i IN 1 .. n LOOP
+        kind := substr(p_kinds, i, 1);
+        IF kind = 's' THEN
+            want_shape := want_shape || 's' || p_params[i] || ',';
+            width := width + p_params[i]::integer + 2;
+        ELSIF kind = 'f' THEN
+            want_shape := want_shape || 'f,';
+            width := width + 2;
+        ELSE
+            want_shape := want_shape || 'g,';
+            width := width + 1;
+        END IF;
+    END LOOP;
+
+    writes := p_mode <> 'k' OR p_debt > 0;
+
+    -- The row, locked while this call runs; a missing row is created empty first, so that
+    -- concurrent first requests queue on one row lock instead of racing two inserts.
+    LOOP
+        IF writes THEN
+            SELECT c.shape, c.state INTO row_shape, row_state
+            FROM tollgate_counters c WHERE c.key = p_key FOR UPDATE;
+        ELSE
+            SELECT c.shape, c.state INTO row_shape, row_state
+            FROM tollgate_counters c WHERE c.key = p_key;
+        END IF;
+        EXIT WHEN FOUND OR NOT writes;
+        INSERT INTO tollgate_counters (key, shape, state, expires_us)
+        VALUES (p_key, want_shape, '{}', 0) ON CONFLICT (key) DO NOTHING;
+        placeholder := true;
+    END LOOP;
+
+    -- The clock is read once the row is held, so a call that waited for the lock past
+    -- its deadline changes nothing.
+    now_us := p_now;
+    IF now_us = 0 THEN
+        now_us := tollgate_now_us();
+    END IF;
+    IF p_deadline > 0 AND now_us > p_deadline THEN
+        IF placeholder THEN
+            DELETE FROM tollgate_counters WHERE key = p_key AND expires_us = 0;
+        END IF;
+        RETURN ARRAY[-1, now_us];
+    END IF;
+
+    IF row_shape IS NOT DISTINCT FROM want_shape
+       AND coalesce(cardinality(row_state), 0) = width THEN
+        before := row_state;
+    ELSE
+        before := array_fill(0::bigint, ARRAY[width]);
+    END IF;
+    after := before;
+
+    -- One step per pass: the debt (a charge), then the call's own hits; the second step
+    -- reads the state the first left.
+    FOR pass IN 1 .. 2 LOOP
+        IF pass = 1 THEN
+            CONTINUE WHEN p_debt = 0;
+            step_mode := 'p';
+            step_hits := p_debt;
+        ELSE
+            step_mode := p_mode;
+            step_hits := p_hits;
+        END IF;
+        asked := step_hits;
+        IF step_mode = 'k' OR step_mode = 'r' THEN
+            asked := 0;
+        END IF;
+
+        -- Check.
+        admitted := true;
+        o := 1;
+        FOR i IN 1 .. n LOOP
+            kind := substr(p_kinds, i, 1);
+            win := p_windows[i]; param := p_params[i]; rpu := p_rpus[i];
+            IF kind = 's' THEN
+                ring := param + 1;
+                sub := win / param;
+                newest := after[o];
+                slot := now_us / sub;
+                into_sub := now_us - slot * sub;
+                IF slot < newest THEN
+                    slot := newest;
+                    into_sub := 0;
+                END IF;
+                fine := div(into_sub::numeric * 65536, sub)::bigint;
+                at_slot[i] := slot;
+                at_aux[i] := fine;
+                full_count := 0;
+                -- WHILE, not FOR: a FOR loop's counter is a 32-bit integer.
+                s := slot - param + 1;
+                WHILE s <= slot LOOP
+                    IF s <= newest AND newest - s <= param THEN
+                        full_count := full_count + after[o + 1 + ((s % ring) + ring) % ring] / 256;
+                    END IF;
+                    s := s + 1;
+                END LOOP;
+                s := slot - param;
+                oldest := 0;
+                IF s <= newest AND newest - s <= param THEN
+                    oldest := after[o + 1 + ((s % ring) + ring) % ring];
+                END IF;
+                denominator := 65536 - (oldest % 256) * 256;
+                room_left := least(65536 - fine, denominator);
+                -- full + asked + count * left / denominator <= rpu
+                room := rpu - full_count - asked;
+                IF room < 0 OR (oldest / 256)::numeric * room_left > room::numeric * denominator THEN
+                    admitted := false;
+                END IF;
+                o := o + param::integer + 2;
+            ELSIF kind = 'f' THEN
+                stored := after[o];
+                cnt := after[o + 1];
+                w := now_us / win;
+                IF w <= stored THEN
+                    w := stored;
+                ELSE
+                    cnt := 0;
+                END IF;
+                at_slot[i] := w;
+                at_aux[i] := cnt;
+                IF cnt + asked > rpu THEN
+                    admitted := false;
+                END IF;
+                o := o + 2;
+            ELSE
+                tat := after[o];
+                IF rpu = 0 THEN
+                    admitted := false;
+                ELSIF greatest(tat - now_us, 0) + div(asked::numeric * win, rpu)
+                      > div(param::numeric * win, rpu) THEN
+                    admitted := false;
+                END IF;
+                o := o + 1;
+            END IF;
+        END LOOP;
+
+        -- Write: count admitted (or charged) hits, or give hits back.
+        IF (admitted AND step_mode = 'c') OR step_mode = 'p' OR step_mode = 'r' THEN
+            ttl := 0;
+            o := 1;
+            FOR i IN 1 .. n LOOP
+                kind := substr(p_kinds, i, 1);
+                win := p_windows[i]; param := p_params[i]; rpu := p_rpus[i];
+                IF kind = 's' THEN
+                    ring := param + 1;
+                    sub := win / param;
+                    newest := after[o];
+                    slot := at_slot[i];
+                    fine := at_aux[i];
+                    IF slot > newest THEN
+                        s := greatest(newest + 1, slot - param);
+                        WHILE s <= slot LOOP
+                            after[o + 1 + ((s % ring) + ring) % ring] := 0;
+                            s := s + 1;
+                        END LOOP;
+                        after[o] := slot;
+                        newest := slot;
+                    END IF;
+                    IF step_mode <> 'r' THEN
+                        v := after[o + 1 + ((slot % ring) + ring) % ring];
+                        cnt := v / 256;
+                        start := v % 256;
+                        IF cnt < 2 AND param > 1 THEN
+                            start := fine / 256;
+                        END IF;
+                        after[o + 1 + ((slot % ring) + ring) % ring] := (cnt + step_hits) * 256 + start;
+                    ELSE
+                        left_hits := step_hits;
+                        s := slot;
+                        WHILE s >= slot - param LOOP
+                            v := after[o + 1 + ((s % ring) + ring) % ring];
+                            take := least(left_hits, v / 256);
+                            IF take > 0 THEN
+                                after[o + 1 + ((s % ring) + ring) % ring] := v - take * 256;
+                            END IF;
+                            left_hits := left_hits - take;
+                            s := s - 1;
+                        END LOOP;
+                    END IF;
+                    expires := (newest + param + 1) * sub;
+                    o := o + param::integer + 2;
+                ELSIF kind = 'f' THEN
+                    w := at_slot[i];
+                    cnt := at_aux[i];
+                    IF step_mode <> 'r' THEN
+                        cnt := cnt + step_hits;
+                    ELSE
+                        cnt := greatest(cnt - step_hits, 0);
+                    END IF;
+                    after[o] := w;
+                    after[o + 1] := cnt;
+                    expires := (w + 1) * win;
+                    o := o + 2;
+                ELSE
+                    IF rpu > 0 THEN
+                        tat := after[o];
+                        span := div(step_hits::numeric * win, rpu)::bigint;
+                        IF step_mode <> 'r' THEN
+                            tat := greatest(tat, now_us) + span;
+                        ELSE
+                            tat := greatest(tat - span, now_us);
+                        END IF;
+                        after[o] := tat;
+                        expires := tat;
+                    ELSE
+                        expires := now_us;
+                    END IF;
+                    o := o + 1;
+                END IF;
+                ttl := greatest(ttl, expires - now_us);
+            END LOOP;
+            wrote := true;
+        END IF;
+    END LOOP;
+
+    IF wrote THEN
+        IF ttl > 0 THEN
+            UPDATE tollgate_counters
+            SET shape = want_shape, state = after, expires_us = now_us + ttl
+            WHERE key = p_key;
+        ELSE
+            DELETE FROM tollgate_counters WHERE key = p_key;
+        END IF;
+    ELSIF placeholder THEN
+        DELETE FROM tollgate_counters WHERE key = p_key AND expires_us = 0;
+    END IF;
+
+    RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us] || before;
+END;
+$$;

@@ -1,0 +1,172 @@
+//! A shared store's work off the request path: reading denied counters again once their
+//! sub-window closes, sending debts no request carried, and telling the operator when
+//! round trips keep missing the store timeout. Each task holds the store weakly and ends
+//! when it is dropped.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::debts::Due;
+use super::{Answer, SharedStore, bump};
+use crate::algo::Hits;
+use crate::limit::{Algorithm, Limit};
+
+/// Refreshes queued at most; past that, denials just skip queueing one.
+pub(super) const REFRESH_QUEUE: usize = 4_096;
+/// How often the settler looks for debts no request carried.
+const SETTLE_PERIOD: Duration = Duration::from_millis(100);
+/// Debts the settler sends at once.
+const SETTLE_BATCH: usize = 256;
+/// The settler's calls run off the request path, so they may wait longer than requests.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often round trips are compared with the store timeout.
+const LATENCY_WATCH: Duration = Duration::from_secs(10);
+/// The share of timed-out round trips, in percent, past which the operator is told.
+const SLOW_SHARE_PERCENT: u64 = 5;
+
+/// A counter to read again in the background once its current sub-window closes.
+pub(super) struct Refresh {
+    key: Box<str>,
+    limits: Vec<Limit>,
+}
+
+/// Starts the store's background tasks.
+pub(super) fn spawn(store: &Arc<SharedStore>, refreshes: tokio::sync::mpsc::Receiver<Refresh>) {
+    tokio::spawn(refresher(Arc::downgrade(store), refreshes));
+    tokio::spawn(settler(Arc::downgrade(store)));
+    tokio::spawn(watch_latency(Arc::downgrade(store)));
+}
+
+impl SharedStore {
+    /// Queues a background read of `key`; whether it was queued (not when the queue is
+    /// full).
+    pub(super) fn queue_refresh(&self, key: &str, limits: &[Limit]) -> bool {
+        let job = Refresh {
+            key: key.into(),
+            limits: limits.to_vec(),
+        };
+        self.refresh_tx.try_send(job).is_ok()
+    }
+
+    /// Sends the debts no request has carried; each that does not land is owed again.
+    async fn settle(self: &Arc<Self>) {
+        let due = self.debts.due(self.local.now_ns(), SETTLE_BATCH);
+        join_all(
+            due.into_iter()
+                .map(|Due { key, limits, units }| async move {
+                    let call = (units, Hits::Check);
+                    let now = self.local.now_ns();
+                    let deadline = self.local.deadline_ns(now, SETTLE_TIMEOUT);
+                    match self
+                        .round_trip(&key, &limits, call, deadline, SETTLE_TIMEOUT)
+                        .await
+                    {
+                        Answer::Ran(snapshot) => {
+                            self.debts.landed(&key, units);
+                            self.adopt(&key, &limits, call, snapshot);
+                        }
+                        Answer::Failed(_) => self.debts.restore(&key, units),
+                        Answer::Pending(trip) => self.hear_late(trip, &key, &limits, call, 0, now),
+                    }
+                }),
+        )
+        .await;
+    }
+}
+
+/// Reads denied counters again once their current sub-window has closed, off the request
+/// path, so the local view learns other instances' hits before it next has to decide.
+async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiver<Refresh>) {
+    while let Some(job) = jobs.recv().await {
+        let Some(strong) = store.upgrade() else {
+            return;
+        };
+        let wait = until_next_boundary(&job.limits, strong.local.now_ns());
+        drop(strong);
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(store) = store.upgrade() else { return };
+            let call = (0, Hits::Check);
+            let timeout = store.behaviour.timeout;
+            let answer = store
+                .round_trip(&job.key, &job.limits, call, 0, timeout)
+                .await;
+            if let Answer::Ran(snapshot) = answer {
+                bump(&store.counts.refreshes);
+                store.adopt(&job.key, &job.limits, call, snapshot);
+            }
+        });
+    }
+}
+
+/// Time until the earliest sub-window (or window, or emission interval) boundary.
+fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
+    let step = limits
+        .iter()
+        .map(|l| match l.algorithm {
+            Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
+            Algorithm::FixedWindow => l.window_ns,
+            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                l.window_ns / u64::from(l.requests_per_unit.max(1))
+            }
+        })
+        .min()
+        .unwrap_or(1_000_000_000)
+        .max(1_000_000);
+    Duration::from_nanos(step - now_ns % step)
+}
+
+/// Sends debts that no request carried, while the store answers.
+async fn settler(store: Weak<SharedStore>) {
+    let mut tick = tokio::time::interval(SETTLE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        if !store.debts.is_empty() && store.is_up() {
+            store.settle().await;
+        }
+    }
+}
+
+/// Tells the operator, at most once a period, when the store is slower than the store
+/// timeout: those requests are decided per `--on-store-error` (and what they admit is
+/// owed to the store), which an operator should learn from a log line rather than from a
+/// counter.
+async fn watch_latency(store: Weak<SharedStore>) {
+    let mut tick = tokio::time::interval(LATENCY_WATCH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut trips, mut timeouts) = (0, 0);
+    loop {
+        tick.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        let timeout = store.behaviour.timeout;
+        let health = store.backend.health();
+        if let Some(probe) = health.probe_time().filter(|p| *p > timeout) {
+            tracing::warn!(
+                "{} answers its health probe in {probe:?}, more than --store-timeout \
+                 {timeout:?}: most requests will be decided per --on-store-error; raise \
+                 the store timeout",
+                health.name(),
+            );
+        }
+        let now_trips = store.counts.round_trips.load(Ordering::Relaxed);
+        let now_timeouts = store.counts.timeouts.load(Ordering::Relaxed);
+        let (new_trips, new_timeouts) = (now_trips - trips, now_timeouts - timeouts);
+        (trips, timeouts) = (now_trips, now_timeouts);
+        let sent = new_trips + new_timeouts;
+        if sent > 0 && new_timeouts * 100 > sent * SLOW_SHARE_PERCENT {
+            tracing::warn!(
+                "{new_timeouts} of {sent} {} calls in the last {LATENCY_WATCH:?} took longer \
+                 than --store-timeout {timeout:?} and were decided per --on-store-error \
+                 (what they admitted is charged to the store when it answers); raise the \
+                 store timeout",
+                health.name(),
+            );
+        }
+    }
+}

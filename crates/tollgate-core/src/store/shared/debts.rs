@@ -1,0 +1,382 @@
+//! What this instance owes a shared store: units it admitted while the store did not
+//! answer in time (decided from the local view, or admitted by `--on-store-error allow`),
+//! per counter, until a call that carries them lands. Units admitted while the request's
+//! own call is still out are awaited: that call may yet count them.
+//!
+//! A local fallback is a debt, not a gift: the next call for the counter carries the debt
+//! and the store charges it before it checks the call's own hits, and a background
+//! settler sends what no request carries. So the shared count catches up with what every
+//! instance admitted, and one instance never admits more than its limit because the store
+//! was slow. A debt whose units would no longer count (its windows have passed) is
+//! forgiven instead of charged to a later window.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::algo::LimitState;
+use crate::limit::Limit;
+
+/// Counters that may owe at once; past it a new debt is forgiven (and counted).
+pub(crate) const MAX_DEBTS: usize = 100_000;
+
+/// One counter's debt: units not yet sent, units sent and not yet known to have landed,
+/// and units admitted whose request's call is still out.
+#[derive(Debug)]
+struct Debt {
+    limits: Box<[Limit]>,
+    owed: u64,
+    sending: u64,
+    awaited: u64,
+    /// When the owed units would no longer count, had they been counted when admitted.
+    expires_ns: u64,
+}
+
+/// A debt due to be sent by the settler: the counter, its limits, the units.
+pub(crate) struct Due {
+    pub(crate) key: Box<str>,
+    pub(crate) limits: Box<[Limit]>,
+    pub(crate) units: u64,
+}
+
+/// Figures of the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct DebtStats {
+    /// Counters that owe.
+    pub(crate) counters: usize,
+    /// Units owed, on their way, or awaited.
+    pub(crate) units: u64,
+    /// Units that reached the store.
+    pub(crate) charged: u64,
+    /// Units forgiven: their windows passed first, or the ledger was full.
+    pub(crate) forgiven: u64,
+}
+
+/// The ledger of every counter's debt.
+#[derive(Debug, Default)]
+pub(crate) struct Debts {
+    ledger: Mutex<HashMap<Box<str>, Debt>>,
+    /// Entries in the ledger, read without its lock on every request.
+    counters: AtomicUsize,
+    units: AtomicU64,
+    charged: AtomicU64,
+    forgiven: AtomicU64,
+}
+
+impl Debts {
+    /// Whether nothing is owed: the request path's only cost while the store answers.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.counters.load(Ordering::Relaxed) == 0
+    }
+
+    /// Records what a decision made at `now_ns` without the store counted on counter
+    /// `key`: units admitted are owed, units given back cancel owed ones.
+    pub(crate) fn owe(&self, key: &str, limits: &[Limit], units: i64, now_ns: u64) {
+        match u64::try_from(units) {
+            Ok(owed) => self.incur(key, limits, owed, now_ns),
+            Err(_) => self.refund(key, units.unsigned_abs()),
+        }
+    }
+
+    /// Records `units` admitted without the store whose request's call is still out: not
+    /// owed yet, but not in the store as far as this instance knows.
+    pub(crate) fn expect(&self, key: &str, limits: &[Limit], units: u64) {
+        if units == 0 {
+            return;
+        }
+        let mut ledger = self.lock();
+        if let Some(debt) = self.entry(&mut ledger, key, limits, units) {
+            debt.awaited += units;
+            self.units.fetch_add(units, Ordering::Relaxed);
+        }
+    }
+
+    /// The call behind `expected` awaited units was heard from (or given up on): they are
+    /// no longer awaited, and `owed` units (negative: given back) are owed instead.
+    pub(crate) fn heard(&self, key: &str, limits: &[Limit], expected: u64, owed: i64, now_ns: u64) {
+        if expected > 0 {
+            let mut ledger = self.lock();
+            if let Some(debt) = ledger.get_mut(key) {
+                let expected = expected.min(debt.awaited);
+                debt.awaited -= expected;
+                self.units.fetch_sub(expected, Ordering::Relaxed);
+                self.drop_if_settled(&mut ledger, key);
+            }
+        }
+        self.owe(key, limits, owed, now_ns);
+    }
+
+    /// The ledger's entry for `key`, made if need be; none when the ledger is full, and
+    /// the `units` are then forgiven.
+    fn entry<'a>(
+        &self,
+        ledger: &'a mut HashMap<Box<str>, Debt>,
+        key: &str,
+        limits: &[Limit],
+        units: u64,
+    ) -> Option<&'a mut Debt> {
+        if !ledger.contains_key(key) {
+            if ledger.len() >= MAX_DEBTS {
+                self.forgiven.fetch_add(units, Ordering::Relaxed);
+                return None;
+            }
+            let debt = Debt {
+                limits: limits.into(),
+                owed: 0,
+                sending: 0,
+                awaited: 0,
+                expires_ns: 0,
+            };
+            ledger.insert(key.into(), debt);
+            self.counters.store(ledger.len(), Ordering::Relaxed);
+        }
+        ledger.get_mut(key)
+    }
+
+    fn incur(&self, key: &str, limits: &[Limit], units: u64, now_ns: u64) {
+        if units == 0 {
+            return;
+        }
+        let mut ledger = self.lock();
+        let Some(debt) = self.entry(&mut ledger, key, limits, units) else {
+            return;
+        };
+        if now_ns >= debt.expires_ns && debt.owed > 0 {
+            // Units whose windows have passed would only burden the current one.
+            self.forget(debt.owed);
+            debt.owed = 0;
+        }
+        debt.owed = debt.owed.saturating_add(units);
+        debt.expires_ns = debt
+            .expires_ns
+            .max(counts_until(&debt.limits, debt.owed, now_ns));
+        self.units.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// A refund decided without the store cancels owed units.
+    fn refund(&self, key: &str, units: u64) {
+        let mut ledger = self.lock();
+        if let Some(debt) = ledger.get_mut(key) {
+            let cancelled = units.min(debt.owed);
+            debt.owed -= cancelled;
+            self.units.fetch_sub(cancelled, Ordering::Relaxed);
+            self.drop_if_settled(&mut ledger, key);
+        }
+    }
+
+    /// What a call for `key` should carry: every owed unit, now on its way (0 if none, or
+    /// if its windows have passed).
+    pub(crate) fn take(&self, key: &str, now_ns: u64) -> u64 {
+        let mut ledger = self.lock();
+        let Some(debt) = ledger.get_mut(key) else {
+            return 0;
+        };
+        let units = if now_ns >= debt.expires_ns {
+            self.forget(debt.owed);
+            0
+        } else {
+            debt.owed
+        };
+        debt.owed = 0;
+        debt.sending += units;
+        self.drop_if_settled(&mut ledger, key);
+        units
+    }
+
+    /// A call carrying `sent` units of `key`'s debt landed.
+    pub(crate) fn landed(&self, key: &str, sent: u64) {
+        let mut ledger = self.lock();
+        if let Some(debt) = ledger.get_mut(key) {
+            let sent = sent.min(debt.sending);
+            debt.sending -= sent;
+            self.units.fetch_sub(sent, Ordering::Relaxed);
+            self.charged.fetch_add(sent, Ordering::Relaxed);
+            self.drop_if_settled(&mut ledger, key);
+        }
+    }
+
+    /// Units of `key` not in the store as far as this instance knows.
+    pub(crate) fn unsettled(&self, key: &str) -> u64 {
+        self.lock().get(key).map_or(0, Debt::unsettled)
+    }
+
+    /// A call carrying `sent` units did not land (or may not have): owed again.
+    pub(crate) fn restore(&self, key: &str, sent: u64) {
+        if sent == 0 {
+            return;
+        }
+        let mut ledger = self.lock();
+        if let Some(debt) = ledger.get_mut(key) {
+            let sent = sent.min(debt.sending);
+            debt.sending -= sent;
+            debt.owed += sent;
+        }
+    }
+
+    /// Up to `max` debts that no request has carried, taken for the settler to send;
+    /// debts whose windows have passed are forgiven on the way.
+    pub(crate) fn due(&self, now_ns: u64, max: usize) -> Vec<Due> {
+        let mut ledger = self.lock();
+        let mut due = Vec::new();
+        let mut expired = Vec::new();
+        for (key, debt) in ledger.iter_mut() {
+            if debt.owed == 0 {
+                continue;
+            }
+            if now_ns >= debt.expires_ns {
+                self.forget(debt.owed);
+                debt.owed = 0;
+                if debt.unsettled() == 0 {
+                    expired.push(key.clone());
+                }
+                continue;
+            }
+            if due.len() < max {
+                due.push(Due {
+                    key: key.clone(),
+                    limits: debt.limits.clone(),
+                    units: debt.owed,
+                });
+                debt.sending += debt.owed;
+                debt.owed = 0;
+            }
+        }
+        for key in expired {
+            ledger.remove(&key);
+        }
+        self.counters.store(ledger.len(), Ordering::Relaxed);
+        due
+    }
+
+    pub(crate) fn stats(&self) -> DebtStats {
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        DebtStats {
+            counters: self.counters.load(Ordering::Relaxed),
+            units: load(&self.units),
+            charged: load(&self.charged),
+            forgiven: load(&self.forgiven),
+        }
+    }
+
+    fn forget(&self, units: u64) {
+        self.units.fetch_sub(units, Ordering::Relaxed);
+        self.forgiven.fetch_add(units, Ordering::Relaxed);
+    }
+
+    fn drop_if_settled(&self, ledger: &mut HashMap<Box<str>, Debt>, key: &str) {
+        if ledger.get(key).is_some_and(|d| d.unsettled() == 0) {
+            ledger.remove(key);
+            self.counters.store(ledger.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Debt>> {
+        // Every update leaves the map whole, so a lock poisoned elsewhere is still usable.
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Debt {
+    fn unsettled(&self) -> u64 {
+        self.owed + self.sending + self.awaited
+    }
+}
+
+/// Until when `units` counted at `now_ns` would affect a decision under `limits`.
+fn counts_until(limits: &[Limit], units: u64, now_ns: u64) -> u64 {
+    limits
+        .iter()
+        .map(|limit| {
+            let mut state = LimitState::new(limit);
+            state.record(limit, now_ns, units);
+            state.expires_at_ns(limit)
+        })
+        .max()
+        .unwrap_or(now_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::testing::{FIXED, SECOND, SLIDING, limit};
+
+    const T0: u64 = 1_000 * 60 * SECOND;
+
+    #[test]
+    fn a_debt_is_carried_once_and_settles_when_it_lands() {
+        let debts = Debts::default();
+        let limits = [limit(SLIDING, 10, 60 * SECOND)];
+        assert!(debts.is_empty());
+        debts.incur("k", &limits, 3, T0);
+        debts.incur("k", &limits, 2, T0);
+        assert!(!debts.is_empty());
+        assert_eq!(debts.take("k", T0), 5);
+        assert_eq!(debts.take("k", T0), 0, "already on its way");
+        debts.incur("k", &limits, 1, T0);
+        debts.landed("k", 5);
+        assert_eq!(debts.unsettled("k"), 1, "one unit still owed");
+        assert_eq!(debts.stats().charged, 5);
+        assert_eq!(debts.take("k", T0), 1);
+        debts.landed("k", 1);
+        assert!(debts.is_empty());
+        assert_eq!(debts.stats().units, 0);
+    }
+
+    #[test]
+    fn a_call_that_did_not_land_owes_again() {
+        let debts = Debts::default();
+        let limits = [limit(SLIDING, 10, 60 * SECOND)];
+        debts.incur("k", &limits, 4, T0);
+        assert_eq!(debts.take("k", T0), 4);
+        assert_eq!(debts.unsettled("k"), 4);
+        debts.restore("k", 4);
+        let due = debts.due(T0, 10);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].units, 4);
+        assert!(debts.due(T0, 10).is_empty(), "taken by the settler");
+    }
+
+    #[test]
+    fn a_debt_whose_window_passed_is_forgiven_not_charged_later() {
+        let debts = Debts::default();
+        let limits = [limit(FIXED, 10, 60 * SECOND)];
+        debts.incur("k", &limits, 4, T0);
+        // The next fixed window: those units no longer count anywhere.
+        assert_eq!(debts.take("k", T0 + 60 * SECOND), 0);
+        assert!(debts.is_empty());
+        assert_eq!(debts.stats().forgiven, 4);
+        debts.incur("k", &limits, 2, T0);
+        debts.incur("k", &limits, 1, T0 + 60 * SECOND);
+        assert_eq!(
+            debts.take("k", T0 + 60 * SECOND),
+            1,
+            "only the current window's unit is owed"
+        );
+    }
+
+    #[test]
+    fn refunds_cancel_owed_units_and_the_ledger_is_bounded() {
+        let debts = Debts::default();
+        let limits = [limit(SLIDING, 10, 60 * SECOND)];
+        debts.incur("k", &limits, 3, T0);
+        debts.refund("k", 5);
+        assert!(debts.is_empty());
+        debts.expect("k", &limits, 2);
+        assert_eq!(
+            debts.unsettled("k"),
+            2,
+            "awaited units are not in the store"
+        );
+        debts.heard("k", &limits, 2, 1, T0);
+        assert_eq!(debts.take("k", T0), 1, "the store counted one of two");
+        debts.landed("k", 1);
+        assert!(debts.is_empty());
+        for i in 0..MAX_DEBTS {
+            debts.incur(&i.to_string(), &limits, 1, T0);
+        }
+        debts.incur("one too many", &limits, 7, T0);
+        let stats = debts.stats();
+        assert_eq!(stats.counters, MAX_DEBTS);
+        assert_eq!(stats.forgiven, 7);
+    }
+}

@@ -1,0 +1,85 @@
+//! Round trips that outlived their request's wait. The request was answered per
+//! `--on-store-error`, but the call was sent and may still run: dropping it would leave
+//! the store counting what it will, unknown to this instance, and the instance owing what
+//! it admitted twice or not at all. So the call is awaited in the background, and what it
+//! did settles the account: the debt it carried landed or is owed again, and what the
+//! fallback counted beyond what the store counted is owed.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::protocol::{self, Reply};
+use super::{SharedStore, Trip, counted};
+use crate::algo::Hits;
+use crate::limit::Limit;
+
+/// Round trips awaited at once; past it, a call is taken as not run (conservatively: what
+/// its request admitted is owed).
+const MAX_AWAITED: usize = 10_000;
+/// Longest a call is awaited after its request was answered; then it is taken as not run.
+const LATE_WAIT: Duration = Duration::from_secs(30);
+
+impl SharedStore {
+    /// Awaits `trip`, a call of `debt` then `hits` whose request was decided without it
+    /// at `now_ns`, its fallback counting `decided` units (negative: given back; what it
+    /// admitted is awaited in the ledger meanwhile).
+    pub(super) fn hear_late(
+        self: &Arc<Self>,
+        trip: Trip,
+        key: &str,
+        limits: &[Limit],
+        (debt, hits): (u64, Hits),
+        decided: i64,
+        now_ns: u64,
+    ) {
+        if self.awaited.fetch_add(1, Ordering::Relaxed) >= MAX_AWAITED {
+            self.awaited.fetch_sub(1, Ordering::Relaxed);
+            self.reconcile(key, limits, debt, None, decided, now_ns);
+            return;
+        }
+        let store = Arc::downgrade(self);
+        let (key, limits): (Box<str>, Box<[Limit]>) = (key.into(), limits.into());
+        tokio::spawn(async move {
+            let raw = tokio::time::timeout(LATE_WAIT, trip).await;
+            let Some(store) = store.upgrade() else { return };
+            store.awaited.fetch_sub(1, Ordering::Relaxed);
+            let stored = match raw {
+                Ok(Ok(raw)) => match protocol::decode(&raw, &limits) {
+                    Ok(Reply::Ran { admitted, .. }) => Some(counted(hits, admitted)),
+                    Ok(Reply::Late { .. }) | Err(_) => None,
+                },
+                Ok(Err(_)) | Err(_) => None,
+            };
+            store.reconcile(&key, &limits, debt, stored, decided, now_ns);
+        });
+    }
+
+    /// Settles a call that carried `debt`, which the store ran counting `stored` units of
+    /// its hits (`None`: did not run, or not known), while the request's fallback counted
+    /// `decided`.
+    fn reconcile(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        debt: u64,
+        stored: Option<i64>,
+        decided: i64,
+        now_ns: u64,
+    ) {
+        let owed = match stored {
+            Some(stored) => {
+                if debt > 0 {
+                    self.debts.landed(key, debt);
+                }
+                decided - stored
+            }
+            None => {
+                self.debts.restore(key, debt);
+                decided
+            }
+        };
+        let expected = u64::try_from(decided).unwrap_or(0);
+        self.debts.heard(key, limits, expected, owed, now_ns);
+    }
+}

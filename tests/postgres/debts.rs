@@ -1,0 +1,91 @@
+//! Admissions decided without PostgreSQL are a debt: charged to the shared counter once
+//! the database answers again, whether it was down, restarting or only slow.
+
+use std::time::Duration;
+
+use tollgate_testkit::grpc::{Code, Rls, code};
+use tollgate_testkit::load::{Load, tally};
+use tollgate_testkit::postgres::PostgresServer;
+use tollgate_testkit::tollgate::Serve;
+
+use crate::support::{DOMAIN, RECOVERY, RULES, YEARLY_LIMIT, blocking};
+
+/// How many of `n` requests for `key=value` are admitted.
+async fn admitted(rls: &mut Rls, key: &str, value: &str, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        if code(&rls.check(DOMAIN, &[(key, value)]).await) == Code::Ok {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+/// One instance, PostgreSQL stopped and started again: what the instance admitted from
+/// its local view meanwhile counts once the database is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_during_a_restart_are_charged_when_postgres_is_back() {
+    let mut postgres = PostgresServer::start();
+    let server = Serve::rules(RULES)
+        .postgres(&postgres.url())
+        .args(["--store-timeout", "1s"])
+        .start_connected()
+        .await;
+    let mut rls = server.client().await;
+
+    assert_eq!(admitted(&mut rls, "yearly", "restart", 1).await, 1);
+    blocking(|| postgres.stop());
+    server.await_store_health(503, RECOVERY).await;
+    let during = admitted(&mut rls, "yearly", "restart", YEARLY_LIMIT + 3).await;
+    assert_eq!(during, YEARLY_LIMIT - 1, "the local view holds the limit");
+    blocking(|| postgres.restart());
+    server.await_store_health(200, RECOVERY).await;
+
+    let after = admitted(&mut rls, "yearly", "restart", YEARLY_LIMIT + 3).await;
+    assert_eq!(
+        1 + during + after,
+        YEARLY_LIMIT,
+        "admitted {after} more after the restart"
+    );
+}
+
+/// The case: PostgreSQL at its durable defaults (every commit waits for a flush,
+/// requests queue on the counter's row lock), a store timeout most calls miss, one key,
+/// three times its limit offered: calls that time out are decided from the local view
+/// and charged later, so the instance admits no more than the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_durable_store_never_admits_past_the_limit() {
+    let _timing = tollgate_testkit::serial::timing().await;
+    let postgres = PostgresServer::start_durable();
+    let server = Serve::rules(RULES)
+        .postgres(&postgres.url())
+        .args(["--store-timeout", "1ms", "--on-store-error", "local"])
+        .start_connected()
+        .await;
+    let clients = vec![server.client().await];
+    // `hundred`: 100 per hour; 300 requests at 400 a second.
+    let load = Load::start(
+        &clients,
+        DOMAIN,
+        "hundred",
+        vec!["one".to_owned()],
+        Duration::from_micros(2_500),
+    )
+    .await;
+    load.await_answers_since(std::time::UNIX_EPOCH, 300, Duration::from_secs(60))
+        .await;
+    let answers = load.finish().await;
+    let fallbacks = server
+        .metric("tollgate_store_fallbacks_total")
+        .await
+        .unwrap_or(0.0);
+    let counts = tally(&answers);
+    eprintln!("{counts:?}, {fallbacks} fallbacks");
+    let ok = answers.iter().filter(|a| a.result == Ok(Code::Ok)).count();
+    assert!(
+        fallbacks >= 30.0,
+        "the store must be slow for this test to mean anything: {fallbacks} fallbacks"
+    );
+    assert!(ok <= 100, "{ok} admitted past a limit of 100: {counts:?}");
+    assert!(ok >= 90, "the limit is used: {counts:?}");
+}
