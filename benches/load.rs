@@ -1,6 +1,8 @@
-//! Load benchmark: Tollgate versus a do-nothing rate-limit service.
+//! Load benchmark: Tollgate versus a do-nothing rate-limit service, and with `--reference`
+//! versus the reference service (envoyproxy/ratelimit, as `scripts/install-test-deps.sh`
+//! installs it) on the same Redis.
 //!
-//! Both servers run as separate processes (the no-op one is this binary re-run
+//! The servers run as separate processes (the no-op one is this binary re-run
 //! with `--noop-server`), one after the other so they never compete for CPU.
 //! Each gets the same closed-loop gRPC load; we report throughput, latency
 //! percentiles, error / over-limit counts and the server's CPU time per
@@ -32,6 +34,7 @@ use tollgate_testkit::load::{Answer, closed_loop, open_loop, percentile};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::Process;
 use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::reference::{self, Reference, RuntimeRoot};
 use tollgate_testkit::tollgate;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -100,6 +103,15 @@ struct Args {
     /// `baseline`.
     #[arg(long)]
     baseline: Option<PathBuf>,
+    /// Measure the reference service in every round too, as `reference`, on the same
+    /// rules and Redis (needs `--redis`): the binary `scripts/install-test-deps.sh`
+    /// installed, or `$REFERENCE_BIN`. It runs with its defaults, statsd off.
+    #[arg(long, requires = "redis")]
+    reference: bool,
+    /// Extra environment variable for the reference (repeatable), e.g.
+    /// `LOCAL_CACHE_SIZE_IN_BYTES=1048576`.
+    #[arg(long = "reference-env", value_parser = parse_env, requires = "reference")]
+    reference_env: Vec<(String, String)>,
     /// Internal: run the no-op server instead of the benchmark.
     #[arg(long, hide = true)]
     noop_server: bool,
@@ -114,6 +126,12 @@ enum Only {
     Tollgate,
     Noop,
     Both,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
 fn parse_fraction(s: &str) -> Result<f64, String> {
@@ -207,14 +225,18 @@ fn run_noop_server() -> Result<()> {
 // Server processes (parent side)
 // ---------------------------------------------------------------------------
 
-/// A server under load: the no-op one or Tollgate, both killed when dropped (and when
-/// this process dies: the testkit spawns them so).
+/// A server under load: the no-op one, Tollgate or the reference, all killed when
+/// dropped (and when this process dies: the testkit spawns them so).
 enum ServerProcess {
     Noop {
         process: Process,
         grpc_addr: SocketAddr,
     },
     Tollgate(tollgate::Server),
+    Reference {
+        server: Reference,
+        _rules: RuntimeRoot,
+    },
 }
 
 impl ServerProcess {
@@ -222,6 +244,7 @@ impl ServerProcess {
         match self {
             ServerProcess::Noop { process, .. } => process.pid(),
             ServerProcess::Tollgate(server) => server.pid(),
+            ServerProcess::Reference { server, .. } => server.pid(),
         }
     }
 
@@ -229,6 +252,7 @@ impl ServerProcess {
         match self {
             ServerProcess::Noop { grpc_addr, .. } => *grpc_addr,
             ServerProcess::Tollgate(server) => server.grpc_addr(),
+            ServerProcess::Reference { server, .. } => server.grpc,
         }
     }
 }
@@ -310,6 +334,22 @@ fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<Ser
             )
         })?;
     Ok(ServerProcess::Tollgate(server))
+}
+
+/// The reference on the same rules, counting in `redis`: its defaults, but no statsd
+/// (there is no collector) and warnings only in its log (its default), plus
+/// `--reference-env`.
+async fn start_reference(args: &Args, redis: &RedisServer) -> Result<ServerProcess> {
+    let installed = reference::installed()?;
+    let rules = RuntimeRoot::new();
+    rules.write("rules.yaml", &rules_yaml(args.limit));
+    let mut env = reference::plain_env(&redis.host_port(), &rules);
+    env.extend(args.reference_env.iter().cloned());
+    let server = Reference::try_start(installed, &env).await?;
+    Ok(ServerProcess::Reference {
+        server,
+        _rules: rules,
+    })
 }
 
 /// `user` gets the configured limit; `hot` allows 1/s so hot traffic is
@@ -612,6 +652,9 @@ fn run_bench(args: &Args) -> Result<()> {
         if args.baseline.is_some() {
             servers.push("baseline");
         }
+        if args.reference {
+            servers.push("reference");
+        }
     }
     let mut rows = Vec::new();
     // One server at a time, so that none competes with another for CPU; in turn, round
@@ -621,6 +664,12 @@ fn run_bench(args: &Args) -> Result<()> {
             let (server, behind) = match name {
                 "noop" => (start_noop()?, None),
                 "tollgate" => (start_tollgate(&tollgate, args, &store)?, store_pid),
+                "reference" => {
+                    let SharedStore::Redis(redis) = &store else {
+                        return Err("--reference needs --redis".into());
+                    };
+                    (runtime.block_on(start_reference(args, redis))?, store_pid)
+                }
                 _ => {
                     let binary = args.baseline.as_deref().ok_or("no baseline binary")?;
                     (start_tollgate(binary, args, &store)?, store_pid)
@@ -703,13 +752,21 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
             },
         );
     }
-    for &name in servers.iter().filter(|&&n| n != "noop") {
-        let pairs: Vec<(&Row, &Row)> = of("noop").zip(of(name)).collect();
+    let mut comparisons: Vec<(&'static str, &'static str)> = servers
+        .iter()
+        .filter(|&&n| n != "noop")
+        .map(|&n| (n, "noop"))
+        .collect();
+    if servers.contains(&"reference") {
+        comparisons.push(("tollgate", "reference"));
+    }
+    for (name, base) in comparisons {
+        let pairs: Vec<(&Row, &Row)> = of(base).zip(of(name)).collect();
         if pairs.is_empty() {
             continue;
         }
         println!(
-            "{name}/noop throughput {}  cpu per request {}  p99 {}",
+            "{name}/{base} throughput {}  cpu per request {}  p99 {}",
             spread(
                 pairs
                     .iter()

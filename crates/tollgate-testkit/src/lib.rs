@@ -20,7 +20,9 @@
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
 //!   it receives;
 //! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
-//!   manifests.
+//!   manifests;
+//! - [`reference`]: the reference service (envoyproxy/ratelimit, built from the Go module
+//!   proxy) as a black box beside Tollgate, and [`statsd_exporter`]: where its metrics go.
 
 pub mod accuracy;
 pub mod envoy;
@@ -35,8 +37,10 @@ pub mod postgres;
 pub mod process;
 pub mod raw_grpc;
 pub mod redis;
+pub mod reference;
 pub mod rng;
 pub mod serial;
+pub mod statsd_exporter;
 pub mod tls;
 pub mod tollgate;
 pub mod wait;
@@ -76,6 +80,21 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("bind a free port on 127.0.0.1")
+}
+
+/// `N` different loopback ports nothing listens on right now: all bound at once, so that
+/// the OS cannot hand out one twice (as [`free_port`] called twice in a row can: it
+/// reuses a port just released), then closed.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [TcpListener; N] = std::array::from_fn(|_| {
+        TcpListener::bind("127.0.0.1:0").expect("bind a free port on 127.0.0.1")
+    });
+    listeners.map(|listener| {
+        listener
+            .local_addr()
+            .map(|addr| addr.port())
+            .expect("the port of a bound listener")
+    })
 }
 
 /// `127.0.0.1:port`.

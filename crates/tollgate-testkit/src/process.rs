@@ -343,6 +343,36 @@ impl Process {
         }
     }
 
+    /// Polls `answering` (e.g. "its ports answer") until it returns `Ok`; fails, quoting
+    /// the process's stderr, if the process exits first or `timeout` passes.
+    pub async fn await_answering(
+        &mut self,
+        timeout: Duration,
+        mut answering: impl AsyncFnMut() -> Result<(), String>,
+    ) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exit_status() {
+                return Err(Error::new(format!(
+                    "{} exited ({status}) while starting; stderr:\n{}",
+                    self.name,
+                    self.stderr.text()
+                )));
+            }
+            match answering().await {
+                Ok(()) => return Ok(()),
+                Err(state) if Instant::now() >= deadline => {
+                    return Err(Error::new(format!(
+                        "{} did not answer within {timeout:?} ({state}); stderr:\n{}",
+                        self.name,
+                        self.stderr.text()
+                    )));
+                }
+                Err(_) => tokio::time::sleep(crate::wait::POLL).await,
+            }
+        }
+    }
+
     /// Kills the process (SIGKILL, as a crash would) and reaps it.
     pub fn kill(&mut self) -> ExitStatus {
         if let Some(status) = self.exit_status() {

@@ -125,6 +125,12 @@ impl Envoy {
     /// Starts Envoy on `yaml` (which must have an admin interface and a listener named
     /// `ingress`, both on port 0) and waits until it is ready and its ports are known.
     pub async fn start(yaml: &str) -> Self {
+        Self::start_with_args(yaml, &[]).await
+    }
+
+    /// [`Envoy::start`] with extra command-line arguments (`--service-cluster`, say); the
+    /// listener may also be the configuration's only one, named or not.
+    pub async fn start_with_args(yaml: &str, args: &[&str]) -> Self {
         let dir = TempDir::new().expect("create a directory for Envoy");
         let config = dir.path().join("envoy.yaml");
         let admin_path = dir.path().join("admin-address");
@@ -135,7 +141,8 @@ impl Envoy {
             .arg("--admin-address-path")
             .arg(&admin_path)
             .args(["--concurrency", "1", "--disable-hot-restart"])
-            .args(["--log-level", "info"]);
+            .args(["--log-level", "info"])
+            .args(args);
         let mut process = Process::start("envoy", cmd).unwrap_or_else(|e| panic!("{e}"));
 
         // Envoy writes its admin address once the port is bound; /ready answers 200 once
@@ -189,13 +196,16 @@ impl Drop for Envoy {
     }
 }
 
-/// The port of listener `name` in the admin API's `/listeners?format=json`.
+/// The port of listener `name`, else of the only listener, in the admin API's
+/// `/listeners?format=json`.
 fn listener_port(json: &str, name: &str) -> Option<u16> {
     let doc: serde_json::Value = serde_json::from_str(json).ok()?;
-    let listener = doc["listener_statuses"]
-        .as_array()?
-        .iter()
-        .find(|l| l["name"] == name)?;
+    let listeners = doc["listener_statuses"].as_array()?;
+    let listener = match listeners.iter().find(|l| l["name"] == name) {
+        Some(named) => named,
+        None if listeners.len() == 1 => &listeners[0],
+        None => return None,
+    };
     let port = listener["local_address"]["socket_address"]["port_value"].as_u64()?;
     u16::try_from(port).ok().filter(|port| *port != 0)
 }
