@@ -82,7 +82,7 @@ async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str)
 }
 
 /// Where the rules came from (`#` lines), then the rules, one line per limit.
-async fn rlconfig(State(rls): State<Arc<Rls>>) -> String {
+pub(crate) async fn rlconfig(State(rls): State<Arc<Rls>>) -> String {
     let rules = rls.limiter.rules();
     rls.status.describe(&rules) + &rules.dump()
 }

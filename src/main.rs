@@ -5,19 +5,23 @@
 mod admin;
 mod client;
 mod compat;
+mod debug_port;
 #[cfg(test)]
 mod fuzz;
 mod grpc;
 mod json;
 mod listen;
+mod log_format;
 mod metrics;
 mod proto;
+mod reference_stats;
 mod reload;
 mod rlqs;
 mod rls;
 mod rules_status;
 mod server;
 mod settings;
+mod statsd;
 mod tls;
 mod trace;
 mod watch;
@@ -31,6 +35,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer, Registry};
 
+use crate::log_format::ReferenceJson;
 use crate::settings::{Cli, Command, LogArgs, LogFormat};
 
 fn main() -> ExitCode {
@@ -158,7 +163,7 @@ fn init_logging(log: &LogArgs, spans: Option<BoxedLayer>) -> anyhow::Result<()> 
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let logs: BoxedLayer = match log.log_format {
         LogFormat::Text => Box::new(fmt.with_filter(filter)),
-        LogFormat::Json => Box::new(fmt.json().with_filter(filter)),
+        LogFormat::Json => Box::new(fmt.event_format(ReferenceJson).with_filter(filter)),
     };
     let layers: Vec<BoxedLayer> = std::iter::once(logs).chain(spans).collect();
     tracing_subscriber::registry().with(layers).init();

@@ -75,21 +75,71 @@ fn hits(req: &RateLimitRequest, d: &RateLimitDescriptor) -> Hits {
     }
 }
 
-/// Envoy's response for `decision`, with headers in `style`.
-pub(crate) fn response(decision: &Decision, style: HeaderStyle) -> RateLimitResponse {
+/// Envoy's response for `decision`, with headers in `style` (the reference's under `names`).
+pub(crate) fn response(
+    decision: &Decision,
+    style: HeaderStyle,
+    names: &HeaderNames,
+) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: code(decision.over_limit).into(),
         statuses: decision.descriptors.iter().map(status).collect(),
         response_headers_to_add: headers(style, decision)
             .into_iter()
             .map(|(key, value)| HeaderValue {
-                key: key.to_owned(),
+                key: names.name(key).to_owned(),
                 value,
                 ..Default::default()
             })
             .collect(),
         ..Default::default()
     }
+}
+
+/// The names of the reference's three headers (`LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeaderNames {
+    pub(crate) limit: String,
+    pub(crate) remaining: String,
+    pub(crate) reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+impl HeaderNames {
+    /// The configured name of the core's header `name`.
+    fn name<'a>(&'a self, name: &'a str) -> &'a str {
+        match name {
+            "RateLimit-Limit" => &self.limit,
+            "RateLimit-Remaining" => &self.remaining,
+            "RateLimit-Reset" => &self.reset,
+            other => other,
+        }
+    }
+}
+
+/// A limit override in protobuf's text format, as the reference prints it: fields at
+/// their default (0, UNKNOWN) left out.
+fn limit_text(requests_per_unit: u32, unit: i32) -> String {
+    let mut fields = Vec::new();
+    if requests_per_unit != 0 {
+        fields.push(format!("requests_per_unit:{requests_per_unit}"));
+    }
+    if unit != 0 {
+        let name = RateLimitUnit::try_from(unit)
+            .map_or_else(|_| unit.to_string(), |u| u.as_str_name().to_owned());
+        fields.push(format!("unit:{name}"));
+    }
+    fields.join(" ")
 }
 
 /// What the reference returns as dynamic metadata: the domain, the request's descriptors
@@ -109,10 +159,10 @@ pub(crate) fn dynamic_metadata(req: &RateLimitRequest, decision: &Decision) -> S
                 .collect();
             fields.put("entries", list(entries));
             if let Some(limit) = &d.limit {
-                let unit =
-                    RateLimitUnit::try_from(limit.unit).map_or("UNKNOWN", |u| u.as_str_name());
-                let spec = format!("requests_per_unit:{} unit:{unit}", limit.requests_per_unit);
-                fields.put("limit", text(spec));
+                fields.put(
+                    "limit",
+                    text(limit_text(limit.requests_per_unit, limit.unit)),
+                );
             }
             if let Some(hits) = &d.hits_addend {
                 fields.put("hitsAddend", number(hits.value as f64));
@@ -212,7 +262,7 @@ fn limited_status(l: &Limited) -> DescriptorStatus {
             requests_per_unit: l.limit.requests_per_unit(),
             unit: response_unit(l.limit.unit()).into(),
         }),
-        limit_remaining: u32::try_from(l.remaining).unwrap_or(u32::MAX),
+        limit_remaining: u32::try_from(l.reported_remaining()).unwrap_or(u32::MAX),
         // Whole seconds, rounded up: Envoy's `x-ratelimit-reset` keeps only the seconds.
         duration_until_reset: Some(ProtoDuration {
             seconds: i64::try_from(l.reset_seconds()).unwrap_or(i64::MAX),
@@ -322,6 +372,7 @@ mod tests {
             limit: tollgate_core::Limit::new(1, Unit::Minute),
             admitted: !over,
             shadow: false,
+            quota: false,
             remaining: 0,
             reset: std::time::Duration::ZERO,
             hits: 1,
@@ -390,6 +441,7 @@ mod tests {
                     limit,
                     admitted: false,
                     shadow: false,
+                    quota: false,
                     remaining: 0,
                     reset: std::time::Duration::from_millis(1_200),
                     hits: 1,
@@ -397,7 +449,7 @@ mod tests {
                 }),
             ],
         };
-        let r = response(&decision, HeaderStyle::Reference);
+        let r = response(&decision, HeaderStyle::Reference, &HeaderNames::default());
         assert_eq!(r.overall_code, i32::from(Code::OverLimit));
         assert_eq!(r.statuses[0].current_limit, None);
         assert_eq!(r.statuses[1].limit_remaining, u32::MAX);
@@ -413,5 +465,19 @@ mod tests {
         );
         assert_eq!(s.duration_until_reset.map(|d| d.seconds), Some(2));
         assert_eq!(r.response_headers_to_add.len(), 3);
+    }
+
+    #[test]
+    fn limit_texts_leave_out_defaults_as_protobuf_text_does() {
+        assert_eq!(
+            super::limit_text(5, RateLimitUnit::Hour as i32),
+            "requests_per_unit:5 unit:HOUR"
+        );
+        assert_eq!(
+            super::limit_text(0, RateLimitUnit::Hour as i32),
+            "unit:HOUR"
+        );
+        assert_eq!(super::limit_text(3, 0), "requests_per_unit:3");
+        assert_eq!(super::limit_text(0, 0), "");
     }
 }

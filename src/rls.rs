@@ -9,7 +9,7 @@ use tollgate_core::headers::HeaderStyle;
 use tollgate_core::{DecideError, Limiter, Rules};
 
 use crate::metrics::{Metrics, RuleMetrics};
-use crate::proto;
+use crate::proto::{self, HeaderNames};
 use crate::rules_status::{RulesStatus, Source};
 
 /// The limiter that serves `ShouldRateLimit`, with metrics of every call.
@@ -17,6 +17,8 @@ pub(crate) struct Rls {
     pub(crate) limiter: Limiter<RuleMetrics>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) headers: HeaderStyle,
+    /// The reference-style headers' names.
+    pub(crate) header_names: HeaderNames,
     /// Answers carry the domain, descriptors and rule metadata as dynamic metadata.
     pub(crate) dynamic_metadata: bool,
     pub(crate) status: RulesStatus,
@@ -46,7 +48,7 @@ impl Rls {
             }
             let request = proto::request(req).map_err(DecideError::from)?;
             let decision = self.limiter.decide(&request).await?;
-            let mut response = proto::response(&decision, self.headers);
+            let mut response = proto::response(&decision, self.headers, &self.header_names);
             if self.dynamic_metadata {
                 response.dynamic_metadata = Some(proto::dynamic_metadata(req, &decision));
             }

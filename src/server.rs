@@ -1,6 +1,7 @@
 //! `tollgate serve`: load rules, open the store, bind the ports, serve until a signal, then
 //! drain: health checks fail first, in-flight calls finish.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,17 +12,23 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::store::postgres::{PgConfig, PgTarget};
-use tollgate_core::store::redis::{RedisConfig, RedisTarget, RedisTls};
+use tollgate_core::store::redis::{
+    RedisConfig, RedisTarget, RedisTls, ReferenceConfig, ReferenceStore,
+};
 use tollgate_core::store::{SharedBehaviour, SharedStore};
-use tollgate_core::{Clock, Limiter, MemoryStore, Options, Rules, Store, SystemClock};
+use tollgate_core::{
+    Clock, Limiter, MemoryStore, OnStoreError, Options, Rules, Store, SystemClock,
+};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::admin::{self, Admin};
 use crate::compat;
+use crate::debug_port;
 use crate::grpc::GrpcService;
 use crate::listen::{self, Acceptor, PortTls};
 use crate::metrics::{Metrics, XdsStats};
+use crate::proto::HeaderNames;
 use crate::reload::{self, Reload};
 use crate::rlqs::{Rlqs, RlqsConfig, RlqsService, Strategy};
 use crate::rls::Rls;
@@ -29,6 +36,7 @@ use crate::rules_status::{Readiness, RulesStatus, Source};
 use crate::settings::{
     Backend, ConfigType, ConnArgs, HeaderFormat, NoRuleAction, ServeArgs, StoreArgs,
 };
+use crate::statsd;
 use crate::tls::{self, Port, ServerTls};
 use crate::xds::{self, XdsConfig};
 
@@ -56,9 +64,12 @@ enum Origin {
 
 /// Runs the server until a signal stops it.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let refused = compat::refusals(|name| std::env::var(name).ok());
+    anyhow::ensure!(refused.is_empty(), "{}", refused.join("; "));
     for warning in compat::warnings(|name| std::env::var(name).ok()) {
         tracing::warn!("{warning}");
     }
+    let statsd = args.ops.stats.statsd()?;
     let origin = match args.source.config_type {
         ConfigType::File => {
             let path = args.config_path();
@@ -89,10 +100,15 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let store = open_store(&args)?;
     let first_connect = args.store.store_startup_wait;
-    if let Store::Shared(shared) = &store
-        && !shared.wait_up(first_connect).await
-    {
-        let why = shared.last_error().unwrap_or_else(|| "no answer".into());
+    let unreachable = match &store {
+        Store::Shared(shared) if !shared.wait_up(first_connect).await => Some(shared.last_error()),
+        Store::Reference(reference) if !reference.wait_up(first_connect).await => {
+            Some(reference.last_error())
+        }
+        _ => None,
+    };
+    if let Some(why) = unreachable {
+        let why = why.unwrap_or_else(|| "no answer".into());
         tracing::warn!(
             "{} not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is",
             args.store.backend().name()
@@ -117,6 +133,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),
         metrics: Arc::new(metrics),
         headers: header_style(&args),
+        header_names: HeaderNames {
+            limit: args.answers.limit_limit_header.clone(),
+            remaining: args.answers.limit_remaining_header.clone(),
+            reset: args.answers.limit_reset_header.clone(),
+        },
         dynamic_metadata: args.answers.response_dynamic_metadata,
         status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
     });
@@ -133,7 +154,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let _watch = reload.clone().map(reload::watch).transpose()?;
-    let rlqs = Rlqs::start(rls.clone(), Arc::new(SystemClock), rlqs_config(&args));
+    // The reference has no RLQS: in reference mode its calls get UNIMPLEMENTED, as there.
+    let rlqs = (!args.rules.reference_mode)
+        .then(|| Rlqs::start(rls.clone(), Arc::new(SystemClock), rlqs_config(&args)));
 
     let (health, health_service) = tonic_health::server::health_reporter();
     let (draining_tx, draining) = watch::channel(false);
@@ -168,11 +191,19 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
         false => None,
     };
+    let debug = match args.ops.debug_port.0 {
+        Some(port) => bind_debug(SocketAddr::new(args.ops.debug_host, port)).await,
+        None => None,
+    };
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
     // Tests and scripts wait for this line; with port 0 it is how they learn the ports.
     println!("tollgate listening grpc={grpc_addr} http={http_addr}");
     tracing::info!(%grpc_addr, %http_addr, "listening");
+    if let Some(statsd) = statsd {
+        tracing::info!(target = %statsd.target, dog = statsd.dog, "sending stats to statsd");
+        statsd::spawn(statsd, rls.metrics.clone());
+    }
 
     let admin = Admin {
         rls: rls.clone(),
@@ -196,10 +227,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.conn.grpc_max_message_bytes,
             args.tracing.tracing_enabled,
         ))
-        .add_service(
+        .add_optional_service(rlqs.map(|rlqs| {
             RateLimitQuotaServiceServer::new(RlqsService(rlqs))
-                .max_decoding_message_size(args.conn.grpc_max_message_bytes),
-        )
+                .max_decoding_message_size(args.conn.grpc_max_message_bytes)
+        }))
         .serve_with_incoming_shutdown(
             Acceptor::new(grpc, args.conn.grpc_limits(), grpc_tls).incoming(),
             stopped(stop_rx.clone()),
@@ -210,6 +241,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         listen::serve_http(http_acceptor, admin::router(admin), http_stop).await;
         Ok::<(), anyhow::Error>(())
     };
+    let debug_server = async {
+        if let Some(listener) = debug {
+            let acceptor = Acceptor::new(listener, limits, None);
+            let router = debug_port::router(rls.clone());
+            listen::serve_http(acceptor, router, stopped(stop_rx.clone())).await;
+        }
+    };
     let prometheus_server = async {
         if let Some(listener) = prometheus {
             let router = axum::Router::new()
@@ -217,13 +255,17 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     &args.ops.prometheus_path,
                     axum::routing::get(admin::metrics),
                 )
-                .with_state(rls);
+                .with_state(rls.clone());
             let acceptor = Acceptor::new(listener, limits, http_tls);
-            listen::serve_http(acceptor, router, stopped(stop_rx)).await;
+            listen::serve_http(acceptor, router, stopped(stop_rx.clone())).await;
         }
         Ok::<(), anyhow::Error>(())
     };
-    let servers = async { tokio::join!(grpc_server, http_server, prometheus_server) };
+    let servers = async {
+        let (grpc, http, prometheus, ()) =
+            tokio::join!(grpc_server, http_server, prometheus_server, debug_server);
+        (grpc, http, prometheus)
+    };
     // Envoy keeps its HTTP/2 connections open for good: once the listeners are closed, give
     // calls in flight a grace period, then stop whatever is still connected.
     let grace_over = async {
@@ -239,6 +281,23 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         () = grace_over => {
             tracing::info!("closing connections still open after {SHUTDOWN_GRACE:?}");
             Ok(())
+        }
+    }
+}
+
+/// The debug port's listener; a debug port that cannot be bound is logged, not fatal (the
+/// reference's instances share theirs with SO_REUSEPORT, so manifests may start several).
+async fn bind_debug(addr: SocketAddr) -> Option<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => {
+            if let Ok(local) = listener.local_addr() {
+                tracing::info!(%local, "debug port: /rlconfig, /stats");
+            }
+            Some(listener)
+        }
+        Err(e) => {
+            tracing::warn!("debug port {addr} not served: {e}");
+            None
         }
     }
 }
@@ -286,11 +345,21 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let capacity = args.capacity();
     let settings = &args.store;
+    let reference = args.rules.reference_mode;
     let shared = SharedBehaviour {
-        timeout: settings.store_timeout,
-        on_error: settings.on_store_error,
+        timeout: settings.timeout(reference),
+        on_error: settings.on_error(reference),
         local_capacity: capacity,
     };
+    if reference {
+        if !args.rules.budget_domains.is_empty() {
+            anyhow::bail!(
+                "BUDGET_DOMAINS makes budgets, which are Tollgate's: REFERENCE_MODE counts every \
+                 hit as the reference does"
+            );
+        }
+        return open_reference_store(settings, clock);
+    }
     match settings.backend() {
         Backend::Memory => {
             let memory = MemoryStore::new(capacity, clock);
@@ -341,6 +410,44 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
             Ok(Store::Shared(store))
         }
     }
+}
+
+/// Reference mode's store: Redis in the reference's keys.
+fn open_reference_store(settings: &StoreArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Store> {
+    if settings.backend() != Backend::Redis {
+        anyhow::bail!(
+            "REFERENCE_MODE counts in the reference's Redis keys: it needs BACKEND_TYPE=redis \
+             and REDIS_URL"
+        );
+    }
+    let on_error = settings.on_error(true);
+    if on_error == OnStoreError::Local {
+        anyhow::bail!(
+            "ON_STORE_ERROR=local needs a local view, which REFERENCE_MODE has not: use error \
+             (the reference's), allow or deny"
+        );
+    }
+    let url = settings
+        .redis_url
+        .as_deref()
+        .context("REFERENCE_MODE needs REDIS_URL (--redis-url)")?;
+    let target = RedisTarget::parse(
+        url,
+        settings.redis_type,
+        settings.redis_auth.as_deref(),
+        settings.redis_tls,
+    )?;
+    let tls = redis_tls(settings, &target)?;
+    let config = ReferenceConfig {
+        target,
+        tls,
+        key_prefix: settings.cache_key_prefix.clone(),
+        timeout: settings.timeout(true),
+        on_error,
+        expiration_jitter: Duration::from_secs(settings.expiration_jitter_max_seconds),
+        local_cache_bytes: settings.local_cache_size_in_bytes,
+    };
+    Ok(Store::Reference(ReferenceStore::start(config, clock)))
 }
 
 /// The Redis TLS settings, read and checked; settings that would be silently unused are

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate_core::rules::RulesBuilder;
 
 use crate::listen::ConnLimits;
+use crate::statsd::StatsdConfig;
 use crate::tls::ServerTlsFiles;
 use tollgate_core::store::redis::RedisKind;
 use tollgate_core::{AlgorithmKind, Capacity, Defaults, OnStoreError};
@@ -289,6 +290,15 @@ pub(crate) struct AnswerArgs {
     /// Add rate-limit headers for Envoy to return to clients.
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) limit_response_headers: bool,
+    /// Name of the reference-style header of the limit.
+    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name)]
+    pub(crate) limit_limit_header: String,
+    /// Name of the reference-style header of what remains.
+    #[arg(long, env = "LIMIT_REMAINING_HEADER", default_value = "RateLimit-Remaining", value_parser = parse_header_name)]
+    pub(crate) limit_remaining_header: String,
+    /// Name of the reference-style header of the seconds until the reset.
+    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset", value_parser = parse_header_name)]
+    pub(crate) limit_reset_header: String,
     /// Header style: the reference's RateLimit-Limit/-Remaining/-Reset, or the IETF
     /// draft's RateLimit-Policy and RateLimit.
     #[arg(long, env = "RESPONSE_HEADERS_FORMAT", value_enum, default_value_t = HeaderFormat::Reference)]
@@ -324,6 +334,15 @@ pub(crate) struct OpsArgs {
     /// Path of the extra metrics listener.
     #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics")]
     pub(crate) prometheus_path: String,
+    /// Host of the debug port (`/rlconfig`, `/stats`), as the reference's.
+    #[arg(long, env = "DEBUG_HOST", default_value = "0.0.0.0")]
+    pub(crate) debug_host: IpAddr,
+    /// The reference's debug port: `/rlconfig` and `/stats`; `off` serves none, 0 lets the
+    /// system choose.
+    #[arg(long, env = "DEBUG_PORT", default_value = "6070", value_parser = parse_debug_port)]
+    pub(crate) debug_port: DebugPort,
+    #[command(flatten)]
+    pub(crate) stats: StatsArgs,
     /// Most label sets a `detailed_metric` rule creates; request values beyond them are
     /// counted under the rule's `key2="other"` series.
     #[arg(long, env = "DETAILED_METRIC_LIMIT", default_value_t = 1_000)]
@@ -332,6 +351,106 @@ pub(crate) struct OpsArgs {
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub(crate) shutdown_delay: Duration,
+}
+
+/// The reference's statsd output. Prometheus on /metrics is always there besides.
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// Send the reference's stats to statsd (TCP) every STATS_FLUSH_INTERVAL [default: on
+    /// when STATSD_HOST or STATSD_PORT is set]
+    #[arg(long, env = "USE_STATSD", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) use_statsd: Option<bool>,
+    /// Send them as DogStatsD (UDP, EXTRA_TAGS as tags) instead.
+    #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) use_dog_statsd: bool,
+    /// The reference's DogStatsD name rewriting: not supported, refused when set.
+    #[arg(
+        long,
+        env = "USE_DOG_STATSD_MOGRIFIERS",
+        default_value = "",
+        hide = true
+    )]
+    pub(crate) use_dog_statsd_mogrifiers: String,
+    /// Where statsd listens.
+    #[arg(long, env = "STATSD_HOST")]
+    pub(crate) statsd_host: Option<String>,
+    /// statsd's port.
+    #[arg(long, env = "STATSD_PORT")]
+    pub(crate) statsd_port: Option<u16>,
+    /// Tags on every stat, `key:value,key:value`.
+    #[arg(long, env = "EXTRA_TAGS", default_value = "", value_parser = parse_tags)]
+    pub(crate) extra_tags: Tags,
+    /// How often stats are sent.
+    #[arg(long, env = "STATS_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_timeout)]
+    pub(crate) stats_flush_interval: Duration,
+    /// Send no stats, whatever else says so (Prometheus stays).
+    #[arg(long, env = "DISABLE_STATS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) disable_stats: bool,
+}
+
+impl StatsArgs {
+    /// Where and how to send stats, if at all.
+    pub(crate) fn statsd(&self) -> anyhow::Result<Option<StatsdConfig>> {
+        anyhow::ensure!(
+            self.use_dog_statsd_mogrifiers.trim().is_empty(),
+            "USE_DOG_STATSD_MOGRIFIERS is not supported: DogStatsD stats keep the reference's \
+             names, with EXTRA_TAGS as tags; unset it"
+        );
+        let asked = self.use_dog_statsd
+            || self
+                .use_statsd
+                .unwrap_or(self.statsd_host.is_some() || self.statsd_port.is_some());
+        if self.disable_stats || !asked {
+            return Ok(None);
+        }
+        let host = self.statsd_host.as_deref().unwrap_or("localhost");
+        Ok(Some(StatsdConfig {
+            target: format!("{host}:{}", self.statsd_port.unwrap_or(8125)),
+            dog: self.use_dog_statsd,
+            tags: self.extra_tags.0.clone(),
+            interval: self.stats_flush_interval,
+        }))
+    }
+}
+
+/// `EXTRA_TAGS`: `key:value` pairs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tags(pub(crate) Vec<(String, String)>);
+
+fn parse_tags(text: &str) -> Result<Tags, String> {
+    let mut tags = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once(':')
+            .ok_or_else(|| format!("'{pair}' is not key:value"))?;
+        if key.trim().is_empty() {
+            return Err(format!("'{pair}' has an empty key"));
+        }
+        tags.push((key.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(Tags(tags))
+}
+
+/// An HTTP header name.
+fn parse_header_name(text: &str) -> Result<String, String> {
+    http::HeaderName::from_bytes(text.as_bytes())
+        .map(|_| text.to_owned())
+        .map_err(|_| format!("'{text}' is not an HTTP header name"))
+}
+
+/// The debug port, if one is served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DebugPort(pub(crate) Option<u16>);
+
+/// A port number, or `off`.
+fn parse_debug_port(text: &str) -> Result<DebugPort, String> {
+    match text.trim() {
+        t if t.eq_ignore_ascii_case("off") => Ok(DebugPort(None)),
+        t => t
+            .parse::<u16>()
+            .map(|port| DebugPort(Some(port)))
+            .map_err(|_| format!("'{t}' is not a port number (0-65535) or off")),
+    }
 }
 
 /// The Rate Limit Quota Service.
@@ -535,21 +654,54 @@ pub(crate) struct StoreArgs {
     /// Prefix of every counter key (Redis or PostgreSQL).
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub(crate) cache_key_prefix: String,
-    /// Longest a request waits for the store, e.g. 10ms, 250us, 1s.
-    #[arg(long, env = "STORE_TIMEOUT", default_value = "10ms", value_parser = parse_timeout)]
-    pub(crate) store_timeout: Duration,
+    /// Longest a request waits for the store, e.g. 10ms, 250us, 1s [default: 10ms; in
+    /// reference mode, --redis-timeout]
+    #[arg(long, env = "STORE_TIMEOUT", value_parser = parse_timeout)]
+    pub(crate) store_timeout: Option<Duration>,
+    /// The reference's Redis timeout: the store timeout in reference mode, unless
+    /// --store-timeout is given.
+    #[arg(long, env = "REDIS_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
+    pub(crate) redis_timeout: Duration,
+    /// Reference mode: each key lives its window plus up to this many seconds, drawn at
+    /// random, so that keys of one window do not expire all at once (the reference's).
+    #[arg(long, env = "EXPIRATION_JITTER_MAX_SECONDS", default_value_t = 300)]
+    pub(crate) expiration_jitter_max_seconds: u64,
+    /// Reference mode: memory for keys known to be over their limit, answered without
+    /// Redis until their window ends (the reference's local cache; 0: none).
+    #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value_t = 0)]
+    pub(crate) local_cache_size_in_bytes: usize,
     /// How long startup waits for the store's first answer before serving without it (a
     /// fresh instance deciding from an empty local view would over-admit meanwhile).
     #[arg(long, env = "STORE_STARTUP_WAIT", default_value = "3s", value_parser = parse_duration)]
     pub(crate) store_startup_wait: Duration,
     /// What a request gets when the store fails or times out: a decision from the local
     /// view (local), OK (allow), OVER_LIMIT (deny), or gRPC UNAVAILABLE (error), so that
-    /// Envoy's failure_mode_deny decides.
-    #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, default_value = "local", value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
-    pub(crate) on_store_error: OnStoreError,
+    /// Envoy's failure_mode_deny decides [default: local; in reference mode, error]
+    #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
+    pub(crate) on_store_error: Option<OnStoreError>,
 }
 
 impl StoreArgs {
+    /// How long a request waits for the store: the reference's Redis timeout in reference
+    /// mode, unless the store timeout is set.
+    pub(crate) fn timeout(&self, reference: bool) -> Duration {
+        match (self.store_timeout, reference) {
+            (Some(timeout), _) => timeout,
+            (None, true) => self.redis_timeout,
+            (None, false) => Duration::from_millis(10),
+        }
+    }
+
+    /// What a request gets when the store fails: in reference mode, the reference's error
+    /// unless set otherwise.
+    pub(crate) fn on_error(&self, reference: bool) -> OnStoreError {
+        match (self.on_store_error, reference) {
+            (Some(mode), _) => mode,
+            (None, true) => OnStoreError::Error,
+            (None, false) => OnStoreError::Local,
+        }
+    }
+
     pub(crate) fn backend(&self) -> Backend {
         self.backend.unwrap_or(if self.redis_url.is_some() {
             Backend::Redis
@@ -769,6 +921,12 @@ pub(crate) struct RuleArgs {
     /// (a descriptor defined twice is still an error).
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) merge_domain_config: bool,
+    /// Answer and count exactly as the reference does, in its Redis keys, so that
+    /// reference instances and Tollgates share every counter during a migration: fixed
+    /// windows, increment first, an error when Redis fails; rules may use nothing the
+    /// reference does not have.
+    #[arg(long, env = "REFERENCE_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) reference_mode: bool,
 }
 
 impl RuleArgs {
@@ -776,6 +934,7 @@ impl RuleArgs {
         Defaults {
             algorithm: self.default_algorithm,
             precision: self.precision,
+            reference: self.reference_mode,
         }
     }
 

@@ -174,6 +174,7 @@ impl Service {
             ),
             metrics: Arc::new(metrics),
             headers: HeaderStyle::Reference,
+            header_names: Default::default(),
             dynamic_metadata: true,
             status: RulesStatus::new(false),
         });

@@ -90,7 +90,9 @@ impl Rlqs {
     pub(crate) fn start(rls: Arc<Rls>, clock: Arc<dyn Clock>, config: RlqsConfig) -> Arc<Self> {
         let parts = match rls.limiter.store() {
             Store::Memory(_) => None,
-            Store::Shared(_) => Some(Parts::new(clock.clone(), Capacity::default())),
+            Store::Shared(_) | Store::Reference(_) => {
+                Some(Parts::new(clock.clone(), Capacity::default()))
+            }
         };
         if let Some(parts) = &parts {
             parts.spawn_sweeper();

@@ -239,9 +239,21 @@ fn seconds(reset: Option<i64>) -> String {
 }
 
 /// Dynamic metadata as JSON, with the reference's `limit` texts (Go's protobuf text
-/// format, which inserts spaces at random) reduced to single spaces.
+/// format, which inserts spaces at random) reduced to single spaces, and without
+/// `quotaModeEnabled`/`quotaModeViolations`: the pinned reference predates their removal
+/// (its #1112), which Tollgate follows.
 fn metadata(metadata: Option<&Struct>) -> String {
-    metadata.map_or_else(|| "none".to_owned(), |m| json(m).to_string())
+    metadata.map_or_else(
+        || "none".to_owned(),
+        |m| {
+            let mut value = json(m);
+            if let Some(fields) = value.as_object_mut() {
+                fields.remove("quotaModeEnabled");
+                fields.remove("quotaModeViolations");
+            }
+            value.to_string()
+        },
+    )
 }
 
 fn json(s: &Struct) -> serde_json::Value {

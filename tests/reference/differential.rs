@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::reference::{self, Installed, Reference, RuntimeRoot, plain_env};
@@ -35,6 +37,15 @@ use tollgate_testkit::{http, wait};
 use crate::compare::{self, Answer, Difference};
 use crate::generate::{Case, without_from_env};
 use crate::support::{reference_mode_note, tollgate_with_env, vars, work_dir};
+
+/// Features the pinned reference (its module at 2026-01-22, the newest the Go module proxy
+/// serves) does not have, always left out:
+/// - `quota`: quota mode there is its first design (#1045: every answer OK), which its
+///   #1059 replaced by the rule Tollgate follows (OVER_LIMIT when a non-quota descriptor,
+///   or every quota descriptor, is over); tests/envoy/budgets.rs checks that rule with the
+///   reference's later integration scenarios;
+/// - `negative`: `is_negative_hits`, which it ignores (it counts the hits up).
+const REFERENCE_LACKS: [&str; 2] = ["quota", "negative"];
 
 /// The seed of the test command.
 const FIXED_SEED: u64 = 1;
@@ -122,7 +133,12 @@ async fn run(variant: Variant) {
         serial: 0,
     };
     let seeds = seeds();
-    let without = without_from_env();
+    let mut without = without_from_env();
+    without.extend(REFERENCE_LACKS);
+    if let Variant::FixedWindow = variant {
+        // Tollgate's own all-or-nothing (README, "Differences from the reference").
+        without.push("stop_increment");
+    }
     let mut findings = Vec::new();
     for &seed in &seeds {
         if let Some(finding) = session.check(Case::generate(seed, &without)).await {
@@ -263,6 +279,79 @@ fn kind_of(steps: &[Step]) -> Option<String> {
         kind.push_str(&format!(" ({})", features.join(", ")));
     }
     Some(kind)
+}
+
+/// Whether every descriptor the last of `steps` differs on is explained by a deliberate
+/// difference (README, "Differences from the reference") met earlier on the same entries:
+/// the reference counted hits it denied (Tollgate counts admitted hits only), or counted
+/// under another window length in the same key (its key names a window's start, not its
+/// length, so a day and a week that start together share a counter; Tollgate's do not).
+/// With `shadow` rules a denial answers OK: one with nothing left is taken for one.
+fn deliberate(steps: &[Step], shadow: bool) -> bool {
+    let Some(last) = steps.last() else {
+        return false;
+    };
+    let differing: Vec<usize> = last
+        .differences
+        .iter()
+        .filter_map(Difference::status)
+        .collect();
+    !differing.is_empty()
+        && differing.iter().all(|&i| {
+            let Some(descriptor) = last.request.descriptors.get(i) else {
+                return false;
+            };
+            let unit = reference_statuses(last).get(i).map(unit_of);
+            earlier(steps, i).any(|(d, status, hits)| {
+                let over = status.code == Code::OverLimit as i32;
+                let denied = hits > 0 && (over || (shadow && status.limit_remaining == 0));
+                d.entries == descriptor.entries && (denied || Some(unit_of(status)) != unit)
+            })
+        })
+}
+
+/// Whether any of the case's rules or settings is in shadow mode.
+fn has_shadow(case: &Case) -> bool {
+    case.rules_yaml(SHOWN_DOMAIN).contains("shadow_mode: true")
+        || case
+            .settings
+            .iter()
+            .any(|(name, value)| name == "SHADOW_MODE" && value == "true")
+}
+
+/// The descriptors before the last step's descriptor `i` (earlier requests', and the ones
+/// before it in its own), with the reference's status and the hits each asked for.
+fn earlier(
+    steps: &[Step],
+    i: usize,
+) -> impl Iterator<Item = (&RateLimitDescriptor, &DescriptorStatus, u64)> {
+    steps.iter().enumerate().flat_map(move |(s, step)| {
+        let until = if s + 1 == steps.len() { i } else { usize::MAX };
+        step.request
+            .descriptors
+            .iter()
+            .zip(reference_statuses(step))
+            .take(until)
+            .map(|(d, status)| {
+                let hits = d
+                    .hits_addend
+                    .as_ref()
+                    .map_or(u64::from(step.request.hits_addend.max(1)), |h| h.value);
+                (d, status, hits)
+            })
+    })
+}
+
+fn reference_statuses(step: &Step) -> &[DescriptorStatus] {
+    step.reference
+        .as_ref()
+        .map(|r| r.statuses.as_slice())
+        .unwrap_or_default()
+}
+
+/// The unit of the limit a status names (0 when none).
+fn unit_of(status: &DescriptorStatus) -> i32 {
+    status.current_limit.as_ref().map_or(0, |l| l.unit)
 }
 
 /// One request and the two answers.
@@ -422,6 +511,10 @@ impl Session {
         };
         assert_serves(&trial, &case).await;
         let steps = trial.replay(&case.requests).await?;
+        if matches!(self.variant, Variant::FixedWindow) && deliberate(&steps, has_shadow(&case)) {
+            // REFERENCE_MODE (the other test) answers these as the reference does.
+            return None;
+        }
         let outcome = Outcome::Ran {
             fallbacks: 0.0,
             steps,

@@ -8,7 +8,9 @@
 //! - [`differential`]: random rule sets and request sequences ([`generate`]) sent in
 //!   lockstep to the reference and to Tollgate, answers compared field by field;
 //! - [`mixed_fleet`]: a reference and a Tollgate in reference mode on one Redis, under
-//!   load on the same keys, admitting no more than the limit together.
+//!   load on the same keys, admitting no more than the limit together;
+//! - [`stats`]: statsd output mapped by the reference's own statsd_exporter mapping, the
+//!   same series from both; the debug port's `/stats` and `/rlconfig`.
 //!
 //! Without Go there is no reference: every test here then passes after printing a
 //! `SKIPPED` line that says why.
@@ -18,4 +20,5 @@ mod differential;
 mod generate;
 mod integration;
 mod mixed_fleet;
+mod stats;
 mod support;

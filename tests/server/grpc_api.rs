@@ -90,8 +90,10 @@ async fn rejects_malformed_requests_with_invalid_argument() {
         "{msg}"
     );
 
-    let msg = rls.invalid(request("api", &[&[("user", "a")], &[]])).await;
-    assert!(msg.contains("has no entries"), "{msg}");
+    // A descriptor without entries matches no rule: OK, no limit, as the reference says.
+    let resp = rls.ok(request("api", &[&[("user", "a")], &[]])).await;
+    assert_eq!(resp.statuses.len(), 2);
+    assert_eq!(resp.statuses[1].current_limit, None);
 
     let msg = rls.invalid(request("api", &[&[("", "a")]])).await;
     assert!(msg.contains("empty key"), "{msg}");

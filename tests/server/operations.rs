@@ -360,6 +360,61 @@ async fn reference_and_draft_response_headers() {
     );
 }
 
+/// The reference's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER name
+/// the three headers.
+#[tokio::test]
+async fn reference_header_names_are_the_settings() {
+    let server = Serve::rules(RULES)
+        .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        .env("LIMIT_LIMIT_HEADER", "X-Quota")
+        .env("LIMIT_REMAINING_HEADER", "X-Quota-Left")
+        .env("LIMIT_RESET_HEADER", "X-Quota-Reset")
+        .start();
+    let mut rls = server.client().await;
+    let response = rls.ok(request("ops", &[&[("user", "n")]])).await;
+    assert_eq!(
+        headers_to_add(&response),
+        [
+            ("X-Quota", "3"),
+            ("X-Quota-Left", "2"),
+            ("X-Quota-Reset", "60")
+        ]
+    );
+    let refused = Serve::rules(RULES)
+        .env("LIMIT_RESET_HEADER", "bad header")
+        .try_start()
+        .err()
+        .expect("an invalid header name stops startup");
+    assert!(
+        refused
+            .stderr
+            .contains("'bad header' is not an HTTP header name"),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// LOG_FORMAT=json writes the reference's fields: `@timestamp`, `level`, `@message`.
+#[tokio::test]
+async fn json_logs_have_the_references_field_names() {
+    let server = Serve::rules(RULES).env("LOG_FORMAT", "json").start();
+    let lines = server.stderr().all();
+    let line = lines
+        .iter()
+        .find(|l| l.contains("rules loaded"))
+        .unwrap_or_else(|| panic!("no 'rules loaded' line in {lines:#?}"));
+    let parsed: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert_eq!(parsed["@message"], "rules loaded", "{line}");
+    assert_eq!(parsed["level"], "info", "{line}");
+    let timestamp = parsed["@timestamp"].as_str().unwrap_or_default();
+    assert!(
+        timestamp.len() >= 20 && timestamp.ends_with('Z') && timestamp.as_bytes()[10] == b'T',
+        "{line}"
+    );
+    assert_eq!(parsed["domains"], 1, "{line}");
+}
+
 /// SIGTERM with a shutdown delay: HTTP and gRPC health fail at once (so load balancers
 /// and Envoy stop sending), calls are still answered while the delay runs, and the
 /// process then exits 0.

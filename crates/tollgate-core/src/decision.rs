@@ -36,6 +36,9 @@ pub struct Limited {
     pub admitted: bool,
     /// The rule is in shadow mode: a denial is reported but never enforced.
     pub shadow: bool,
+    /// The descriptor is a budget (quota mode): being over denies the request only when
+    /// every budget of it is.
+    pub quota: bool,
     /// Units left after this request (for a denial: left now).
     pub remaining: u64,
     /// Admitted: until the counted units are forgotten. Denied: until the same request
@@ -52,6 +55,12 @@ impl Limited {
     /// Whether this descriptor denies the request (a shadow-mode denial does not).
     pub fn is_over(&self) -> bool {
         !self.admitted && !self.shadow
+    }
+
+    /// The units left that answers report: none for a denial, as the reference reports
+    /// it (the units a smaller request could still take stay in `remaining`).
+    pub fn reported_remaining(&self) -> u64 {
+        if self.admitted { self.remaining } else { 0 }
     }
 
     /// The wait a client is told, in whole seconds rounded up: a client that waits the
@@ -77,12 +86,23 @@ impl Outcome {
 }
 
 impl Decision {
-    /// The counted descriptor with the fewest units left: what response headers describe.
+    /// The descriptor response headers describe, as the reference picks it: the last one
+    /// over its limit (budgets aside), else the first with the fewest units left.
     pub fn tightest(&self) -> Option<(usize, &Limited)> {
-        self.descriptors
-            .iter()
-            .enumerate()
-            .filter_map(|(i, o)| o.limited().map(|l| (i, l)))
-            .min_by_key(|(_, l)| l.remaining)
+        let mut tightest = None;
+        let mut fewest = u64::MAX;
+        for (i, limited) in self.descriptors.iter().enumerate() {
+            let Some(limited) = limited.limited() else {
+                continue;
+            };
+            if limited.is_over() && !limited.quota {
+                tightest = Some((i, limited));
+                fewest = 0;
+            } else if limited.reported_remaining() < fewest {
+                tightest = Some((i, limited));
+                fewest = limited.reported_remaining();
+            }
+        }
+        tightest
     }
 }

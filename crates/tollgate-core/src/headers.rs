@@ -22,7 +22,7 @@ pub fn headers(style: HeaderStyle, decision: &Decision) -> Vec<(&'static str, St
         return Vec::new();
     };
     let limit = &tightest.limit;
-    let remaining = tightest.remaining.min(u64::from(u32::MAX));
+    let remaining = tightest.reported_remaining().min(u64::from(u32::MAX));
     let reset = tightest.reset_seconds();
     match style {
         HeaderStyle::Off => Vec::new(),
@@ -63,6 +63,7 @@ mod tests {
             limit,
             admitted: remaining > 0,
             shadow: false,
+            quota: false,
             remaining,
             reset,
             hits: 1,

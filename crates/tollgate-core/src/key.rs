@@ -38,6 +38,26 @@ pub(crate) fn write_counter_key<'a>(
     out.push_str(shape);
 }
 
+/// Writes the reference service's key of a descriptor into `out` (cleared first), up to
+/// the window: `domain_key1_value1_key2_value2_`. The reference mode's store appends the
+/// window's start, as the reference does, so that both count in the same Redis keys. Not
+/// injective (the reference's `a` + `b_c` is its `a_b` + `c`): kept only for that mode.
+pub(crate) fn write_reference_key<'a>(
+    out: &mut String,
+    domain: &str,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+) {
+    out.clear();
+    out.push_str(domain);
+    out.push('_');
+    for (key, value) in entries {
+        out.push_str(key);
+        out.push('_');
+        out.push_str(value);
+        out.push('_');
+    }
+}
+
 fn escape_into(out: &mut String, text: &str) {
     // Most values need no escaping: copy runs of plain characters whole.
     let mut plain_from = 0;
@@ -67,6 +87,13 @@ mod tests {
         let mut out = String::new();
         write_counter_key(&mut out, domain, entries.iter().copied(), "s60.10");
         out
+    }
+
+    #[test]
+    fn the_reference_layout_is_the_references() {
+        let mut out = String::new();
+        write_reference_key(&mut out, "edge", [("foo", "pelle"), ("baz", "shady")]);
+        assert_eq!(out, "edge_foo_pelle_baz_shady_");
     }
 
     #[test]

@@ -11,11 +11,11 @@ use futures_util::future::join_all;
 
 use crate::algo::Hits;
 use crate::decision::{Decision, Limited, Outcome};
-use crate::key::write_counter_key;
+use crate::key::{write_counter_key, write_reference_key};
 use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
-use crate::store::{Store, StoreError};
+use crate::store::{KeyLayout, Store, StoreError};
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -165,16 +165,25 @@ impl<R: Recorder> Limiter<R> {
         req.validate()?;
         let installed = self.installed.load_full();
         let domain = installed.rules.domain(&req.domain);
+        // A request's own limit stands in for the rule, whole: none of the rule's shadow
+        // mode, replaces or quota mode apply to it, as in the reference.
         let matched: Vec<Option<&Rule>> = req
             .descriptors
             .iter()
-            .map(|d| domain.and_then(|dom| dom.find(d.pairs())))
+            .map(|d| match (domain, d.limit) {
+                (Some(_), Some(_)) | (None, _) => None,
+                (Some(dom), None) => dom.find(d.pairs()),
+            })
             .collect();
-        let plans = drop_replaced(matched)
+        let mut plans = drop_replaced(matched)
             .into_iter()
             .zip(&req.descriptors)
             .map(|(rule, d)| self.plan(&req.domain, d, rule, domain.is_some()))
             .collect::<Result<Vec<_>, _>>()?;
+        let reference = self.store.key_layout() == KeyLayout::Reference;
+        if reference && self.options.all_or_nothing {
+            self.hold_back(&mut plans).await?;
+        }
 
         let verdicts = join_all(plans.iter().map(|plan| async move {
             match plan {
@@ -202,6 +211,7 @@ impl<R: Recorder> Limiter<R> {
                             limit: limit.clone(),
                             admitted: verdict.decision.admitted,
                             shadow: rule.is_some_and(|r| r.shadow_mode),
+                            quota: self.is_quota(plan),
                             remaining: verdict.decision.remaining,
                             reset: Duration::from_nanos(verdict.decision.reset_ns),
                             hits: hits.counted(),
@@ -213,7 +223,7 @@ impl<R: Recorder> Limiter<R> {
                 (Plan::NoLimit, _) | (Plan::Limited { .. }, None) => Outcome::NoLimit,
             });
         }
-        if self.options.all_or_nothing && outcomes.iter().any(Outcome::is_over) {
+        if self.options.all_or_nothing && !reference && outcomes.iter().any(Outcome::is_over) {
             self.give_back(&plans, &mut outcomes).await;
         }
         for ((plan, outcome), descriptor) in plans.iter().zip(&outcomes).zip(&req.descriptors) {
@@ -260,6 +270,36 @@ impl<R: Recorder> Limiter<R> {
                 l.hits = 0;
             }
         }
+    }
+
+    /// The reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, for its key layout: the
+    /// counts before the request decide. If any descriptor would go over its limit, only
+    /// the descriptors that would are counted; the others are checked instead.
+    async fn hold_back(&self, plans: &mut [Plan<'_>]) -> Result<(), DecideError> {
+        let before = join_all(plans.iter().map(|plan| async move {
+            match plan {
+                Plan::Limited {
+                    limits, key, hits, ..
+                } => {
+                    let verdict = self.store.apply(key, limits, Hits::Check).await?;
+                    let over =
+                        !verdict.decision.admitted || hits.counted() > verdict.decision.remaining;
+                    Ok::<_, StoreError>(over)
+                }
+                Plan::NoLimit | Plan::Unlimited => Ok(false),
+            }
+        }))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<bool>, _>>()?;
+        if before.contains(&true) {
+            for (plan, over) in plans.iter_mut().zip(before) {
+                if let (Plan::Limited { hits, .. }, false) = (plan, over) {
+                    *hits = Hits::Check;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether a descriptor counts as a budget for the request's overall answer.
@@ -317,7 +357,10 @@ impl<R: Recorder> Limiter<R> {
         let mut key = String::new();
         let entries = descriptor.pairs().enumerate();
         let entries = entries.map(|(i, (k, v))| (k, rule.map_or(v, |r| r.key_value(i, v))));
-        write_counter_key(&mut key, domain, entries, &shape);
+        match self.store.key_layout() {
+            KeyLayout::Tollgate => write_counter_key(&mut key, domain, entries, &shape),
+            KeyLayout::Reference => write_reference_key(&mut key, domain, entries),
+        }
         let budget = self.options.quota_mode || rule.is_some_and(|r| r.budget);
         let hits = match descriptor.hits {
             Hits::Consume(n) if budget => Hits::Charge(n),
@@ -362,7 +405,8 @@ fn over(outcomes: &[Outcome], quota: &[bool]) -> bool {
     budgets > 0 && budgets_over == budgets
 }
 
-/// Drops matched rules whose limit another matched rule `replaces`, as the reference does.
+/// Drops matched rules whose limit another matched rule `replaces`, as the reference does
+/// (which keeps answering an unlimited rule as unlimited, replaced or not).
 fn drop_replaced(mut matched: Vec<Option<&Rule>>) -> Vec<Option<&Rule>> {
     let replaced: Vec<&str> = matched
         .iter()
@@ -371,7 +415,11 @@ fn drop_replaced(mut matched: Vec<Option<&Rule>>) -> Vec<Option<&Rule>> {
         .collect();
     if !replaced.is_empty() {
         for slot in &mut matched {
-            if slot.is_some_and(|r| replaced.iter().any(|name| r.is_named(name))) {
+            let dropped = slot.is_some_and(|r| {
+                !matches!(r.policy, Policy::Unlimited { .. })
+                    && replaced.iter().any(|name| r.is_named(name))
+            });
+            if dropped {
                 *slot = None;
             }
         }

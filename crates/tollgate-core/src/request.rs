@@ -118,9 +118,6 @@ pub enum InvalidRequest {
     /// More than [`MAX_DESCRIPTORS`].
     #[error("too many descriptors: {0} (at most {MAX_DESCRIPTORS})")]
     TooManyDescriptors(usize),
-    /// A descriptor without entries.
-    #[error("descriptor {0} has no entries")]
-    NoEntries(usize),
     /// More than [`MAX_ENTRIES`] in a descriptor.
     #[error("descriptor {descriptor} has too many entries: {count} (at most {MAX_ENTRIES})")]
     TooManyEntries {
@@ -165,10 +162,9 @@ impl Request<'_> {
             return Err(InvalidRequest::TooManyDescriptors(self.descriptors.len()));
         }
         for (d, descriptor) in self.descriptors.iter().enumerate() {
+            // A descriptor without entries matches no rule: OK with no limit, as the
+            // reference answers it.
             let entries = &descriptor.entries;
-            if entries.is_empty() {
-                return Err(InvalidRequest::NoEntries(d));
-            }
             if entries.len() > MAX_ENTRIES {
                 return Err(InvalidRequest::TooManyEntries {
                     descriptor: d,
@@ -229,7 +225,10 @@ mod tests {
             error(req("d", vec![])),
             "rate limit descriptor list must not be empty"
         );
-        assert_eq!(error(req("d", vec![vec![]])), "descriptor 0 has no entries");
+        assert!(
+            req("d", vec![vec![]]).validate().is_ok(),
+            "no entries: no rule"
+        );
         assert_eq!(
             error(req("d", vec![vec![("k", "v"), ("", "v")]])),
             "descriptor 0 entry 1 has an empty key"

@@ -235,6 +235,11 @@ pub fn plain_env(redis: &str, root: &RuntimeRoot) -> Vec<(String, String)> {
 // The server
 // ---------------------------------------------------------------------------
 
+/// Starts tried when a port was taken meanwhile.
+const PORT_RACE_ATTEMPTS: u32 = 4;
+/// How the reference says so.
+const IN_USE: &str = "address already in use";
+
 /// A running reference server on loopback; killed when dropped.
 pub struct Reference {
     process: Process,
@@ -252,9 +257,18 @@ impl Reference {
     /// free loopback ports; ready once all three answer. Panics, with its output, if it
     /// does not get there.
     pub async fn start(installed: &Installed, env: &[(String, String)]) -> Self {
-        Self::try_start(installed, env)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(installed, env).await {
+                Ok(reference) => return reference,
+                // A free port can be taken by another process before the reference binds
+                // it (the suites run in parallel): new ports, a few times.
+                Err(e) if attempt < PORT_RACE_ATTEMPTS && e.to_string().contains(IN_USE) => {
+                    attempt += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
     }
 
     /// [`Reference::start`], returning why it failed.

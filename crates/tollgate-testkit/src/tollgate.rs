@@ -61,6 +61,9 @@ pub fn command() -> Command {
 pub fn command_at(binary: &Path) -> Command {
     let mut cmd = Command::new(binary);
     cmd.env_clear();
+    // The debug port's default is the reference's fixed 6070 on every interface: tests
+    // that want it name a free loopback port.
+    cmd.env("DEBUG_PORT", "off");
     cmd
 }
 

@@ -50,6 +50,7 @@ mod tests {
             limit,
             admitted: true,
             shadow: false,
+            quota: false,
             remaining: 1,
             reset: Duration::from_secs(1),
             hits: 1,

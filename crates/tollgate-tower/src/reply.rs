@@ -193,6 +193,7 @@ mod tests {
             limit: Limit::new(limit, Unit::Minute).with_name("per-client"),
             admitted: false,
             shadow: false,
+            quota: false,
             remaining: 0,
             reset: Duration::from_millis(reset_ms),
             hits: 1,

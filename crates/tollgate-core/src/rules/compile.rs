@@ -150,6 +150,9 @@ impl Context<'_> {
             (None, None) => (Vec::new(), String::new()),
         };
         let listed = limits_path.ends_with('s');
+        if self.defaults.reference {
+            self.reference_only(spec.budget, path, listed);
+        }
         let mut replaces = Vec::new();
         for (i, limit) in limits.iter().enumerate() {
             let here = if listed {
@@ -196,6 +199,20 @@ impl Context<'_> {
         };
         let children = self.level(spec.descriptors, &format!("{path}.descriptors"), here);
         Node { rule, children }
+    }
+
+    /// Reference mode's refusal of what only Tollgate's rules can say.
+    fn reference_only(&mut self, budget: bool, path: &str, listed: bool) {
+        if listed {
+            let message = "REFERENCE_MODE has one rate_limit per descriptor, as the reference; \
+                           `rate_limits` is Tollgate's";
+            self.error(&format!("{path}.rate_limits"), message.into());
+        }
+        if budget {
+            let message = "REFERENCE_MODE counts every hit as the reference does; `budget` is \
+                           Tollgate's (quota_mode is the reference's)";
+            self.error(&format!("{path}.budget"), message.into());
+        }
     }
 
     fn policy(&mut self, specs: Vec<RateLimitSpec>, path: &str, listed: bool) -> Option<Policy> {
@@ -272,13 +289,29 @@ impl Context<'_> {
             }
         };
         let kind = match spec.algorithm.as_deref().map(str::parse::<AlgorithmKind>) {
+            None if self.defaults.reference => AlgorithmKind::FixedWindow,
             None => self.defaults.algorithm,
+            Some(Ok(AlgorithmKind::FixedWindow)) => AlgorithmKind::FixedWindow,
+            Some(Ok(kind)) if self.defaults.reference => {
+                let message = format!(
+                    "REFERENCE_MODE counts fixed windows, as the reference does; `{}` is Tollgate's",
+                    kind.as_str()
+                );
+                self.error(&format!("{path}.algorithm"), message);
+                return None;
+            }
             Some(Ok(kind)) => kind,
             Some(Err(unknown)) => {
                 self.error(&format!("{path}.algorithm"), unknown.to_string());
                 return None;
             }
         };
+        if self.defaults.reference && spec.unit_multiplier.is_some() {
+            let message =
+                "REFERENCE_MODE has the reference's units only; `unit_multiplier` is Tollgate's";
+            self.error(&format!("{path}.unit_multiplier"), message.into());
+            return None;
+        }
         let bucket = matches!(
             kind,
             AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket

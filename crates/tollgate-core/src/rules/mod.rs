@@ -29,6 +29,10 @@ pub struct Defaults {
     pub algorithm: AlgorithmKind,
     /// Sub-windows of sliding windows that name no precision.
     pub precision: u32,
+    /// Reference mode: every limit is the reference's fixed window, and rules may use
+    /// nothing the reference does not have (`algorithm`, `rate_limits`, `unit_multiplier`,
+    /// `budget`).
+    pub reference: bool,
 }
 
 impl Default for Defaults {
@@ -36,6 +40,7 @@ impl Default for Defaults {
         Self {
             algorithm: AlgorithmKind::SlidingWindow,
             precision: DEFAULT_PRECISION,
+            reference: false,
         }
     }
 }
@@ -45,7 +50,11 @@ impl Defaults {
     /// limit override gets).
     pub fn limit(&self, requests_per_unit: u32, unit: Unit) -> Result<Limit, LimitError> {
         let burst = requests_per_unit.max(1);
-        let algorithm = match self.algorithm {
+        let kind = match self.reference {
+            true => AlgorithmKind::FixedWindow,
+            false => self.algorithm,
+        };
+        let algorithm = match kind {
             AlgorithmKind::SlidingWindow => Algorithm::SlidingWindow {
                 precision: self.precision,
             },

@@ -360,3 +360,65 @@ descriptors:
         "{errors}"
     );
 }
+
+fn reference_mode(text: &str) -> Result<Rules, ConfigErrors> {
+    let mut builder = RulesBuilder::new(Defaults {
+        reference: true,
+        ..Defaults::default()
+    });
+    builder.add_yaml("rules.yaml", text);
+    builder.finish()
+}
+
+#[test]
+fn reference_mode_counts_fixed_windows_and_refuses_what_only_tollgate_has() {
+    let rules = reference_mode(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let rule = rules.domain("d").and_then(|d| d.find([("a", "x")]));
+    let Some(Policy::Limited { limits, .. }) = rule.map(|r| &r.policy) else {
+        panic!("a limited rule");
+    };
+    assert_eq!(limits[0].algorithm.kind(), AlgorithmKind::FixedWindow);
+
+    let errors = reference_mode(
+        r#"
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
+  - key: b
+    rate_limits: [{unit: minute, requests_per_unit: 5}]
+  - key: c
+    rate_limit: {unit: minute, requests_per_unit: 5, unit_multiplier: 2}
+  - key: e
+    budget: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#,
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    for (place, says) in [
+        (
+            "descriptors[0].rate_limit.algorithm",
+            "counts fixed windows",
+        ),
+        (
+            "descriptors[1].rate_limits",
+            "one rate_limit per descriptor",
+        ),
+        (
+            "descriptors[2].rate_limit.unit_multiplier",
+            "the reference's units only",
+        ),
+        ("descriptors[3].budget", "counts every hit"),
+    ] {
+        assert!(
+            errors.contains(&format!("rules.yaml: {place}: REFERENCE_MODE"))
+                && errors.contains(says),
+            "no '{place}: … {says}' in:\n{errors}"
+        );
+    }
+}

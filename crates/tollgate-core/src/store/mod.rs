@@ -33,6 +33,20 @@ pub enum Store {
     /// Counters in Redis or PostgreSQL, shared by every instance pointed at it.
     #[cfg(any(feature = "redis", feature = "postgres"))]
     Shared(Arc<SharedStore>),
+    /// Counters in Redis in the reference service's keys, counted its way (reference
+    /// mode).
+    #[cfg(feature = "redis")]
+    Reference(Arc<redis::ReferenceStore>),
+}
+
+/// How a store names counters: what the limiter writes as a counter's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyLayout {
+    /// Tollgate's injective key of domain, entries and the limits' shape.
+    Tollgate,
+    /// The reference service's `domain_key_value_…_`, which its store completes with the
+    /// window.
+    Reference,
 }
 
 /// Why a store could not decide.
@@ -157,6 +171,17 @@ impl Store {
             Self::Memory(m) => Ok(m.apply(key, limits, hits)),
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.apply(key, limits, hits).await,
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.apply(key, limits, hits).await,
+        }
+    }
+
+    /// How this store's counters are keyed.
+    pub fn key_layout(&self) -> KeyLayout {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Reference(_) => KeyLayout::Reference,
+            _ => KeyLayout::Tollgate,
         }
     }
 
@@ -166,6 +191,8 @@ impl Store {
             Self::Memory(_) => true,
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.is_up(),
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.is_up(),
         }
     }
 
@@ -175,6 +202,8 @@ impl Store {
             Self::Memory(_) => true,
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.is_up() || r.on_error() != OnStoreError::Error,
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.is_up() || r.on_error() != OnStoreError::Error,
         }
     }
 
@@ -184,6 +213,8 @@ impl Store {
             Self::Memory(m) => m.stats(),
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.stats(),
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.stats(),
         }
     }
 }

@@ -278,6 +278,17 @@ impl Conn {
         }
     }
 
+    /// Runs `pipe` (reference mode's `INCRBY` and `EXPIRE`).
+    pub(super) async fn pipeline<T: redis::FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Self::Single(c) => pipe.query_async(c).await,
+            Self::Cluster(c) => pipe.query_async(c).await,
+        }
+    }
+
     async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         match self {
             Self::Single(c) => cmd.query_async(c).await,

@@ -4,9 +4,11 @@
 mod connect;
 #[cfg(test)]
 mod differential;
+mod reference;
 mod script;
 
 pub use connect::{Credentials, RedisKind, RedisTarget, RedisTls, TargetError};
+pub use reference::{ReferenceConfig, ReferenceStore};
 
 use std::sync::Arc;
 use std::time::Duration;
