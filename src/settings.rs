@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -12,7 +13,7 @@ use tollgate_core::rules::RulesBuilder;
 use crate::listen::ConnLimits;
 use crate::tls::ServerTlsFiles;
 use tollgate_core::store::redis::RedisKind;
-use tollgate_core::{AlgorithmKind, Capacity, Defaults, OnStoreError};
+use tollgate_core::{AlgorithmKind, Calendar, Capacity, Defaults, OnStoreError, Unit};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
 #[derive(Debug, Parser)]
@@ -614,6 +615,12 @@ where
 /// Parses a duration the way Go's `time.ParseDuration` does (`10s`, `1m30s`, `1.5h`,
 /// `250us`, `0`), which is how the reference's settings are written; a bare number is
 /// milliseconds.
+fn parse_time_zone(text: &str) -> Result<Arc<str>, String> {
+    Calendar::new(Unit::Day, 1, text)
+        .map(|calendar| calendar.zone_name().into())
+        .map_err(|e| e.to_string())
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let invalid = || format!("'{text}' is not a duration like 10ms, 250us, 3s, 1m or 1h30m");
@@ -761,6 +768,12 @@ pub(crate) struct RuleArgs {
     /// Algorithm of limits that name none.
     #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "sliding_window", value_parser = one_of::<AlgorithmKind>(&["sliding_window", "fixed_window", "token_bucket", "leaky_bucket"]))]
     pub(crate) default_algorithm: AlgorithmKind,
+    /// An IANA time zone (e.g. Europe/Berlin): every fixed window of a day, week, month or
+    /// year that does not say `calendar: false` follows that zone's calendar (a month
+    /// renews on the 1st); also the zone of `calendar: true` limits that name none. The
+    /// way to calendar windows over xDS, whose protocol has no field for them.
+    #[arg(long, env = "CALENDAR_TIME_ZONE", value_parser = parse_time_zone)]
+    pub(crate) calendar_time_zone: Option<Arc<str>>,
     /// Domains whose every rule is a budget (consumption is recorded even past the
     /// limit), for rules that cannot say so themselves, e.g. over xDS; `*` for all.
     #[arg(long, env = "BUDGET_DOMAINS", value_delimiter = ',')]
@@ -776,6 +789,7 @@ impl RuleArgs {
         Defaults {
             algorithm: self.default_algorithm,
             precision: self.precision,
+            calendar_zone: self.calendar_time_zone.clone(),
         }
     }
 

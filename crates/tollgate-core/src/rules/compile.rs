@@ -7,6 +7,7 @@ use super::pattern::Pattern;
 use super::spec::{DescriptorSpec, DomainSpec, RateLimitSpec};
 use super::tree::{Domain, KeyNodes, Level, Node, Policy, Rule};
 use super::{ConfigError, Defaults};
+use crate::calendar::Calendar;
 use crate::limit::{Algorithm, AlgorithmKind, Limit};
 use crate::unit::Unit;
 
@@ -290,6 +291,13 @@ impl Context<'_> {
             );
             return None;
         }
+        if spec.time_zone.is_some() && spec.calendar != Some(true) {
+            self.error(
+                &format!("{path}.time_zone"),
+                "time_zone applies only to a calendar window (calendar: true)".into(),
+            );
+            return None;
+        }
         if spec.precision.is_some() && kind != AlgorithmKind::SlidingWindow {
             self.error(
                 &format!("{path}.precision"),
@@ -308,9 +316,26 @@ impl Context<'_> {
             AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
             AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
         };
+        let multiplier = spec.unit_multiplier.unwrap_or(1);
+        let zone = match (spec.calendar, spec.time_zone) {
+            (Some(true), Some(zone)) => Some(zone.into()),
+            (Some(true), None) => self.defaults.calendar_zone.clone(),
+            // The settings' calendar covers the fixed windows it can place, unless refused.
+            (None, None) if kind == AlgorithmKind::FixedWindow && unit >= Unit::Day => {
+                self.defaults.calendar_zone.clone()
+            }
+            _ => None,
+        };
         let limit = Limit::new(spec.requests_per_unit, unit)
-            .with_multiplier(spec.unit_multiplier.unwrap_or(1))
+            .with_multiplier(multiplier)
             .and_then(|l| l.with_algorithm(algorithm))
+            .and_then(|l| match zone {
+                Some(zone) => l.with_calendar(Calendar::new(unit, multiplier, &zone)?),
+                None if spec.calendar == Some(true) => {
+                    l.with_calendar(Calendar::new(unit, multiplier, "UTC")?)
+                }
+                None => Ok(l),
+            })
             .map(|l| match spec.name {
                 Some(name) => l.with_name(name),
                 None => l,

@@ -18,17 +18,23 @@ pub use tree::{Domain, Policy, Rule, Rules};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
+use crate::calendar::Calendar;
 use crate::limit::{Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError};
 use crate::unit::Unit;
 
 /// Settings-level defaults for what a rule leaves out.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Defaults {
     /// Algorithm of limits that name none.
     pub algorithm: AlgorithmKind,
     /// Sub-windows of sliding windows that name no precision.
     pub precision: u32,
+    /// The IANA zone whose calendar places every fixed window of a day or longer that
+    /// does not say `calendar: false`, and calendar windows that name no zone; `None`:
+    /// only rules that say `calendar: true` are calendar windows, in UTC by default.
+    pub calendar_zone: Option<Arc<str>>,
 }
 
 impl Default for Defaults {
@@ -36,6 +42,7 @@ impl Default for Defaults {
         Self {
             algorithm: AlgorithmKind::SlidingWindow,
             precision: DEFAULT_PRECISION,
+            calendar_zone: None,
         }
     }
 }
@@ -53,7 +60,13 @@ impl Defaults {
             AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
             AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
         };
-        Limit::new(requests_per_unit, unit).with_algorithm(algorithm)
+        let limit = Limit::new(requests_per_unit, unit).with_algorithm(algorithm)?;
+        match &self.calendar_zone {
+            Some(zone) if self.algorithm == AlgorithmKind::FixedWindow && unit >= Unit::Day => {
+                limit.with_calendar(Calendar::new(unit, 1, zone)?)
+            }
+            _ => Ok(limit),
+        }
     }
 }
 
@@ -209,7 +222,7 @@ impl RulesBuilder {
         let compiled = compile::compile(
             origin,
             spec,
-            self.defaults,
+            self.defaults.clone(),
             budget,
             next_id,
             &mut self.errors,

@@ -1,0 +1,216 @@
+use jiff::Timestamp;
+
+use super::*;
+
+const HOUR: u64 = 3_600_000_000_000;
+const DAY: u64 = 24 * HOUR;
+
+/// An RFC 3339 instant in nanoseconds since the epoch.
+fn at(instant: &str) -> u64 {
+    let t: Timestamp = instant.parse().expect("a valid instant");
+    u64::try_from(t.as_nanosecond()).expect("after 1970")
+}
+
+fn calendar(unit: Unit, multiplier: u32, zone: &str) -> Calendar {
+    Calendar::new(unit, multiplier, zone).expect("a valid calendar")
+}
+
+/// The window holding `instant`, as RFC 3339 UTC instants.
+fn window(c: &Calendar, instant: &str) -> (String, String) {
+    let w = c.window_at(at(instant));
+    let show = |ns: u64| {
+        Timestamp::from_nanosecond(i128::from(ns))
+            .expect("in range")
+            .to_string()
+    };
+    (show(w.start_ns), show(w.end_ns))
+}
+
+fn length(c: &Calendar, instant: &str) -> u64 {
+    let w = c.window_at(at(instant));
+    w.end_ns - w.start_ns
+}
+
+#[test]
+fn months_are_28_to_31_days_and_february_knows_leap_years() {
+    let month = calendar(Unit::Month, 1, "UTC");
+    for (instant, days) in [
+        ("2026-02-14T12:00:00Z", 28),
+        ("2028-02-29T23:59:59Z", 29),
+        ("2100-02-01T00:00:00Z", 28),
+        ("2000-02-10T00:00:00Z", 29),
+        ("2026-04-30T10:00:00Z", 30),
+        ("2026-01-31T23:59:59Z", 31),
+    ] {
+        assert_eq!(length(&month, instant), days * DAY, "{instant}");
+    }
+    assert_eq!(
+        window(&month, "2028-02-29T23:59:59Z"),
+        ("2028-02-01T00:00:00Z".into(), "2028-03-01T00:00:00Z".into())
+    );
+    let year = calendar(Unit::Year, 1, "UTC");
+    assert_eq!(length(&year, "2028-07-01T00:00:00Z"), 366 * DAY);
+    assert_eq!(length(&year, "2026-07-01T00:00:00Z"), 365 * DAY);
+}
+
+#[test]
+fn local_days_are_23_and_25_hours_long_on_daylight_saving_changes() {
+    let berlin = calendar(Unit::Day, 1, "Europe/Berlin");
+    assert_eq!(
+        window(&berlin, "2026-03-29T12:00:00Z"),
+        ("2026-03-28T23:00:00Z".into(), "2026-03-29T22:00:00Z".into())
+    );
+    assert_eq!(
+        window(&berlin, "2026-10-25T12:00:00Z"),
+        ("2026-10-24T22:00:00Z".into(), "2026-10-25T23:00:00Z".into())
+    );
+    assert_eq!(length(&berlin, "2026-06-01T12:00:00Z"), 24 * HOUR);
+    let new_york = calendar(Unit::Day, 1, "America/New_York");
+    assert_eq!(
+        window(&new_york, "2026-03-08T12:00:00Z"),
+        ("2026-03-08T05:00:00Z".into(), "2026-03-09T04:00:00Z".into())
+    );
+    assert_eq!(
+        window(&new_york, "2026-11-01T12:00:00Z"),
+        ("2026-11-01T04:00:00Z".into(), "2026-11-02T05:00:00Z".into())
+    );
+    // A month holding a change is an hour shorter or longer than its days.
+    let month = calendar(Unit::Month, 1, "Europe/Berlin");
+    assert_eq!(length(&month, "2026-03-15T00:00:00Z"), 31 * DAY - HOUR);
+    assert_eq!(length(&month, "2026-10-15T00:00:00Z"), 31 * DAY + HOUR);
+}
+
+#[test]
+fn a_day_whose_midnight_falls_in_a_gap_starts_when_the_gap_ends() {
+    // Havana moves its clocks from 00:00 to 01:00: 2026-03-08 starts at 01:00 local.
+    let havana = calendar(Unit::Day, 1, "America/Havana");
+    assert_eq!(
+        window(&havana, "2026-03-08T12:00:00Z"),
+        ("2026-03-08T05:00:00Z".into(), "2026-03-09T04:00:00Z".into())
+    );
+    assert_eq!(
+        window(&havana, "2026-03-08T04:59:59Z"),
+        ("2026-03-07T05:00:00Z".into(), "2026-03-08T05:00:00Z".into())
+    );
+}
+
+#[test]
+fn east_of_utc_the_local_month_starts_on_the_previous_utc_day() {
+    let tokyo = calendar(Unit::Month, 1, "Asia/Tokyo");
+    assert_eq!(
+        window(&tokyo, "2026-02-28T15:00:00Z"),
+        ("2026-02-28T15:00:00Z".into(), "2026-03-31T15:00:00Z".into())
+    );
+    assert_eq!(
+        window(&tokyo, "2026-02-28T14:59:59Z"),
+        ("2026-01-31T15:00:00Z".into(), "2026-02-28T15:00:00Z".into())
+    );
+    // Auckland leaves daylight saving on 5 April: April is an hour longer than 30 days.
+    let auckland = calendar(Unit::Month, 1, "Pacific/Auckland");
+    assert_eq!(
+        window(&auckland, "2026-04-10T00:00:00Z"),
+        ("2026-03-31T11:00:00Z".into(), "2026-04-30T12:00:00Z".into())
+    );
+}
+
+#[test]
+fn iso_weeks_start_on_monday_across_the_year_boundary() {
+    let week = calendar(Unit::Week, 1, "UTC");
+    assert_eq!(
+        window(&week, "2026-12-31T18:00:00Z"),
+        ("2026-12-28T00:00:00Z".into(), "2027-01-04T00:00:00Z".into())
+    );
+    let berlin = calendar(Unit::Week, 1, "Europe/Berlin");
+    assert_eq!(
+        window(&berlin, "2027-01-03T22:59:59Z"),
+        ("2026-12-27T23:00:00Z".into(), "2027-01-03T23:00:00Z".into())
+    );
+    assert_eq!(
+        window(&berlin, "2027-01-03T23:00:00Z"),
+        ("2027-01-03T23:00:00Z".into(), "2027-01-10T23:00:00Z".into())
+    );
+}
+
+#[test]
+fn three_months_are_quarters_from_january() {
+    let quarter = calendar(Unit::Month, 3, "Europe/Berlin");
+    assert_eq!(
+        window(&quarter, "2026-05-15T00:00:00Z"),
+        ("2026-03-31T22:00:00Z".into(), "2026-06-30T22:00:00Z".into())
+    );
+    let utc = calendar(Unit::Month, 3, "UTC");
+    assert_eq!(length(&utc, "2026-02-01T00:00:00Z"), 90 * DAY);
+    assert_eq!(length(&utc, "2028-02-01T00:00:00Z"), 91 * DAY);
+    assert_eq!(length(&utc, "2026-08-01T00:00:00Z"), 92 * DAY);
+    assert_eq!(
+        window(&utc, "2026-12-31T23:59:59Z"),
+        ("2026-10-01T00:00:00Z".into(), "2027-01-01T00:00:00Z".into())
+    );
+}
+
+#[test]
+fn years_start_on_the_first_of_january_in_the_zone() {
+    let year = calendar(Unit::Year, 1, "Europe/Berlin");
+    assert_eq!(
+        window(&year, "2026-06-01T00:00:00Z"),
+        ("2025-12-31T23:00:00Z".into(), "2026-12-31T23:00:00Z".into())
+    );
+    let two = calendar(Unit::Year, 2, "UTC");
+    assert_eq!(
+        window(&two, "2027-06-01T00:00:00Z"),
+        ("2026-01-01T00:00:00Z".into(), "2028-01-01T00:00:00Z".into())
+    );
+}
+
+#[test]
+fn boundaries_hold_the_window_and_its_nearer_neighbour() {
+    let day = calendar(Unit::Day, 1, "Europe/Berlin");
+    // Early in the 23-hour day: the previous day's start, this day's, its end.
+    assert_eq!(
+        day.boundaries(at("2026-03-29T01:00:00Z")),
+        [
+            at("2026-03-27T23:00:00Z"),
+            at("2026-03-28T23:00:00Z"),
+            at("2026-03-29T22:00:00Z")
+        ]
+    );
+    // Late in it: this day, then the next.
+    assert_eq!(
+        day.boundaries(at("2026-03-29T20:00:00Z")),
+        [
+            at("2026-03-28T23:00:00Z"),
+            at("2026-03-29T22:00:00Z"),
+            at("2026-03-30T22:00:00Z")
+        ]
+    );
+}
+
+#[test]
+fn invalid_calendars_say_why() {
+    assert_eq!(
+        Calendar::new(Unit::Hour, 1, "UTC"),
+        Err(CalendarError::Unit("hour"))
+    );
+    assert_eq!(
+        Calendar::new(Unit::Day, 1, "Mars/Olympus"),
+        Err(CalendarError::Zone("Mars/Olympus".into()))
+    );
+    assert_eq!(
+        Calendar::new(Unit::Year, 101, "UTC"),
+        Err(CalendarError::TooLong)
+    );
+    assert_eq!(
+        Calendar::new(Unit::Day, 1, "Etc/Unknown"),
+        Err(CalendarError::Zone("Etc/Unknown".into()))
+    );
+}
+
+#[test]
+fn the_shape_names_the_zone_canonically() {
+    let mut a = String::new();
+    calendar(Unit::Month, 3, "europe/berlin").write_shape(&mut a);
+    assert_eq!(a, "month3@Europe/Berlin");
+    let mut b = String::new();
+    calendar(Unit::Day, 1, "UTC").write_shape(&mut b);
+    assert_eq!(b, "day@UTC");
+}
