@@ -381,3 +381,6 @@ fn drop_replaced(mut matched: Vec<Option<&Rule>>) -> Vec<Option<&Rule>> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod calendar_tests;

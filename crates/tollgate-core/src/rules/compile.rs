@@ -273,6 +273,8 @@ impl Context<'_> {
             }
         };
         let kind = match spec.algorithm.as_deref().map(str::parse::<AlgorithmKind>) {
+            // A calendar window is a fixed window: saying so again is not needed.
+            None if spec.calendar == Some(true) => AlgorithmKind::FixedWindow,
             None => self.defaults.algorithm,
             Some(Ok(kind)) => kind,
             Some(Err(unknown)) => {
