@@ -82,7 +82,15 @@ fn write_limit(out: &mut String, limit: &Limit) {
         limit.requests_per_unit
     );
     // A unit_multiplier makes the real window differ from the unit Envoy is told.
-    if limit.window_ns != limit.unit.seconds() * 1_000_000_000 {
+    if let Some(calendar) = &limit.calendar {
+        let _ = write!(
+            out,
+            " calendar={}x{}@{}",
+            calendar.multiplier(),
+            calendar.unit().as_str(),
+            calendar.zone_name()
+        );
+    } else if limit.window_ns != limit.unit.seconds() * 1_000_000_000 {
         let _ = write!(out, " window={}s", limit.window_ns / 1_000_000_000);
     }
     if !matches!(limit.algorithm, Algorithm::SlidingWindow { .. }) {
