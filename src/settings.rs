@@ -1000,6 +1000,15 @@ mod tests {
     }
 
     #[test]
+    fn a_calendar_time_zone_is_checked_and_spelt_canonically() {
+        let zone = serve(&["--calendar-time-zone", "europe/berlin"])
+            .rules
+            .defaults()
+            .calendar_zone;
+        assert_eq!(zone.as_deref(), Some("Europe/Berlin"));
+    }
+
+    #[test]
     fn wrong_values_are_rejected() {
         for bad in [
             &["--precision", "0"][..],
@@ -1010,6 +1019,7 @@ mod tests {
             &["--config-type", "GRPC_XDS_DELTA"],
             &["--xds-backoff-random-factor", "2"],
             &["--xds-connect-retry-interval", "0s"],
+            &["--calendar-time-zone", "Mars/Olympus_Mons"],
         ] {
             let argv = ["tollgate", "serve"].iter().chain(bad).copied();
             assert!(

@@ -157,7 +157,10 @@ async fn calendar_day_resets_at_local_midnight(instance: Instance) {
     let after = SystemTime::now();
     assert_eq!(code(&denied), Code::OverLimit);
     let limit = denied.current_limit.clone().expect("a limit");
-    assert_eq!((limit.requests_per_unit, limit.unit), (2, i32::from(Unit::Day)));
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (2, i32::from(Unit::Day))
+    );
     let wait = until_reset(&denied).as_secs_f64();
     assert!(
         (secs_until(end, after).floor()..=secs_until(end, before).ceil()).contains(&wait),
