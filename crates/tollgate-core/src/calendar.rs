@@ -104,6 +104,7 @@ impl Calendar {
     /// Three consecutive boundaries around `now_ns`: those of the window holding it and of
     /// its nearer neighbour. A store whose clock differs from the caller's by less than
     /// half a window finds its own now between the first and the last.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn boundaries(&self, now_ns: u64) -> [u64; 3] {
         let here = self.window_at(now_ns);
         if now_ns - here.start_ns < here.end_ns.saturating_sub(now_ns) {

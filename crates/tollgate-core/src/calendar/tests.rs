@@ -162,6 +162,7 @@ fn years_start_on_the_first_of_january_in_the_zone() {
     );
 }
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 #[test]
 fn boundaries_hold_the_window_and_its_nearer_neighbour() {
     let day = calendar(Unit::Day, 1, "Europe/Berlin");
