@@ -4,6 +4,8 @@
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::process::run;
+
 /// The window of one calendar `unit` (day, week, month or year) holding `at` in the IANA
 /// `zone`: `[start, end)`, each the first instant of its local date.
 const WINDOW: &str = r#"
@@ -34,16 +36,11 @@ pub fn window(zone: &str, unit: &str, at: SystemTime) -> (SystemTime, SystemTime
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
         .as_secs_f64();
-    let out = Command::new("python3")
-        .args(["-c", WINDOW, &seconds.to_string(), zone, unit])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "python3 zoneinfo: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let mut python = Command::new("python3");
+    python.args(["-c", WINDOW, &seconds.to_string(), zone, unit]);
+    let done = run("python3 zoneinfo", python, Duration::from_secs(30)).expect("python3 runs");
+    assert!(done.status.success(), "python3 zoneinfo: {}", done.stderr);
+    let text = done.stdout;
     let mut bounds = text.split_whitespace().map(|n| {
         let n: u64 = n.parse().expect("whole seconds");
         UNIX_EPOCH + Duration::from_secs(n)
