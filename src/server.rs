@@ -352,6 +352,12 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
         local_capacity: capacity,
     };
     if reference {
+        if args.rules.calendar_time_zone.is_some() {
+            anyhow::bail!(
+                "CALENDAR_TIME_ZONE makes calendar windows, which are Tollgate's: REFERENCE_MODE \
+                 counts the reference's epoch-aligned windows"
+            );
+        }
         if !args.rules.budget_domains.is_empty() {
             anyhow::bail!(
                 "BUDGET_DOMAINS makes budgets, which are Tollgate's: REFERENCE_MODE counts every \

@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -13,7 +14,7 @@ use crate::listen::ConnLimits;
 use crate::statsd::StatsdConfig;
 use crate::tls::ServerTlsFiles;
 use tollgate_core::store::redis::RedisKind;
-use tollgate_core::{AlgorithmKind, Capacity, Defaults, OnStoreError};
+use tollgate_core::{AlgorithmKind, Calendar, Capacity, Defaults, OnStoreError, Unit};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
 #[derive(Debug, Parser)]
@@ -766,6 +767,12 @@ where
 /// Parses a duration the way Go's `time.ParseDuration` does (`10s`, `1m30s`, `1.5h`,
 /// `250us`, `0`), which is how the reference's settings are written; a bare number is
 /// milliseconds.
+fn parse_time_zone(text: &str) -> Result<Arc<str>, String> {
+    Calendar::new(Unit::Day, 1, text)
+        .map(|calendar| calendar.zone_name().into())
+        .map_err(|e| e.to_string())
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let invalid = || format!("'{text}' is not a duration like 10ms, 250us, 3s, 1m or 1h30m");
@@ -913,6 +920,12 @@ pub(crate) struct RuleArgs {
     /// Algorithm of limits that name none.
     #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "sliding_window", value_parser = one_of::<AlgorithmKind>(&["sliding_window", "fixed_window", "token_bucket", "leaky_bucket"]))]
     pub(crate) default_algorithm: AlgorithmKind,
+    /// An IANA time zone (e.g. Europe/Berlin): every fixed window of a day, week, month or
+    /// year that does not say `calendar: false` follows that zone's calendar (a month
+    /// renews on the 1st); also the zone of `calendar: true` limits that name none. The
+    /// way to calendar windows over xDS, whose protocol has no field for them.
+    #[arg(long, env = "CALENDAR_TIME_ZONE", value_parser = parse_time_zone)]
+    pub(crate) calendar_time_zone: Option<Arc<str>>,
     /// Domains whose every rule is a budget (consumption is recorded even past the
     /// limit), for rules that cannot say so themselves, e.g. over xDS; `*` for all.
     #[arg(long, env = "BUDGET_DOMAINS", value_delimiter = ',')]
@@ -935,6 +948,7 @@ impl RuleArgs {
             algorithm: self.default_algorithm,
             precision: self.precision,
             reference: self.reference_mode,
+            calendar_zone: self.calendar_time_zone.clone(),
         }
     }
 
@@ -1145,6 +1159,15 @@ mod tests {
     }
 
     #[test]
+    fn a_calendar_time_zone_is_checked_and_spelt_canonically() {
+        let zone = serve(&["--calendar-time-zone", "europe/berlin"])
+            .rules
+            .defaults()
+            .calendar_zone;
+        assert_eq!(zone.as_deref(), Some("Europe/Berlin"));
+    }
+
+    #[test]
     fn wrong_values_are_rejected() {
         for bad in [
             &["--precision", "0"][..],
@@ -1155,6 +1178,7 @@ mod tests {
             &["--config-type", "GRPC_XDS_DELTA"],
             &["--xds-backoff-random-factor", "2"],
             &["--xds-connect-retry-interval", "0s"],
+            &["--calendar-time-zone", "Mars/Olympus_Mons"],
         ] {
             let argv = ["tollgate", "serve"].iter().chain(bad).copied();
             assert!(

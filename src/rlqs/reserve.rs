@@ -7,7 +7,7 @@
 //! window's end: streams holding one are given a new assignment then ("cut"), and what
 //! they report afterwards of a cut grant was spent before the end.
 
-use tollgate_core::{AlgorithmKind, Hits, Limit, Store, StoreError};
+use tollgate_core::{Hits, Limit, Store, StoreError};
 
 use super::report::BucketKey;
 use super::table::{Action, Reservation, Send, Strategy, StreamId};
@@ -100,25 +100,17 @@ impl Counter<'_> {
     /// When the current window of the counter's earliest-ending fixed-window limit ends,
     /// if it has one: grants made now must be cut then.
     pub(crate) fn window_end(&self, now_ns: u64) -> Option<u64> {
-        self.fixed_windows()
-            .map(|window| (now_ns / window).saturating_add(1).saturating_mul(window))
+        self.limits
+            .iter()
+            .filter_map(|l| l.fixed_window_at(now_ns))
+            .map(|window| window.end)
             .min()
     }
 
     fn same_windows(&self, a_ns: u64, b_ns: u64) -> bool {
-        self.fixed_windows()
-            .all(|window| a_ns / window == b_ns / window)
-    }
-
-    fn fixed_windows(&self) -> impl Iterator<Item = u64> {
         self.limits
             .iter()
-            .filter(|l| l.algorithm().kind() == AlgorithmKind::FixedWindow)
-            .map(|l| {
-                u64::try_from(l.window().as_nanos())
-                    .unwrap_or(u64::MAX)
-                    .max(1)
-            })
+            .all(|l| l.fixed_window_at(a_ns) == l.fixed_window_at(b_ns))
     }
 }
 

@@ -1,19 +1,21 @@
 //! Usage budgets through a real Envoy, in the two-call pattern of Envoy Gateway and Envoy AI
 //! Gateway: a check at request time (`hits_addend: 0`), and a charge when the stream ends
 //! (`apply_on_stream_done`) of the tokens the upstream reported or of a fixed cost. And the
-//! reference service's quota scenarios, written afresh (configs in `configs/`).
+//! reference service's quota scenarios, written afresh (configs in `configs/`). And a
+//! calendar-day budget in New York, whose reset header ends at local midnight.
 //!
 //! The charge is fire-and-forget: Envoy sends it after the client has its response. Each
 //! test therefore waits, on Tollgate's metrics, for the charge to be counted before the
 //! next request.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tollgate_testkit::envoy::{Envoy, Upstream, upstream};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait;
+use tollgate_testkit::zoneinfo;
 
 /// Tenants' token budgets (5 s windows, so that a test can watch one free up), a fixed
 /// cost budget, and the reference's two quota services with metadata.
@@ -23,6 +25,9 @@ descriptors:
   - key: tenant
     quota_mode: true
     rate_limit: {unit: second, unit_multiplier: 5, requests_per_unit: 1000}
+  - key: daily_tenant
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1000, calendar: true, time_zone: America/New_York}
   - key: fixed_tenant
     budget: true
     rate_limit: {unit: minute, requests_per_unit: 1000}
@@ -255,4 +260,38 @@ async fn metadata_routes_each_request_to_a_service_with_budget_left() {
             (429, 2, 3)
         ]
     );
+}
+
+/// A day's token budget in New York's calendar, overspent by a charge at stream end: the
+/// next request is refused until local midnight, and the `RateLimit-Reset` Envoy passes on
+/// says when, to the second, as Python's `zoneinfo` computes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calendar_day_budget_resets_at_midnight_in_its_zone() {
+    let tollgate = Serve::rules(RULES)
+        .args(["--limit-response-headers"])
+        .env("TZ", "Asia/Kolkata")
+        .start();
+    let upstream = Upstream::start().await;
+    let envoy = budgets_envoy(&upstream, &tollgate).await;
+    let tenant = [("x-tenant", "acme"), (upstream::REPORT_USAGE, "1200")];
+    let first = envoy.get("/daily", &tenant).await;
+    assert_eq!(first.status, 200);
+    await_counted(&tollgate, "daily_tenant", 1_200).await;
+
+    let before = SystemTime::now();
+    let denied = envoy.get("/daily", &tenant).await;
+    let after = SystemTime::now();
+    assert_eq!(denied.status, 429, "1,200 of 1,000 used today");
+    let (_, midnight) = zoneinfo::window("America/New_York", "day", after);
+    let (_, midnight_before) = zoneinfo::window("America/New_York", "day", before);
+    let left = |t: SystemTime, end: SystemTime| end.duration_since(t).unwrap_or_default();
+    // Whole seconds, rounded up; a request straddling midnight may see either day.
+    let reset = denied.header_u64("ratelimit-reset");
+    let earliest = left(after, midnight).as_secs();
+    let latest = left(before, midnight_before).as_secs_f64().ceil() as u64;
+    assert!(
+        (earliest..=latest).contains(&reset),
+        "RateLimit-Reset {reset}, New York's midnight is {earliest}..={latest} s away"
+    );
+    assert_eq!(denied.header_u64("ratelimit-limit"), 1_000);
 }

@@ -1,7 +1,8 @@
 //! Every limit shape over gRPC, on both stores: fixed window, token and leaky buckets with
 //! costs, several limits per descriptor, unit multipliers, request overrides, check-only
-//! requests, refunds, and simultaneous bursts on every algorithm. Each test runs against
-//! the memory store, a real redis-server and a real PostgreSQL.
+//! requests, refunds, calendar windows, and simultaneous bursts on every algorithm. Each
+//! test runs against the memory store, a real redis-server and a real PostgreSQL, with the
+//! instance's own time zone (`TZ`) far from any rule's.
 
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +18,7 @@ use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait::room_in_window;
+use tollgate_testkit::zoneinfo;
 
 const RULES: &str = r#"
 domain: shapes
@@ -35,6 +37,8 @@ descriptors:
     rate_limit: {unit: second, unit_multiplier: 1800, requests_per_unit: 2}
   - key: sliding
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: calendar_day
+    rate_limit: {unit: day, requests_per_unit: 2, calendar: true, time_zone: Pacific/Auckland}
   # Bursts: 5 per hour or day, refilling too slowly to matter during a burst.
   - key: burst_sliding
     rate_limit: {unit: hour, requests_per_unit: 5}
@@ -48,6 +52,8 @@ descriptors:
 
 const HOUR: Duration = Duration::from_secs(3_600);
 const DAY: Duration = Duration::from_secs(86_400);
+/// The instances' own time zone, which no calendar window may depend on.
+const INSTANCE_TZ: &str = "Pacific/Honolulu";
 /// Far longer than any sequence of a few calls takes, even on a loaded machine.
 const ROOM: Duration = Duration::from_secs(30);
 
@@ -67,7 +73,7 @@ struct Instance {
 impl Instance {
     fn memory() -> Self {
         Self {
-            server: Serve::rules(RULES).start(),
+            server: Serve::rules(RULES).env("TZ", INSTANCE_TZ).start(),
             backing: Backing::Memory,
         }
     }
@@ -77,6 +83,7 @@ impl Instance {
     fn redis() -> Self {
         let redis = RedisServer::start();
         let server = Serve::rules(RULES)
+            .env("TZ", INSTANCE_TZ)
             .redis("single", &redis.url())
             .args(["--store-timeout", "1s", "--on-store-error", "error"])
             .start();
@@ -90,6 +97,7 @@ impl Instance {
     fn postgres() -> Self {
         let postgres = PostgresServer::start();
         let server = Serve::rules(RULES)
+            .env("TZ", INSTANCE_TZ)
             .postgres(&postgres.url())
             .args(["--store-timeout", "1s", "--on-store-error", "error"])
             .start();
@@ -127,6 +135,69 @@ macro_rules! on_every_store {
         }
     };
 }
+
+/// A calendar day in Auckland: the wait is the rest of the local day, as Python's
+/// `zoneinfo` computes it, and a shared store names the window by its UTC start.
+async fn calendar_day_resets_at_local_midnight(instance: Instance) {
+    let mut rls = instance.client().await;
+    let (mut start, mut end) = zoneinfo::window("Pacific/Auckland", "day", SystemTime::now());
+    if let Ok(short) = end.duration_since(SystemTime::now())
+        && short < ROOM
+    {
+        // Too close to midnight for the sequence: run it in the next local day.
+        tokio::time::sleep(short).await;
+        (start, end) = zoneinfo::window("Pacific/Auckland", "day", end);
+    }
+    for left in [1, 0] {
+        let s = rls.check("shapes", &[("calendar_day", "c")]).await;
+        assert_eq!((code(&s), s.limit_remaining), (Code::Ok, left));
+    }
+    let before = SystemTime::now();
+    let denied = rls.check("shapes", &[("calendar_day", "c")]).await;
+    let after = SystemTime::now();
+    assert_eq!(code(&denied), Code::OverLimit);
+    let limit = denied.current_limit.clone().expect("a limit");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (2, i32::from(Unit::Day))
+    );
+    let wait = until_reset(&denied).as_secs_f64();
+    assert!(
+        (secs_until(end, after).floor()..=secs_until(end, before).ceil()).contains(&wait),
+        "reset {wait} s, the Auckland day ends {} s after the request",
+        secs_until(end, after)
+    );
+    let start_us = start
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros();
+    let entries = [("calendar_day", "c")];
+    let shape = Shape::Calendar {
+        unit: "day",
+        multiplier: 1,
+        zone: "Pacific/Auckland",
+    };
+    match &instance.backing {
+        Backing::Memory => {}
+        Backing::Redis(redis) => {
+            let key = redis_key("", "shapes", &entries, &[shape]);
+            let value: Vec<u8> = redis.query(&["GET", &key]);
+            // MessagePack: the window's start as a 64-bit integer, then the count.
+            let mut expected = vec![0xcf];
+            expected.extend_from_slice(&(start_us as u64).to_be_bytes());
+            expected.push(2);
+            assert_eq!(value, expected, "{key}");
+        }
+        Backing::Postgres(postgres) => {
+            let state = postgres.psql(&format!(
+                "SELECT state FROM tollgate_counters WHERE key = '{}'",
+                counter_key("shapes", &entries, &[shape])
+            ));
+            assert_eq!(state, format!("{{{start_us},2}}"));
+        }
+    }
+}
+on_every_store!(calendar_day, calendar_day_resets_at_local_midnight);
 
 /// One descriptor with its own `hits_addend`, `is_negative_hits` and limit override.
 fn one(

@@ -27,6 +27,7 @@
 #![warn(unreachable_pub, missing_docs)]
 
 mod algo;
+mod calendar;
 mod clock;
 mod decision;
 pub mod headers;
@@ -40,6 +41,7 @@ pub mod store;
 mod unit;
 
 pub use algo::Hits;
+pub use calendar::{Calendar, CalendarError, MAX_CALENDAR_YEARS};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Limited, Outcome};
 pub use key::counter_key;

@@ -2,9 +2,11 @@
 //! constructors that check it, so every `Limit` in the program is one the stores can count.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::calendar::{Calendar, CalendarError, Window};
 use crate::unit::Unit;
 
 /// Sub-windows of a sliding window when a rule names none.
@@ -135,6 +137,12 @@ pub enum LimitError {
     /// A bucket of no capacity.
     #[error("burst must be at least 1")]
     ZeroBurst,
+    /// A calendar that cannot be: wrong unit, unknown zone, too long.
+    #[error(transparent)]
+    Calendar(#[from] CalendarError),
+    /// Calendar windows are fixed windows; other algorithms keep fixed-length units.
+    #[error("calendar windows are fixed windows: calendar cannot be combined with {0}")]
+    CalendarAlgorithm(&'static str),
 }
 
 impl LimitError {
@@ -144,12 +152,16 @@ impl LimitError {
             Self::ZeroMultiplier | Self::WindowTooLong => "unit_multiplier",
             Self::Precision(_) | Self::SubWindow(_) => "precision",
             Self::ZeroBurst => "burst",
+            Self::Calendar(CalendarError::Zone(_)) => "time_zone",
+            Self::Calendar(CalendarError::TooLong) => "unit_multiplier",
+            Self::Calendar(CalendarError::Unit(_)) | Self::CalendarAlgorithm(_) => "calendar",
         }
     }
 }
 
 /// One limit: `requests_per_unit` per window, counted by an algorithm. `unit` is what Envoy
-/// is told; the window is the real one (`unit × unit_multiplier`). Cheap to clone.
+/// is told; the window is the real one (`unit × unit_multiplier`), or nominally so when a
+/// calendar places it. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
     pub(crate) requests_per_unit: u32,
@@ -157,6 +169,7 @@ pub struct Limit {
     pub(crate) window_ns: u64,
     pub(crate) algorithm: Algorithm,
     pub(crate) name: Option<Arc<str>>,
+    pub(crate) calendar: Option<Calendar>,
 }
 
 impl Limit {
@@ -171,6 +184,7 @@ impl Limit {
                 precision: DEFAULT_PRECISION,
             },
             name: None,
+            calendar: None,
         }
     }
 
@@ -198,6 +212,19 @@ impl Limit {
         self.check()
     }
 
+    /// The same limit over `calendar`'s windows (a fixed window only); its nominal window
+    /// (a month of 30 days) is what Envoy and the draft headers are told.
+    pub fn with_calendar(mut self, calendar: Calendar) -> Result<Self, LimitError> {
+        let seconds = calendar.unit().seconds() * u64::from(calendar.multiplier());
+        self.window_ns = seconds * NANOS_PER_SECOND;
+        self.unit = match calendar.multiplier() {
+            1 => calendar.unit(),
+            _ => Unit::nearest(seconds),
+        };
+        self.calendar = Some(calendar);
+        self.check()
+    }
+
     /// The same limit, named (names show in responses and `replaces` refers to them).
     pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = Some(name.into());
@@ -205,6 +232,11 @@ impl Limit {
     }
 
     fn check(self) -> Result<Self, LimitError> {
+        if self.calendar.is_some() && self.algorithm != Algorithm::FixedWindow {
+            return Err(LimitError::CalendarAlgorithm(
+                self.algorithm.kind().as_str(),
+            ));
+        }
         match self.algorithm {
             Algorithm::SlidingWindow { precision } => {
                 if !(1..=MAX_PRECISION).contains(&precision) {
@@ -251,10 +283,41 @@ impl Limit {
         self.name.as_deref()
     }
 
+    /// The calendar placing its windows, if one does.
+    pub fn calendar(&self) -> Option<&Calendar> {
+        self.calendar.as_ref()
+    }
+
+    /// For a fixed window, the window holding `now_ns` (nanoseconds since the epoch): the
+    /// calendar's, else epoch-aligned. `None` for other algorithms.
+    pub fn fixed_window_at(&self, now_ns: u64) -> Option<Range<u64>> {
+        if self.algorithm != Algorithm::FixedWindow {
+            return None;
+        }
+        let Window { start_ns, end_ns } = match &self.calendar {
+            Some(calendar) => calendar.window_at(now_ns),
+            None => {
+                let length = self.window_ns.max(1);
+                let start_ns = now_ns - now_ns % length;
+                Window {
+                    start_ns,
+                    end_ns: start_ns.saturating_add(length),
+                }
+            }
+        };
+        Some(start_ns..end_ns)
+    }
+
     /// Appends what identifies this limit's counter state: algorithm, window and precision.
     /// The quota is left out so that a reload changing only the quota keeps the counts.
     pub(crate) fn write_shape(&self, out: &mut String) {
         use fmt::Write as _;
+        if let Some(calendar) = &self.calendar {
+            // Named by the rule's zone, not by any instance's: every instance counts here.
+            out.push('c');
+            calendar.write_shape(out);
+            return;
+        }
         let code = match self.algorithm {
             Algorithm::SlidingWindow { .. } => 's',
             Algorithm::FixedWindow => 'f',

@@ -57,7 +57,7 @@ impl Recorder for () {
 }
 
 /// How the limiter answers beyond what rules say.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Used for limits that requests send instead of the configured ones.
     pub defaults: Defaults,
@@ -429,3 +429,6 @@ fn drop_replaced(mut matched: Vec<Option<&Rule>>) -> Vec<Option<&Rule>> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod calendar_tests;

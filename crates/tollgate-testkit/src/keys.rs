@@ -23,6 +23,13 @@ pub enum Shape {
     Bucket {
         window: Duration,
     },
+    /// A calendar window: `multiplier` calendar `unit`s in the IANA `zone` (as the rule
+    /// names it, canonically spelt).
+    Calendar {
+        unit: &'static str,
+        multiplier: u32,
+        zone: &'static str,
+    },
 }
 
 impl Shape {
@@ -43,6 +50,16 @@ impl fmt::Display for Shape {
             }
             Shape::Fixed { window } => write!(f, "f{}", window.as_nanos()),
             Shape::Bucket { window } => write!(f, "g{}", window.as_nanos()),
+            Shape::Calendar {
+                unit,
+                multiplier: 1,
+                zone,
+            } => write!(f, "c{unit}@{zone}"),
+            Shape::Calendar {
+                unit,
+                multiplier,
+                zone,
+            } => write!(f, "c{unit}{multiplier}@{zone}"),
         }
     }
 }

@@ -22,7 +22,9 @@
 //! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
 //!   manifests;
 //! - [`reference`]: the reference service (envoyproxy/ratelimit, built from the Go module
-//!   proxy) as a black box beside Tollgate, and [`statsd_exporter`]: where its metrics go.
+//!   proxy) as a black box beside Tollgate, and [`statsd_exporter`]: where its metrics go;
+//! - [`zoneinfo`]: calendar windows computed by Python's `zoneinfo`, independently of
+//!   Tollgate.
 
 pub mod accuracy;
 pub mod envoy;
@@ -45,6 +47,7 @@ pub mod tls;
 pub mod tollgate;
 pub mod wait;
 pub mod xds;
+pub mod zoneinfo;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};

@@ -1,4 +1,6 @@
 //! The reference service's fixed window: epoch-aligned windows, over iff count + hits > limit.
+//! A calendar limit's windows are the calendar's instead (`calendar.rs`); the state then
+//! names its window by the window's UTC start in microseconds, as the stores do.
 //!
 //! Unlike the reference, denied hits are not counted. For single hits the decisions are the
 //! same (the reference's counter passes the limit only on requests it denies), and it keeps
@@ -8,12 +10,15 @@
 use super::Decision;
 use crate::limit::Limit;
 
-/// The count of the window last written.
+/// The count of the window last written, and that window: its index since the epoch, or
+/// for a calendar its UTC start in microseconds (later windows are larger either way).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FixedWindow {
     window: u64,
     count: u64,
 }
+
+const NANOS_PER_MICRO: u64 = 1_000;
 
 impl FixedWindow {
     /// A window as stored elsewhere: its index since the epoch and its count.
@@ -23,7 +28,22 @@ impl FixedWindow {
     }
 
     fn window_of(limit: &Limit, now_ns: u64) -> u64 {
-        now_ns / limit.window_ns.max(1)
+        match &limit.calendar {
+            Some(calendar) => calendar.window_at(now_ns).start_ns / NANOS_PER_MICRO,
+            None => now_ns / limit.window_ns.max(1),
+        }
+    }
+
+    /// When the window named `window` ends.
+    fn end_of(limit: &Limit, window: u64) -> u64 {
+        match &limit.calendar {
+            Some(calendar) => {
+                calendar
+                    .window_at(window.saturating_mul(NANOS_PER_MICRO))
+                    .end_ns
+            }
+            None => (window + 1).saturating_mul(limit.window_ns.max(1)),
+        }
     }
 
     fn count_at(&self, window: u64) -> u64 {
@@ -36,7 +56,7 @@ impl FixedWindow {
         let count = self.count_at(window);
         let limit_units = u64::from(limit.requests_per_unit);
         let after = count.saturating_add(hits);
-        let window_end = (window.max(self.window) + 1).saturating_mul(limit.window_ns.max(1));
+        let window_end = Self::end_of(limit, window.max(self.window));
         Decision {
             admitted: after <= limit_units,
             remaining: if after <= limit_units {
@@ -68,7 +88,7 @@ impl FixedWindow {
     }
 
     pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
-        (self.window + 1).saturating_mul(limit.window_ns.max(1))
+        Self::end_of(limit, self.window)
     }
 }
 

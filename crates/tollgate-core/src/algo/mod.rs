@@ -216,6 +216,7 @@ pub(crate) mod testing {
             window_ns,
             algorithm,
             name: None,
+            calendar: None,
         }
     }
 

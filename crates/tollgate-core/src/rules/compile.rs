@@ -7,6 +7,7 @@ use super::pattern::Pattern;
 use super::spec::{DescriptorSpec, DomainSpec, RateLimitSpec};
 use super::tree::{Domain, KeyNodes, Level, Node, Policy, Rule};
 use super::{ConfigError, Defaults};
+use crate::calendar::Calendar;
 use crate::limit::{Algorithm, AlgorithmKind, Limit};
 use crate::unit::Unit;
 
@@ -290,6 +291,8 @@ impl Context<'_> {
         };
         let kind = match spec.algorithm.as_deref().map(str::parse::<AlgorithmKind>) {
             None if self.defaults.reference => AlgorithmKind::FixedWindow,
+            // A calendar window is a fixed window: saying so again is not needed.
+            None if spec.calendar == Some(true) => AlgorithmKind::FixedWindow,
             None => self.defaults.algorithm,
             Some(Ok(AlgorithmKind::FixedWindow)) => AlgorithmKind::FixedWindow,
             Some(Ok(kind)) if self.defaults.reference => {
@@ -312,6 +315,17 @@ impl Context<'_> {
             self.error(&format!("{path}.unit_multiplier"), message.into());
             return None;
         }
+        if self.defaults.reference && (spec.calendar.is_some() || spec.time_zone.is_some()) {
+            let message = "REFERENCE_MODE has the reference's epoch-aligned windows only; \
+                           calendar windows are Tollgate's";
+            let field = if spec.calendar.is_some() {
+                "calendar"
+            } else {
+                "time_zone"
+            };
+            self.error(&format!("{path}.{field}"), message.into());
+            return None;
+        }
         let bucket = matches!(
             kind,
             AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
@@ -320,6 +334,13 @@ impl Context<'_> {
             self.error(
                 &format!("{path}.burst"),
                 "burst applies only to token_bucket and leaky_bucket".into(),
+            );
+            return None;
+        }
+        if spec.time_zone.is_some() && spec.calendar != Some(true) {
+            self.error(
+                &format!("{path}.time_zone"),
+                "time_zone applies only to a calendar window (calendar: true)".into(),
             );
             return None;
         }
@@ -341,9 +362,26 @@ impl Context<'_> {
             AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
             AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
         };
+        let multiplier = spec.unit_multiplier.unwrap_or(1);
+        let zone = match (spec.calendar, spec.time_zone) {
+            (Some(true), Some(zone)) => Some(zone.into()),
+            (Some(true), None) => self.defaults.calendar_zone.clone(),
+            // The settings' calendar covers the fixed windows it can place, unless refused.
+            (None, None) if kind == AlgorithmKind::FixedWindow && unit >= Unit::Day => {
+                self.defaults.calendar_zone.clone()
+            }
+            _ => None,
+        };
         let limit = Limit::new(spec.requests_per_unit, unit)
-            .with_multiplier(spec.unit_multiplier.unwrap_or(1))
+            .with_multiplier(multiplier)
             .and_then(|l| l.with_algorithm(algorithm))
+            .and_then(|l| match zone {
+                Some(zone) => l.with_calendar(Calendar::new(unit, multiplier, &zone)?),
+                None if spec.calendar == Some(true) => {
+                    l.with_calendar(Calendar::new(unit, multiplier, "UTC")?)
+                }
+                None => Ok(l),
+            })
             .map(|l| match spec.name {
                 Some(name) => l.with_name(name),
                 None => l,

@@ -82,7 +82,10 @@ fn write_limit(out: &mut String, limit: &Limit) {
         limit.requests_per_unit
     );
     // A unit_multiplier makes the real window differ from the unit Envoy is told.
-    if limit.window_ns != limit.unit.seconds() * 1_000_000_000 {
+    if let Some(calendar) = &limit.calendar {
+        out.push_str(" calendar=");
+        calendar.write_shape(out);
+    } else if limit.window_ns != limit.unit.seconds() * 1_000_000_000 {
         let _ = write!(out, " window={}s", limit.window_ns / 1_000_000_000);
     }
     if !matches!(limit.algorithm, Algorithm::SlidingWindow { .. }) {
@@ -161,7 +164,7 @@ descriptors:
     descriptors:
       - key: inner
         value: x
-        rate_limit: {unit: week, requests_per_unit: 7}
+        rate_limit: {unit: week, requests_per_unit: 7, calendar: true, time_zone: europe/berlin}
 "#,
         );
         assert_eq!(
@@ -172,7 +175,7 @@ example.api_key_gold-key: unit=MINUTE requests_per_unit=600, name=gold, shadow_m
 example.api_key_gold-key.path: unit=SECOND requests_per_unit=10 algorithm=token_bucket burst=20, shadow_mode=false
 example.api_key_gold-key.path: unit=MINUTE requests_per_unit=100 window=300s algorithm=fixed_window, shadow_mode=false
 example.api_key: unit=MINUTE requests_per_unit=60, shadow_mode=false
-example.nolimit.inner_x: unit=WEEK requests_per_unit=7, shadow_mode=false
+example.nolimit.inner_x: unit=WEEK requests_per_unit=7 calendar=week@Europe/Berlin algorithm=fixed_window, shadow_mode=false
 example.path_/health: unit=DAY requests_per_unit=0, shadow_mode=false, detailed_metric=true
 example.path_/api/*: unit=SECOND requests_per_unit=1, shadow_mode=false
 example.path_/*/admin: unlimited, name=admin, shadow_mode=false

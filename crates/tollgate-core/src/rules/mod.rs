@@ -18,12 +18,14 @@ pub use tree::{Domain, Policy, Rule, Rules};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
+use crate::calendar::Calendar;
 use crate::limit::{Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError};
 use crate::unit::Unit;
 
 /// Settings-level defaults for what a rule leaves out.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Defaults {
     /// Algorithm of limits that name none.
     pub algorithm: AlgorithmKind,
@@ -31,8 +33,12 @@ pub struct Defaults {
     pub precision: u32,
     /// Reference mode: every limit is the reference's fixed window, and rules may use
     /// nothing the reference does not have (`algorithm`, `rate_limits`, `unit_multiplier`,
-    /// `budget`).
+    /// `budget`, `calendar`).
     pub reference: bool,
+    /// The IANA zone whose calendar places every fixed window of a day or longer that
+    /// does not say `calendar: false`, and calendar windows that name no zone; `None`:
+    /// only rules that say `calendar: true` are calendar windows, in UTC by default.
+    pub calendar_zone: Option<Arc<str>>,
 }
 
 impl Default for Defaults {
@@ -41,6 +47,7 @@ impl Default for Defaults {
             algorithm: AlgorithmKind::SlidingWindow,
             precision: DEFAULT_PRECISION,
             reference: false,
+            calendar_zone: None,
         }
     }
 }
@@ -62,7 +69,13 @@ impl Defaults {
             AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
             AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
         };
-        Limit::new(requests_per_unit, unit).with_algorithm(algorithm)
+        let limit = Limit::new(requests_per_unit, unit).with_algorithm(algorithm)?;
+        match &self.calendar_zone {
+            Some(zone) if self.algorithm == AlgorithmKind::FixedWindow && unit >= Unit::Day => {
+                limit.with_calendar(Calendar::new(unit, 1, zone)?)
+            }
+            _ => Ok(limit),
+        }
     }
 }
 
@@ -218,7 +231,7 @@ impl RulesBuilder {
         let compiled = compile::compile(
             origin,
             spec,
-            self.defaults,
+            self.defaults.clone(),
             budget,
             next_id,
             &mut self.errors,

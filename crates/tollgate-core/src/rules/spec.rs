@@ -89,6 +89,11 @@ pub struct RateLimitSpec {
     pub burst: Option<u32>,
     /// Ours: sub-windows of a sliding window (default from the settings).
     pub precision: Option<u32>,
+    /// Ours: a day, week, month or year fixed window that starts at midnight on the
+    /// calendar of `time_zone` (default from the settings: off, or the default zone's).
+    pub calendar: Option<bool>,
+    /// Ours: the IANA time zone of a calendar window (default UTC).
+    pub time_zone: Option<String>,
 }
 
 /// A `replaces` entry: the name of a limit this descriptor's limit supersedes.

@@ -184,6 +184,26 @@ fn problems_name_the_file_the_place_and_the_reason() {
             "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - {key: b, rate_limit: {requests_per_unit: 1}}\n",
             "rules.yaml: descriptors[0].descriptors[0].rate_limit: missing rate limit unit",
         ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: month, calendar: true, algorithm: sliding_window}}\n",
+            "rules.yaml: descriptors[0].rate_limit.calendar: calendar windows are fixed windows: calendar cannot be combined with sliding_window",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limits: [{unit: minute}, {unit: day, calendar: true, algorithm: token_bucket}]}\n",
+            "rules.yaml: descriptors[0].rate_limits[1].calendar: calendar windows are fixed windows: calendar cannot be combined with token_bucket",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, calendar: true}}\n",
+            "rules.yaml: descriptors[0].rate_limit.calendar: calendar applies to day, week, month or year, not hour",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: day, calendar: true, time_zone: Europe/Bonn}}\n",
+            "rules.yaml: descriptors[0].rate_limit.time_zone: unknown time zone 'Europe/Bonn' (expected an IANA name such as Europe/Berlin)",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: day, time_zone: Europe/Berlin}}\n",
+            "rules.yaml: descriptors[0].rate_limit.time_zone: time_zone applies only to a calendar window (calendar: true)",
+        ),
     ];
     for (text, expected) in cases {
         let got = problems(text);
@@ -395,6 +415,8 @@ descriptors:
   - key: e
     budget: true
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: f
+    rate_limit: {unit: month, requests_per_unit: 5, calendar: true}
 "#,
     )
     .err()
@@ -414,6 +436,10 @@ descriptors:
             "the reference's units only",
         ),
         ("descriptors[3].budget", "counts every hit"),
+        (
+            "descriptors[4].rate_limit.calendar",
+            "calendar windows are Tollgate's",
+        ),
     ] {
         assert!(
             errors.contains(&format!("rules.yaml: {place}: REFERENCE_MODE"))
@@ -421,4 +447,33 @@ descriptors:
             "no '{place}: … {says}' in:\n{errors}"
         );
     }
+}
+
+#[test]
+fn calendar_limits_are_fixed_windows_in_their_zone_and_the_settings_can_make_them_so() {
+    let text = "domain: d\ndescriptors:\n  - key: tenant\n    rate_limits:\n      - {unit: minute, requests_per_unit: 100}\n      - {unit: month, requests_per_unit: 1000000, calendar: true, time_zone: europe/berlin}\n  - key: plain\n    rate_limit: {unit: day, requests_per_unit: 5, algorithm: fixed_window}\n  - key: refused\n    rate_limit: {unit: day, requests_per_unit: 5, algorithm: fixed_window, calendar: false}\n";
+    let zone = |rules: &Rules, key: &str, at: usize| {
+        let rule = rules.domain("d")?.find([(key, "x")])?;
+        let Policy::Limited { limits, .. } = &rule.policy else {
+            return None;
+        };
+        let limit = limits.get(at)?;
+        let calendar = limit.calendar()?;
+        assert_eq!(limit.algorithm(), Algorithm::FixedWindow);
+        Some(calendar.zone_name().to_owned())
+    };
+    let plain = rules(text);
+    assert_eq!(zone(&plain, "tenant", 0), None);
+    assert_eq!(zone(&plain, "tenant", 1).as_deref(), Some("Europe/Berlin"));
+    assert_eq!(zone(&plain, "plain", 0), None);
+    let defaults = Defaults {
+        calendar_zone: Some("Asia/Tokyo".into()),
+        ..Defaults::default()
+    };
+    let mut builder = RulesBuilder::new(defaults);
+    builder.add_yaml("rules.yaml", text);
+    let zoned = builder.finish().expect("rules load");
+    assert_eq!(zone(&zoned, "tenant", 1).as_deref(), Some("Europe/Berlin"));
+    assert_eq!(zone(&zoned, "plain", 0).as_deref(), Some("Asia/Tokyo"));
+    assert_eq!(zone(&zoned, "refused", 0), None);
 }

@@ -10,7 +10,7 @@ use tollgate_testkit::postgres::PostgresServer;
 use super::{limit_arrays, mode, schema, signed};
 use crate::algo::Hits;
 use crate::limit::Limit;
-use crate::store::shared::differential::{fresh_key, limits, operation, replay};
+use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
 
 /// One PostgreSQL for every case of this test binary.
 fn postgres() -> &'static PostgresServer {
@@ -55,20 +55,32 @@ async fn fresh_database(name: &str) -> Client {
     open(&postgres().url().replace("/postgres?", &format!("/{name}?"))).await
 }
 
-/// `tollgate_apply` at the instant `now_ns`.
+/// `tollgate_apply` at the instant `now_ns`, calendar boundaries placed around it.
 async fn call(
+    client: &Client,
+    key: &str,
+    limits: &[Limit],
+    call: (u64, Hits),
+    deadline_ns: u64,
+    now_ns: u64,
+) -> Result<Vec<i64>, tokio_postgres::Error> {
+    call_around(client, key, limits, call, deadline_ns, (now_ns, now_ns)).await
+}
+
+/// `tollgate_apply` at the instant `now_ns`, calendar boundaries placed around `around_ns`.
+async fn call_around(
     client: &Client,
     key: &str,
     limits: &[Limit],
     (debt, hits): (u64, Hits),
     deadline_ns: u64,
-    now_ns: u64,
+    (now_ns, around_ns): (u64, u64),
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
     let (mode, n) = mode(hits);
-    let (kinds, windows, params, rpus) = limit_arrays(limits);
+    let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
     let row = client
         .query_one(
-            "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             &[
                 &key,
                 &mode,
@@ -80,6 +92,7 @@ async fn call(
                 &windows,
                 &params,
                 &rpus,
+                &bounds,
             ],
         )
         .await?;
@@ -93,13 +106,14 @@ proptest! {
     fn the_function_answers_as_the_algorithms_do(
         limits in limits(),
         history in prop::collection::vec(operation(), 1..40),
-        phase_us in 0u64..86_400_000_000,
+        phase_us in 0u64..YEAR_US,
     ) {
         let rt = runtime();
         let client = rt.block_on(connect());
         let key = format!("differential:{}", fresh_key());
-        replay(&limits, &history, phase_us, |debt, hits, now| {
-            rt.block_on(call(&client, &key, &limits, (debt, hits), 0, now)).map_err(|e| e.to_string())
+        replay(&limits, &history, phase_us, |debt, hits, now, around| {
+            rt.block_on(call_around(&client, &key, &limits, (debt, hits), 0, (now, around)))
+                .map_err(|e| e.to_string())
         })?;
     }
 }

@@ -115,12 +115,13 @@ impl PgBackend {
         limits: &[Limit],
         (debt, hits): (u64, Hits),
         deadline_ns: u64,
+        around_ns: u64,
     ) -> Trip {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let (mode, n) = mode(hits);
-        let (kinds, windows, params, rpus) = limit_arrays(limits);
+        let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
         let key = format!("{}{key}", self.key_prefix);
         let deadline_us = signed(deadline_ns / NANOS_PER_MICRO);
         let link = self.link.clone();
@@ -140,6 +141,7 @@ impl PgBackend {
                         &windows,
                         &params,
                         &rpus,
+                        &bounds,
                     ],
                 )
                 .await
@@ -178,20 +180,26 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The limits as the function's arrays: kind letters, windows, params, limits.
-fn limit_arrays(limits: &[Limit]) -> (String, Vec<i64>, Vec<i64>, Vec<i64>) {
+/// The limits as the function's arrays (see `limit_args`).
+type LimitArrays = (String, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
+
+/// The limits as the function's arrays: kind letters, windows, params, limits, and three
+/// calendar boundaries per limit, placed around the store time `around_ns`.
+fn limit_arrays(limits: &[Limit], around_ns: u64) -> LimitArrays {
     let mut kinds = String::with_capacity(limits.len());
     let mut windows = Vec::with_capacity(limits.len());
     let mut params = Vec::with_capacity(limits.len());
     let mut rpus = Vec::with_capacity(limits.len());
+    let mut bounds = Vec::with_capacity(3 * limits.len());
     for limit in limits {
-        let (kind, window_us, param, rpu) = limit_args(limit);
+        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, around_ns);
         kinds.push_str(kind);
         windows.push(signed(window_us));
         params.push(i64::from(param));
         rpus.push(i64::from(rpu));
+        bounds.extend(bounds_us.map(signed));
     }
-    (kinds, windows, params, rpus)
+    (kinds, windows, params, rpus, bounds)
 }
 
 /// Deletes expired counters every `interval`, in batches, while PostgreSQL answers.

@@ -4,7 +4,8 @@
 //! than this Tollgate is refused, never downgraded.
 //!
 //! Versions: 1 `tollgate_check_and_count`; 2 `tollgate_apply`, which charges a debt before
-//! the hits (1's function stays, for the instances of a rolling upgrade).
+//! the hits (1's function stays, for the instances of a rolling upgrade); 3 calendar
+//! windows: `tollgate_apply` takes their boundaries (2's signature calls it without).
 
 use tokio_postgres::Client;
 
@@ -14,7 +15,7 @@ use super::connect::describe;
 const SCHEMA: &str = include_str!("schema.sql");
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;

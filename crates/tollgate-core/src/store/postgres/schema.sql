@@ -11,6 +11,7 @@
 --   sliding window: newest sub-window, then the ring of precision + 1 packed counts
 --                   (count * 256 + start, see algo/sliding.rs);
 --   fixed window:   window index, count;
+--   calendar window: the window's UTC start in microseconds, count;
 --   token/leaky bucket (GCRA): theoretical arrival time.
 -- `shape` names the kinds and sliding precisions that layout was written for; a row whose
 -- shape differs (the rule changed) reads as empty. There is no index on `expires_us`:
@@ -51,13 +52,17 @@ $$;
 --               first, as 'p'
 --   p_deadline  microseconds; past it nothing changes and {-1, now} is returned (0: none)
 --   p_now       microseconds; 0 reads the database's clock (tests replay histories)
---   p_kinds     one letter per limit: 's' sliding, 'f' fixed, 'g' GCRA
+--   p_kinds     one letter per limit: 's' sliding, 'f' fixed, 'c' calendar, 'g' GCRA
 --   p_windows, p_params (precision or burst), p_rpus: per limit
+--   p_bounds    three per limit: for a calendar, window boundaries (microseconds) the
+--               caller computed around its own now; the window holding the database's
+--               now is picked from them, so no time-zone database is consulted (and the
+--               Redis script can do the same). Zeros for other limits.
 -- Returns {admitted (1/0), now, then the state as it was before this call, before its
 -- debt too}.
 CREATE OR REPLACE FUNCTION tollgate_apply(
     p_key text, p_mode text, p_hits bigint, p_debt bigint, p_deadline bigint, p_now bigint,
-    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[])
+    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[], p_bounds bigint[])
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -95,8 +100,8 @@ BEGIN
         IF kind = 's' THEN
             want_shape := want_shape || 's' || p_params[i] || ',';
             width := width + p_params[i]::integer + 2;
-        ELSIF kind = 'f' THEN
-            want_shape := want_shape || 'f,';
+        ELSIF kind = 'f' OR kind = 'c' THEN
+            want_shape := want_shape || kind || ',';
             width := width + 2;
         ELSE
             want_shape := want_shape || 'g,';
@@ -200,10 +205,18 @@ BEGIN
                     admitted := false;
                 END IF;
                 o := o + param::integer + 2;
-            ELSIF kind = 'f' THEN
+            ELSIF kind = 'f' OR kind = 'c' THEN
                 stored := after[o];
                 cnt := after[o + 1];
-                w := now_us / win;
+                IF kind = 'f' THEN
+                    w := now_us / win;
+                ELSIF now_us < p_bounds[3 * i - 1] THEN
+                    -- Named by its start. A clock more than half a window off the
+                    -- caller's falls outside the boundaries and counts in the nearest.
+                    w := p_bounds[3 * i - 2];
+                ELSE
+                    w := p_bounds[3 * i - 1];
+                END IF;
                 IF w <= stored THEN
                     w := stored;
                 ELSE
@@ -272,7 +285,7 @@ BEGIN
                     END IF;
                     expires := (newest + param + 1) * sub;
                     o := o + param::integer + 2;
-                ELSIF kind = 'f' THEN
+                ELSIF kind = 'f' OR kind = 'c' THEN
                     w := at_slot[i];
                     cnt := at_aux[i];
                     IF step_mode <> 'r' THEN
@@ -282,7 +295,17 @@ BEGIN
                     END IF;
                     after[o] := w;
                     after[o + 1] := cnt;
-                    expires := (w + 1) * win;
+                    IF kind = 'f' THEN
+                        expires := (w + 1) * win;
+                    ELSIF w < p_bounds[3 * i - 1] THEN
+                        expires := p_bounds[3 * i - 1];
+                    ELSIF w < p_bounds[3 * i] THEN
+                        expires := p_bounds[3 * i];
+                    ELSE
+                        -- A later window than the caller knows (the clock stepped back):
+                        -- no calendar window is longer than two.
+                        expires := w + p_bounds[3 * i] - p_bounds[3 * i - 2];
+                    END IF;
                     o := o + 2;
                 ELSE
                     IF rpu > 0 THEN
@@ -320,4 +343,15 @@ BEGIN
 
     RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us] || before;
 END;
+$$;
+
+-- Version 2's signature, for the instances of a rolling upgrade that still call it: no
+-- calendar limits, so no boundaries.
+CREATE OR REPLACE FUNCTION tollgate_apply(
+    p_key text, p_mode text, p_hits bigint, p_debt bigint, p_deadline bigint, p_now bigint,
+    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[])
+RETURNS bigint[]
+LANGUAGE sql VOLATILE AS $$
+    SELECT tollgate_apply(p_key, p_mode, p_hits, p_debt, p_deadline, p_now,
+                          p_kinds, p_windows, p_params, p_rpus, '{}'::bigint[])
 $$;

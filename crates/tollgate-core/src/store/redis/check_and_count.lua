@@ -6,7 +6,8 @@
 -- This script is the one definition of the counter's layout in Redis: one string per
 -- counter, the state of its limits in order as MessagePack integers
 --   sliding: newest sub-window, then the ring of precision + 1 counts;
---   fixed: window index, count;  gcra: theoretical arrival time.
+--   fixed: window index, count;  calendar: the window's UTC start (µs), count;
+--   gcra: theoretical arrival time.
 -- One GET and one SET, and no number turned into text or back: what a hash of fields
 -- cost in field names and tonumber calls was half of the script's time. MessagePack
 -- rather than fixed-width integers: an empty sub-window takes one byte, so a counter
@@ -18,8 +19,10 @@
 --          'r' refund), hits, debt (units this
 --          instance admitted while Redis did not answer: charged first, as 'p'),
 --          deadline_us (0: none), now_us (0: Redis TIME; tests replay histories at chosen
---          instants), then per limit: kind ('s' sliding, 'f' fixed, 'g' gcra), window_us,
---          precision or burst, requests_per_unit. One argument read by one unpack: a
+--          instants), then per limit: kind ('s' sliding, 'f' fixed, 'c' calendar, 'g'
+--          gcra), window_us, precision or burst, requests_per_unit. A calendar's window_us
+--          is an array of three boundaries (µs) the caller computed around its own now:
+--          Redis picks the window holding its now, so it needs no time-zone database. One argument read by one unpack: a
 --          dozen arguments, each made a Lua string by Redis and a number by tonumber,
 --          cost a third of the script's time.
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing,
@@ -86,7 +89,7 @@ end
 local size = 0
 for a = FIRST, #args, 4 do
   local kind = args[a]
-  if kind == 's' then size = size + args[a + 2] + 2 elseif kind == 'f' then size = size + 2 else size = size + 1 end
+  if kind == 's' then size = size + args[a + 2] + 2 elseif kind == 'f' or kind == 'c' then size = size + 2 else size = size + 1 end
 end
 
 -- v: {ok, offset, then every limit's numbers in order} as unpacked, limit by limit from
@@ -151,8 +154,18 @@ local function step(mode, hits)
         admitted = false
       end
       b = b + param + 2
-    elseif kind == 'f' then
-      local w, count = floor(now / window), v[b + 2]
+    elseif kind == 'f' or kind == 'c' then
+      local w, count
+      if kind == 'f' then
+        w = floor(now / window)
+      elseif now < window[2] then
+        -- Named by its start. A clock more than half a window off the caller's falls
+        -- outside the boundaries and counts in the nearest window.
+        w = window[1]
+      else
+        w = window[2]
+      end
+      count = v[b + 2]
       if w <= v[b + 1] then w = v[b + 1] else count = 0 end
       slots[a], v[b + 2] = w, count
       if count + asked > rpu then admitted = false end
@@ -200,11 +213,21 @@ local function step(mode, hits)
         end
         expires = (newest + param + 1) * sub
         b = b + param + 2
-      elseif kind == 'f' then
+      elseif kind == 'f' or kind == 'c' then
         local w = slots[a]
         v[b + 1] = w
         if mode ~= 'r' then v[b + 2] = min(v[b + 2] + hits, EXACT - 1) else v[b + 2] = max(v[b + 2] - hits, 0) end
-        expires = (w + 1) * window
+        if kind == 'f' then
+          expires = (w + 1) * window
+        elseif w < window[2] then
+          expires = window[2]
+        elseif w < window[3] then
+          expires = window[3]
+        else
+          -- A later window than the caller knows (Redis' clock stepped back): no calendar
+          -- window is longer than two.
+          expires = w + window[3] - window[1]
+        end
         b = b + 2
       else
         if rpu > 0 then

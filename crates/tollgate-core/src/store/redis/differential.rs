@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use tollgate_testkit::redis::RedisServer;
 
 use super::script::{self, Check, ScriptReply};
-use crate::store::shared::differential::{fresh_key, limits, operation, replay};
+use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
 
 /// One redis-server for every case of this test binary.
 fn redis() -> &'static RedisServer {
@@ -22,14 +22,14 @@ proptest! {
     fn the_script_answers_as_the_algorithms_do(
         limits in limits(),
         history in prop::collection::vec(operation(), 1..40),
-        phase_us in 0u64..86_400_000_000,
+        phase_us in 0u64..YEAR_US,
     ) {
         let mut conn = redis().connection_as(None);
         let script = script::script();
         script.load(&mut conn).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let key = fresh_key().to_string();
-        replay(&limits, &history, phase_us, |debt, hits, now_ns| {
-            let check = Check { key: &key, limits: &limits, hits, debt, deadline_ns: 0, now_ns };
+        replay(&limits, &history, phase_us, |debt, hits, now_ns, around_ns| {
+            let check = Check { key: &key, limits: &limits, hits, debt, deadline_ns: 0, now_ns, around_ns };
             let reply: ScriptReply = script::call(&script, "differential", &check)
                 .query(&mut conn)
                 .map_err(|e| e.to_string())?;
@@ -68,6 +68,7 @@ fn huge_charges_still_deny() {
                 debt: 0,
                 deadline_ns: 0,
                 now_ns,
+                around_ns: now_ns,
             };
             let reply: Result<ScriptReply, _> =
                 script::call(&script, "differential", &check).query(&mut conn);

@@ -73,6 +73,7 @@ impl RedisBackend {
         limits: &[Limit],
         (debt, hits): (u64, Hits),
         deadline_ns: u64,
+        around_ns: u64,
     ) -> Trip {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
@@ -85,6 +86,7 @@ impl RedisBackend {
             debt,
             deadline_ns,
             now_ns: 0,
+            around_ns,
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let (script, link) = (self.script.clone(), self.link.clone());

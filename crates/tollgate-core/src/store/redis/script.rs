@@ -54,7 +54,8 @@ pub(super) fn numbers((flag, now_us, state): ScriptReply) -> Result<Vec<i64>, Ba
 
 /// One check-and-count: `debt` charged, then `hits` under `limits` on counter `key`; Redis
 /// changes nothing if it runs the check after `deadline_ns` (in Redis time; 0 for none).
-/// The script reads Redis' clock unless `now_ns` gives the time (tests replay histories).
+/// The script reads Redis' clock unless `now_ns` gives the time (tests replay histories);
+/// `around_ns`, the Redis time this instance expects, places calendar boundaries.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Check<'a> {
     pub(super) key: &'a str,
@@ -63,6 +64,7 @@ pub(super) struct Check<'a> {
     pub(super) debt: u64,
     pub(super) deadline_ns: u64,
     pub(super) now_ns: u64,
+    pub(super) around_ns: u64,
 }
 
 /// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
@@ -78,9 +80,13 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
     args.number(check.deadline_ns / NANOS_PER_MICRO);
     args.number(check.now_ns / NANOS_PER_MICRO);
     for limit in limits {
-        let (kind, window_us, param, rpu) = limit_args(limit);
+        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, check.around_ns);
         args.letter(kind);
-        args.number(window_us);
+        if kind == "c" {
+            args.numbers(&bounds_us);
+        } else {
+            args.number(window_us);
+        }
         args.number(param.into());
         args.number(rpu.into());
     }
@@ -114,6 +120,14 @@ impl Packed {
                 out.push(0xcf);
                 out.extend_from_slice(&n.to_be_bytes());
             }
+        }
+    }
+
+    /// An array of unsigned integers (a calendar's boundaries).
+    fn numbers(&mut self, numbers: &[u64; 3]) {
+        self.0.push(0x90 | numbers.len() as u8);
+        for &n in numbers {
+            self.number(n);
         }
     }
 

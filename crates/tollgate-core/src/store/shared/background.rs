@@ -105,19 +105,27 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
 
 /// Time until the earliest sub-window (or window, or emission interval) boundary.
 fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
-    let step = limits
+    let wait = limits
         .iter()
-        .map(|l| match l.algorithm {
-            Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
-            Algorithm::FixedWindow => l.window_ns,
-            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                l.window_ns / u64::from(l.requests_per_unit.max(1))
+        .map(|l| {
+            let step = match l.algorithm {
+                Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
+                // A calendar's windows are of uneven length: ask the window itself.
+                Algorithm::FixedWindow => {
+                    return l
+                        .fixed_window_at(now_ns)
+                        .map_or(l.window_ns, |w| w.end - now_ns);
+                }
+                Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                    l.window_ns / u64::from(l.requests_per_unit.max(1))
+                }
             }
+            .max(1_000_000);
+            step - now_ns % step
         })
         .min()
-        .unwrap_or(1_000_000_000)
-        .max(1_000_000);
-    Duration::from_nanos(step - now_ns % step)
+        .unwrap_or(1_000_000_000);
+    Duration::from_nanos(wait.max(1_000_000))
 }
 
 /// Sends debts that no request carried, while the store answers.

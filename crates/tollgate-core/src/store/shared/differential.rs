@@ -4,7 +4,10 @@
 //! afterwards says about the next request. Each store runs [`replay`] on a real server.
 //!
 //! The domain is every product below 2^53 (the Redis script is exact there): limits up to
-//! 2,000, windows from a second to a day, costs up to 500.
+//! 2,000, windows from a second to a day, costs up to 500; and calendar windows (days to
+//! years in zones either side of UTC), whose histories start shortly before a boundary of
+//! the first one, on any day of a year (so across daylight-saving changes), with the
+//! boundaries the store is given computed for a time up to an hour off its own.
 
 use std::time::Instant;
 
@@ -12,11 +15,24 @@ use proptest::prelude::*;
 
 use super::protocol::{self, Reply, effect};
 use crate::algo::{Hits, LimitState, evaluate};
-use crate::limit::{Algorithm, Limit};
+use crate::calendar::Calendar;
+use crate::limit::{Algorithm, Limit, LimitError};
 use crate::unit::Unit;
 
 const SECOND: u64 = 1_000_000_000;
 const MICRO: u64 = 1_000;
+
+/// Zones west and east of UTC, with and without daylight saving.
+const ZONES: [&str; 5] = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Asia/Tokyo",
+    "Pacific/Auckland",
+];
+
+/// Phases (`replay`'s `phase_us`) span a year.
+pub(crate) const YEAR_US: u64 = 365 * 86_400_000_000;
 
 pub(crate) fn limits() -> impl Strategy<Value = Vec<Limit>> {
     let one = (
@@ -39,7 +55,22 @@ pub(crate) fn limits() -> impl Strategy<Value = Vec<Limit>> {
             };
             base.clone().with_algorithm(algorithm).unwrap_or(base)
         });
-    prop::collection::vec(one, 1..4)
+    let calendar = (0u32..2_000, 0usize..5, 0usize..ZONES.len()).prop_map(|(rpu, unit, zone)| {
+        let (unit, multiplier) = [
+            (Unit::Day, 1),
+            (Unit::Week, 1),
+            (Unit::Month, 1),
+            (Unit::Month, 3),
+            (Unit::Year, 1),
+        ][unit];
+        let fixed = Limit::new(rpu, unit).with_algorithm(Algorithm::FixedWindow);
+        fixed
+            .clone()
+            .and_then(|l| l.with_calendar(Calendar::new(unit, multiplier, ZONES[zone])?))
+            .or(fixed)
+            .unwrap_or_else(|_: LimitError| Limit::new(rpu, unit))
+    });
+    prop::collection::vec(prop_oneof![4 => one, 1 => calendar], 1..4)
 }
 
 /// One call: the gap since the last, the debt it carries, and its hits.
@@ -63,17 +94,28 @@ pub(crate) fn operation() -> impl Strategy<Value = Operation> {
 }
 
 /// Replays `history` on a fresh counter through `call` (the store's check-and-count of a
-/// debt and hits at a given instant, its raw reply) and through the algorithms.
+/// debt and hits at a given instant, with the time calendar boundaries are placed around;
+/// its raw reply) and through the algorithms.
 pub(crate) fn replay(
     limits: &[Limit],
     history: &[Operation],
     phase_us: u64,
-    mut call: impl FnMut(u64, Hits, u64) -> Result<Vec<i64>, String>,
+    mut call: impl FnMut(u64, Hits, u64, u64) -> Result<Vec<i64>, String>,
 ) -> Result<(), TestCaseError> {
     let started = Instant::now();
-    // A time of day like a real clock's.
+    // A time of year like a real clock's; with a calendar, up to two minutes before its
+    // window ends, so that the history crosses the boundary.
     let mut now = 1_790_000_000 * SECOND + phase_us * MICRO;
+    if let Some(window) = limits
+        .iter()
+        .find(|l| l.calendar().is_some())
+        .and_then(|l| l.fixed_window_at(now))
+    {
+        now = window.end - (phase_us % 120_000_000) * MICRO;
+    }
     let start = now;
+    // The caller's idea of the store's time: up to an hour either side.
+    let skew = |now: u64| now + (phase_us % 7_200_000_000) * MICRO - 3_600 * SECOND;
     let mut states: Vec<LimitState> = limits.iter().map(LimitState::new).collect();
     for &(gap_us, debt, hits) in history {
         // Never behind real time since the start: a store expires counters on its own
@@ -81,7 +123,7 @@ pub(crate) fn replay(
         let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         now = (now + gap_us * MICRO).max(start + elapsed.div_ceil(MICRO) * MICRO);
 
-        let raw = call(debt, hits, now).map_err(TestCaseError::fail)?;
+        let raw = call(debt, hits, now, skew(now)).map_err(TestCaseError::fail)?;
         let Ok(Reply::Ran {
             admitted,
             now_ns,

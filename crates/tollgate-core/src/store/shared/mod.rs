@@ -98,19 +98,21 @@ impl Backend {
         }
     }
 
-    /// One atomic check-and-count of `hits` after `debt`, under way once first polled.
+    /// One atomic check-and-count of `hits` after `debt`, under way once first polled;
+    /// `around_ns` is the store time expected, which places calendar windows' boundaries.
     fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
         call: (u64, Hits),
         deadline_ns: u64,
+        around_ns: u64,
     ) -> Trip {
         match self {
             #[cfg(feature = "redis")]
-            Self::Redis(b) => b.check_and_count(key, limits, call, deadline_ns),
+            Self::Redis(b) => b.check_and_count(key, limits, call, deadline_ns, around_ns),
             #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.check_and_count(key, limits, call, deadline_ns),
+            Self::Postgres(b) => b.check_and_count(key, limits, call, deadline_ns, around_ns),
         }
     }
 }
@@ -371,7 +373,10 @@ impl SharedStore {
         timeout: Duration,
     ) -> Answer {
         let started = Instant::now();
-        let mut trip = self.backend.check_and_count(key, limits, call, deadline_ns);
+        let around_ns = self.local.now_ns();
+        let mut trip = self
+            .backend
+            .check_and_count(key, limits, call, deadline_ns, around_ns);
         let answer = tokio::time::timeout(timeout, &mut trip).await;
         self.counts.latency.observe(started.elapsed());
         match answer {

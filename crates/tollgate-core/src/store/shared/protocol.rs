@@ -38,19 +38,29 @@ pub(crate) fn effect(
     apply(states, limits, now_ns, hits)
 }
 
-/// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `g` GCRA),
-/// window in microseconds, precision or burst, requests per window.
-pub(crate) fn limit_args(limit: &Limit) -> (&'static str, u64, u32, u32) {
+/// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `c` calendar,
+/// `g` GCRA), window in microseconds, precision or burst, requests per window, and for a
+/// calendar three window boundaries around `around_ns` in microseconds ([`Calendar::boundaries`];
+/// zeros otherwise). The store picks the calendar window holding its own now, so that it
+/// decides in its clock and needs no time-zone database.
+///
+/// [`Calendar::boundaries`]: crate::calendar::Calendar
+pub(crate) fn limit_args(limit: &Limit, around_ns: u64) -> (&'static str, u64, u32, u32, [u64; 3]) {
     let (kind, param) = match limit.algorithm {
         Algorithm::SlidingWindow { precision } => ("s", precision),
+        Algorithm::FixedWindow if limit.calendar.is_some() => ("c", 1),
         Algorithm::FixedWindow => ("f", 1),
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => ("g", burst),
     };
+    let bounds = limit.calendar.as_ref().map_or([0; 3], |c| {
+        c.boundaries(around_ns).map(|b| b / NANOS_PER_MICRO)
+    });
     (
         kind,
         limit.window_ns / NANOS_PER_MICRO,
         param,
         limit.requests_per_unit,
+        bounds,
     )
 }
 
