@@ -211,7 +211,7 @@ impl LocalView {
         key: &str,
         limits: &[Limit],
         now_ns: u64,
-        hits: Hits,
+        (hits, pending): (Hits, u64),
         how: Fallback,
         decided: impl FnOnce(&Verdict),
     ) -> Verdict {
@@ -237,6 +237,23 @@ impl LocalView {
             }
             decided(&verdict);
             return verdict;
+        }
+        // Units other calls are about to count are taken as counted: what fits beside
+        // them only.
+        if let (Hits::Consume(n), true) = (hits, pending > 0) {
+            let fresh;
+            let states = match slot.get() {
+                Some(view) => view.counter.states.as_slice(),
+                None => {
+                    fresh = Counter::new(limits);
+                    fresh.states.as_slice()
+                }
+            };
+            let beside = evaluate(states, limits, now_ns, n.saturating_add(pending));
+            if !beside.decision.admitted {
+                decided(&beside);
+                return beside;
+            }
         }
         // Decide as the memory store would; the view then holds hits the store never saw.
         let mut view = slot.remove().unwrap_or_else(|| View {
@@ -501,15 +518,22 @@ mod tests {
         let (v, _) = view();
         let limits = [limit(FIXED, 2, 60 * SECOND)];
         for how in [Fallback::Allow, Fallback::Deny] {
-            let verdict = v.fall_back("k", &limits, T0, Hits::Consume(1), how, |_| {});
+            let verdict = v.fall_back("k", &limits, T0, (Hits::Consume(1), 0), how, |_| {});
             assert_eq!(verdict.decision.admitted, how == Fallback::Allow);
         }
         assert_eq!(v.stats().entries, 0, "forced answers remember nothing");
         let admitted: Vec<bool> = (0..3)
             .map(|_| {
-                v.fall_back("k", &limits, T0, Hits::Consume(1), Fallback::Local, |_| {})
-                    .decision
-                    .admitted
+                v.fall_back(
+                    "k",
+                    &limits,
+                    T0,
+                    (Hits::Consume(1), 0),
+                    Fallback::Local,
+                    |_| {},
+                )
+                .decision
+                .admitted
             })
             .collect();
         assert_eq!(admitted, [true, true, false]);
@@ -518,5 +542,30 @@ mod tests {
             v.deny("k", &limits, Hits::Consume(1), T0, || true)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_local_fallback_leaves_room_for_calls_still_out() {
+        let (v, _) = view();
+        let limits = [limit(FIXED, 3, 60 * SECOND)];
+        let local = |pending| {
+            v.fall_back(
+                "k",
+                &limits,
+                T0,
+                (Hits::Consume(1), pending),
+                Fallback::Local,
+                |_| {},
+            )
+            .decision
+            .admitted
+        };
+        // Two units of other calls are on their way: one more fits, a second does not.
+        assert!(local(2));
+        assert!(!local(2), "the last unit is the calls' to take");
+        // Nothing pending: the view alone decides, up to the limit.
+        assert!(local(0));
+        assert!(local(0));
+        assert!(!local(0));
     }
 }

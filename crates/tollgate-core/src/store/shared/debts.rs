@@ -200,6 +200,15 @@ impl Debts {
         self.lock().get(key).map_or(0, Debt::unsettled)
     }
 
+    /// Units of `key` on their way to the store in calls not heard from yet (a charge
+    /// being sent, a call its request stopped waiting for): the store cannot decide with
+    /// them in mind.
+    pub(crate) fn uncertain(&self, key: &str) -> u64 {
+        self.lock()
+            .get(key)
+            .map_or(0, |debt| debt.sending + debt.awaited)
+    }
+
     /// A call carrying `sent` units did not land (or may not have): owed again.
     pub(crate) fn restore(&self, key: &str, sent: u64) {
         if sent == 0 {

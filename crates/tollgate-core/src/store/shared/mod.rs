@@ -15,6 +15,7 @@ mod background;
 mod debts;
 #[cfg(test)]
 pub(crate) mod differential;
+mod in_flight;
 mod late;
 pub(crate) mod link;
 pub(crate) mod protocol;
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use self::debts::Debts;
+use self::in_flight::InFlight;
 use self::link::{Health, TimeSink};
 use self::protocol::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
@@ -174,6 +176,8 @@ pub struct SharedStore {
     debts: Debts,
     /// Round trips that outlived their request's wait and are still awaited ([`late`]).
     awaited: AtomicUsize,
+    /// Units asked of the store and not yet answered, which a fallback must leave room for.
+    in_flight: InFlight,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -212,6 +216,7 @@ impl SharedStore {
                 counts: Counts::default(),
                 debts: Debts::default(),
                 awaited: AtomicUsize::new(0),
+                in_flight: InFlight::default(),
             }
         });
         background::spawn(&store, refresh_rx);
@@ -281,6 +286,19 @@ impl SharedStore {
             bump(&self.counts.local_denials);
             return Ok(denied);
         }
+        if !self.debts.is_empty() && self.debts.uncertain(key) > 0 {
+            // Units this instance admitted are on their way in calls not heard from: the
+            // store would check this request without them, the view holds them.
+            bump(&self.counts.fallbacks);
+            let pending = self.in_flight.units(key);
+            let how = Fallback::Local;
+            return Ok(self
+                .local
+                .fall_back(key, limits, now, (hits, pending), how, |verdict| {
+                    let decided = counted(hits, verdict.decision.admitted);
+                    self.debts.owe(key, limits, decided, now);
+                }));
+        }
         let debt = match self.debts.is_empty() {
             true => 0,
             false => self.debts.take(key, now),
@@ -288,6 +306,7 @@ impl SharedStore {
         let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
         let span = self.backend.span(limits.len());
         let call = (debt, hits);
+        let sent = self.in_flight.send(key, hits);
         match self
             .round_trip(key, limits, call, deadline, self.behaviour.timeout)
             .instrument(span)
@@ -302,14 +321,17 @@ impl SharedStore {
             }
             Answer::Failed(e) => {
                 self.debts.restore(key, debt);
-                self.fall_back(key, limits, hits, now, e, |verdict| {
+                let pending = sent.others();
+                self.fall_back(key, limits, (hits, pending), now, e, |verdict| {
                     let decided = counted(hits, verdict.decision.admitted);
                     self.debts.owe(key, limits, decided, now);
                 })
             }
             Answer::Pending(trip) => {
                 let mut decided = 0;
-                let verdict = self.fall_back(key, limits, hits, now, StoreError::Timeout, |v| {
+                let hits_and_pending = (hits, sent.others());
+                let timeout = StoreError::Timeout;
+                let verdict = self.fall_back(key, limits, hits_and_pending, now, timeout, |v| {
                     decided = counted(hits, v.decision.admitted);
                     self.debts
                         .expect(key, limits, u64::try_from(decided).unwrap_or(0));
@@ -321,12 +343,13 @@ impl SharedStore {
     }
 
     /// The verdict per `--on-store-error` when the store gave none (`error`'s answer is
-    /// the error itself); `decided` records the decision as the view takes it.
+    /// the error itself), leaving room for `pending` units of other calls still out;
+    /// `decided` records the decision as the view takes it.
     fn fall_back(
         &self,
         key: &str,
         limits: &[Limit],
-        hits: Hits,
+        (hits, pending): (Hits, u64),
         now_ns: u64,
         error: StoreError,
         decided: impl FnOnce(&Verdict),
@@ -340,7 +363,7 @@ impl SharedStore {
         };
         Ok(self
             .local
-            .fall_back(key, limits, now_ns, hits, how, decided))
+            .fall_back(key, limits, now_ns, (hits, pending), how, decided))
     }
 
     /// The store's answer to `call` as the verdict and the counter's new view, which also
