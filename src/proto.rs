@@ -262,7 +262,7 @@ fn limited_status(l: &Limited) -> DescriptorStatus {
             requests_per_unit: l.limit.requests_per_unit(),
             unit: response_unit(l.limit.unit()).into(),
         }),
-        limit_remaining: u32::try_from(l.reported_remaining()).unwrap_or(u32::MAX),
+        limit_remaining: u32::try_from(l.remaining).unwrap_or(u32::MAX),
         // Whole seconds, rounded up: Envoy's `x-ratelimit-reset` keeps only the seconds.
         duration_until_reset: Some(ProtoDuration {
             seconds: i64::try_from(l.reset_seconds()).unwrap_or(i64::MAX),

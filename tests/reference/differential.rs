@@ -281,46 +281,71 @@ fn kind_of(steps: &[Step]) -> Option<String> {
     Some(kind)
 }
 
-/// Whether every descriptor the last of `steps` differs on is explained by a deliberate
-/// difference (README, "Differences from the reference") met earlier on the same entries:
-/// the reference counted hits it denied (Tollgate counts admitted hits only), or counted
-/// under another window length in the same key (its key names a window's start, not its
-/// length, so a day and a week that start together share a counter; Tollgate's do not).
-/// With `shadow` rules a denial answers OK: one with nothing left is taken for one.
+/// Whether every difference of the last of `steps` follows from a deliberate difference
+/// (README, "Differences from the reference"): Tollgate counts admitted hits only, so once
+/// the reference has counted hits it denied on the same entries (earlier, or before in the
+/// same request) the counts differ, and a denial reports what is left where the
+/// reference's over-counted counter has nothing; or the reference counted under another
+/// window length in the same key (its key names a window's start, not its length, so a day
+/// and a week that start together share a counter; Tollgate's do not). With `shadow`
+/// rules a denial answers OK: one with nothing left is taken for one. Headers, metadata
+/// and the overall code follow the statuses.
 fn deliberate(steps: &[Step], shadow: bool) -> bool {
     let Some(last) = steps.last() else {
         return false;
     };
-    let differing: Vec<usize> = last
+    let explained_status = |i: usize, field: &str| {
+        let Some(descriptor) = last.request.descriptors.get(i) else {
+            return false;
+        };
+        let statuses = reference_statuses(last);
+        let denied_here = statuses
+            .get(i)
+            .is_some_and(|status| denied(status, hits_of(last, descriptor), shadow));
+        if field.ends_with("limit_remaining") && denied_here {
+            return true;
+        }
+        let unit = statuses.get(i).map(unit_of);
+        earlier(steps, i).any(|(d, status, hits)| {
+            d.entries == descriptor.entries
+                && (denied(status, hits, shadow) || Some(unit_of(status)) != unit)
+        })
+    };
+    let statuses: Vec<(usize, &str)> = last
         .differences
         .iter()
-        .filter_map(Difference::status)
+        .filter_map(|d| d.status().map(|i| (i, d.field.as_str())))
         .collect();
-    !differing.is_empty()
-        && differing.iter().all(|&i| {
-            let Some(descriptor) = last.request.descriptors.get(i) else {
-                return false;
-            };
-            let unit = reference_statuses(last).get(i).map(unit_of);
-            earlier(steps, i).any(|(d, status, hits)| {
-                let over = status.code == Code::OverLimit as i32;
-                let denied = hits > 0 && (over || (shadow && status.limit_remaining == 0));
-                d.entries == descriptor.entries && (denied || Some(unit_of(status)) != unit)
-            })
+    let any_denial =
+        earlier(steps, usize::MAX).any(|(_, status, hits)| denied(status, hits, shadow));
+    !last.differences.is_empty()
+        && statuses
+            .iter()
+            .all(|&(i, field)| explained_status(i, field))
+        && last.differences.iter().all(|d| {
+            d.status().is_some()
+                || d.field == "overall_code" && !statuses.is_empty()
+                || (d.field.starts_with("response_headers_to_add")
+                    || d.field.starts_with("dynamic_metadata"))
+                    && any_denial
         })
 }
 
-/// Whether any of the case's rules or settings is in shadow mode.
-fn has_shadow(case: &Case) -> bool {
-    case.rules_yaml(SHOWN_DOMAIN).contains("shadow_mode: true")
-        || case
-            .settings
-            .iter()
-            .any(|(name, value)| name == "SHADOW_MODE" && value == "true")
+/// Whether the reference denied a descriptor while counting `hits` on it.
+fn denied(status: &DescriptorStatus, hits: u64, shadow: bool) -> bool {
+    let over = status.code == Code::OverLimit as i32;
+    hits > 0 && (over || (shadow && status.limit_remaining == 0))
 }
 
-/// The descriptors before the last step's descriptor `i` (earlier requests', and the ones
-/// before it in its own), with the reference's status and the hits each asked for.
+/// The hits a descriptor of `step` asked for.
+fn hits_of(step: &Step, d: &RateLimitDescriptor) -> u64 {
+    d.hits_addend
+        .as_ref()
+        .map_or(u64::from(step.request.hits_addend.max(1)), |h| h.value)
+}
+
+/// The descriptors of every step, the last one's only before its descriptor `i`, with
+/// the reference's status and the hits each asked for.
 fn earlier(
     steps: &[Step],
     i: usize,
@@ -332,13 +357,7 @@ fn earlier(
             .iter()
             .zip(reference_statuses(step))
             .take(until)
-            .map(|(d, status)| {
-                let hits = d
-                    .hits_addend
-                    .as_ref()
-                    .map_or(u64::from(step.request.hits_addend.max(1)), |h| h.value);
-                (d, status, hits)
-            })
+            .map(move |(d, status)| (d, status, hits_of(step, d)))
     })
 }
 
@@ -352,6 +371,15 @@ fn reference_statuses(step: &Step) -> &[DescriptorStatus] {
 /// The unit of the limit a status names (0 when none).
 fn unit_of(status: &DescriptorStatus) -> i32 {
     status.current_limit.as_ref().map_or(0, |l| l.unit)
+}
+
+/// Whether any of the case's rules or settings is in shadow mode.
+fn has_shadow(case: &Case) -> bool {
+    case.rules_yaml(SHOWN_DOMAIN).contains("shadow_mode: true")
+        || case
+            .settings
+            .iter()
+            .any(|(name, value)| name == "SHADOW_MODE" && value == "true")
 }
 
 /// One request and the two answers.

@@ -57,12 +57,6 @@ impl Limited {
         !self.admitted && !self.shadow
     }
 
-    /// The units left that answers report: none for a denial, as the reference reports
-    /// it (the units a smaller request could still take stay in `remaining`).
-    pub fn reported_remaining(&self) -> u64 {
-        if self.admitted { self.remaining } else { 0 }
-    }
-
     /// The wait a client is told, in whole seconds rounded up: a client that waits the
     /// advertised time must then be admitted.
     pub fn reset_seconds(&self) -> u64 {
@@ -98,9 +92,9 @@ impl Decision {
             if limited.is_over() && !limited.quota {
                 tightest = Some((i, limited));
                 fewest = 0;
-            } else if limited.reported_remaining() < fewest {
+            } else if limited.remaining < fewest {
                 tightest = Some((i, limited));
-                fewest = limited.reported_remaining();
+                fewest = limited.remaining;
             }
         }
         tightest

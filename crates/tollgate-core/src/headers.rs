@@ -22,7 +22,7 @@ pub fn headers(style: HeaderStyle, decision: &Decision) -> Vec<(&'static str, St
         return Vec::new();
     };
     let limit = &tightest.limit;
-    let remaining = tightest.reported_remaining().min(u64::from(u32::MAX));
+    let remaining = tightest.remaining.min(u64::from(u32::MAX));
     let reset = tightest.reset_seconds();
     match style {
         HeaderStyle::Off => Vec::new(),
