@@ -373,17 +373,7 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
             Ok(Store::Memory(memory))
         }
         Backend::Redis => {
-            let url = settings
-                .redis_url
-                .as_deref()
-                .context("BACKEND_TYPE=redis needs REDIS_URL (--redis-url)")?;
-            let target = RedisTarget::parse(
-                url,
-                settings.redis_type,
-                settings.redis_auth.as_deref(),
-                settings.redis_tls,
-            )?;
-            let tls = redis_tls(settings, &target)?;
+            let (target, tls) = redis_target(settings, "BACKEND_TYPE=redis")?;
             let config = RedisConfig {
                 target,
                 tls,
@@ -433,17 +423,7 @@ fn open_reference_store(settings: &StoreArgs, clock: Arc<dyn Clock>) -> anyhow::
              (the reference's), allow or deny"
         );
     }
-    let url = settings
-        .redis_url
-        .as_deref()
-        .context("REFERENCE_MODE needs REDIS_URL (--redis-url)")?;
-    let target = RedisTarget::parse(
-        url,
-        settings.redis_type,
-        settings.redis_auth.as_deref(),
-        settings.redis_tls,
-    )?;
-    let tls = redis_tls(settings, &target)?;
+    let (target, tls) = redis_target(settings, "REFERENCE_MODE")?;
     let config = ReferenceConfig {
         target,
         tls,
@@ -454,6 +434,23 @@ fn open_reference_store(settings: &StoreArgs, clock: Arc<dyn Clock>) -> anyhow::
         local_cache_bytes: settings.local_cache_size_in_bytes,
     };
     Ok(Store::Reference(ReferenceStore::start(config, clock)))
+}
+
+/// Where Redis is and how to reach it, from REDIS_URL and the Redis settings; `needs`
+/// says what asked for Redis when REDIS_URL is missing.
+fn redis_target(settings: &StoreArgs, needs: &str) -> anyhow::Result<(RedisTarget, RedisTls)> {
+    let url = settings
+        .redis_url
+        .as_deref()
+        .with_context(|| format!("{needs} needs REDIS_URL (--redis-url)"))?;
+    let target = RedisTarget::parse(
+        url,
+        settings.redis_type,
+        settings.redis_auth.as_deref(),
+        settings.redis_tls,
+    )?;
+    let tls = redis_tls(settings, &target)?;
+    Ok((target, tls))
 }
 
 /// The Redis TLS settings, read and checked; settings that would be silently unused are

@@ -221,15 +221,15 @@ impl LocalView {
             Fallback::Allow => Some(true),
             Fallback::Deny => Some(false),
         };
+        let fresh;
+        let states = match slot.get() {
+            Some(view) => view.counter.states.as_slice(),
+            None => {
+                fresh = Counter::new(limits);
+                fresh.states.as_slice()
+            }
+        };
         if let Some(admitted) = forced {
-            let fresh;
-            let states = match slot.get() {
-                Some(view) => view.counter.states.as_slice(),
-                None => {
-                    fresh = Counter::new(limits);
-                    fresh.states.as_slice()
-                }
-            };
             let mut verdict = evaluate(states, limits, now_ns, 1);
             verdict.decision.admitted = admitted;
             if !admitted {
@@ -241,14 +241,6 @@ impl LocalView {
         // Units other calls are about to count are taken as counted: what fits beside
         // them only.
         if let (Hits::Consume(n), true) = (hits, pending > 0) {
-            let fresh;
-            let states = match slot.get() {
-                Some(view) => view.counter.states.as_slice(),
-                None => {
-                    fresh = Counter::new(limits);
-                    fresh.states.as_slice()
-                }
-            };
             let beside = evaluate(states, limits, now_ns, n.saturating_add(pending));
             if !beside.decision.admitted {
                 decided(&beside);
