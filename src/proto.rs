@@ -26,23 +26,23 @@ pub(crate) fn request(req: &RateLimitRequest) -> Result<Request<'_>, InvalidRequ
     let descriptors = req
         .descriptors
         .iter()
-        .map(|d| descriptor(req, d))
+        .enumerate()
+        .map(|(i, d)| descriptor(req, i, d))
         .collect::<Result<_, _>>()?;
     Ok(Request::new(req.domain.as_str(), descriptors))
 }
 
 fn descriptor<'a>(
     req: &RateLimitRequest,
+    index: usize,
     d: &'a RateLimitDescriptor,
 ) -> Result<Descriptor<'a>, InvalidRequest> {
     let limit = match &d.limit {
         Some(o) => Some(LimitOverride {
             requests_per_unit: o.requests_per_unit,
-            unit: request_unit(o.unit).ok_or_else(|| {
-                InvalidRequest::Malformed(format!(
-                    "descriptor limit override has an unknown unit ({})",
-                    o.unit
-                ))
+            unit: request_unit(o.unit).ok_or(InvalidRequest::UnknownUnit {
+                descriptor: index,
+                unit: o.unit,
             })?,
         }),
         None => None,

@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use crate::algo::Hits;
 use crate::decision::{Decision, Limited, Outcome};
 use crate::key::{write_counter_key, write_reference_key};
-use crate::limit::Limit;
+use crate::limit::{Limit, LimitError};
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{KeyLayout, Store, StoreError};
@@ -178,7 +178,14 @@ impl<R: Recorder> Limiter<R> {
         let mut plans = drop_replaced(matched)
             .into_iter()
             .zip(&req.descriptors)
-            .map(|(rule, d)| self.plan(&req.domain, d, rule, domain.is_some()))
+            .enumerate()
+            .map(|(i, (rule, d))| {
+                self.plan(&req.domain, d, rule, domain.is_some())
+                    .map_err(|reason| InvalidRequest::BadOverride {
+                        descriptor: i,
+                        reason,
+                    })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let reference = self.store.key_layout() == KeyLayout::Reference;
         if reference && self.options.all_or_nothing {
@@ -327,17 +334,14 @@ impl<R: Recorder> Limiter<R> {
         descriptor: &Descriptor<'_>,
         rule: Option<&'a Rule>,
         domain_known: bool,
-    ) -> Result<Plan<'a>, InvalidRequest> {
+    ) -> Result<Plan<'a>, LimitError> {
         let limits: Cow<'a, [Limit]>;
         let shape: Cow<'a, str>;
         if let Some(requested) = descriptor.limit.filter(|_| domain_known) {
             let limit = self
                 .options
                 .defaults
-                .limit(requested.requests_per_unit, requested.unit)
-                .map_err(|e| {
-                    InvalidRequest::Malformed(format!("descriptor limit override: {e}"))
-                })?;
+                .limit(requested.requests_per_unit, requested.unit)?;
             let own = [limit];
             shape = Limit::shape_of(&own).into();
             limits = Cow::Owned(own.into());

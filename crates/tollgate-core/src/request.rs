@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use crate::algo::Hits;
+use crate::limit::LimitError;
 use crate::unit::Unit;
 
 /// The most descriptors in one request.
@@ -142,10 +143,23 @@ pub enum InvalidRequest {
         /// Its length.
         len: usize,
     },
-    /// A protocol-level problem found by an adapter, e.g. a limit override whose unit is
-    /// not a unit.
-    #[error("{0}")]
-    Malformed(String),
+    /// A limit override whose unit the protocol's enum does not name (found by an
+    /// adapter).
+    #[error("descriptor {descriptor} limit override has an unknown unit ({unit})")]
+    UnknownUnit {
+        /// Which descriptor.
+        descriptor: usize,
+        /// The number the request gave as unit.
+        unit: i32,
+    },
+    /// A limit override that makes no limit.
+    #[error("descriptor {descriptor} limit override: {reason}")]
+    BadOverride {
+        /// Which descriptor.
+        descriptor: usize,
+        /// Why, as the limit's constructor says.
+        reason: LimitError,
+    },
 }
 
 impl Request<'_> {
