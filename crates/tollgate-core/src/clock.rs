@@ -4,6 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Nanoseconds in a microsecond: the stores' unit of time.
+pub const NANOS_PER_MICRO: u64 = 1_000;
+/// Nanoseconds in a millisecond.
+pub const NANOS_PER_MILLI: u64 = 1_000_000;
+/// Nanoseconds in a second.
+pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
 /// A source of "now" in nanoseconds since the Unix epoch.
 /// Windows are aligned to the epoch, so instances sharing counters agree on boundaries.
 pub trait Clock: Send + Sync + 'static {

@@ -42,7 +42,9 @@ mod unit;
 
 pub use algo::Hits;
 pub use calendar::{Calendar, CalendarError, MAX_CALENDAR_YEARS};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{
+    Clock, ManualClock, NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, SystemClock,
+};
 pub use decision::{Decision, Limited, Outcome};
 pub use key::counter_key;
 pub use limit::{

@@ -7,15 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::calendar::{Calendar, CalendarError, Window};
+use crate::clock::{NANOS_PER_MILLI, NANOS_PER_SECOND};
 use crate::unit::Unit;
 
 /// Sub-windows of a sliding window when a rule names none.
 pub const DEFAULT_PRECISION: u32 = 10;
 /// The most sub-windows a sliding window may have.
 pub const MAX_PRECISION: u32 = 1_000;
-
-const NANOS_PER_SECOND: u64 = 1_000_000_000;
-const NANOS_PER_MILLI: u64 = 1_000_000;
 
 /// How a limit counts, with the parameters that only that way of counting has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

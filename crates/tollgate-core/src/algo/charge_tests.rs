@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use super::testing::{SECOND, limit};
 use super::*;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = crate::clock::NANOS_PER_MILLI;
 
 fn state(l: &Limit) -> Vec<LimitState> {
     vec![LimitState::new(l)]

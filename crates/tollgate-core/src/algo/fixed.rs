@@ -8,6 +8,7 @@
 //! shared-store local view both rely on.
 
 use super::Decision;
+use crate::clock::NANOS_PER_MICRO;
 use crate::limit::Limit;
 
 /// The count of the window last written, and that window: its index since the epoch, or
@@ -17,8 +18,6 @@ pub(crate) struct FixedWindow {
     window: u64,
     count: u64,
 }
-
-const NANOS_PER_MICRO: u64 = 1_000;
 
 impl FixedWindow {
     /// A window as stored elsewhere: its index since the epoch and its count.

@@ -6,9 +6,8 @@
 //! `burst` leaking at that rate, admit exactly the same requests.
 
 use super::{Decision, mul_div};
+use crate::clock::NANOS_PER_MICRO;
 use crate::limit::Limit;
-
-const NANOS_PER_MICRO: u64 = 1_000;
 
 /// The theoretical arrival time, in nanoseconds since the epoch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

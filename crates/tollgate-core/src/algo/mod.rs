@@ -206,7 +206,7 @@ pub(crate) mod testing {
     use crate::limit::{Algorithm, Limit};
     use crate::unit::Unit;
 
-    pub(crate) const SECOND: u64 = 1_000_000_000;
+    pub(crate) const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
 
     /// A limit of `requests_per_unit` per `window_ns`, unchecked (tests pick odd windows).
     pub(crate) fn limit(algorithm: Algorithm, requests_per_unit: u32, window_ns: u64) -> Limit {

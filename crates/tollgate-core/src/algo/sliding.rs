@@ -317,7 +317,7 @@ mod tests {
     use crate::limit::Algorithm;
     use proptest::prelude::*;
 
-    const MS: u64 = 1_000_000;
+    const MS: u64 = crate::clock::NANOS_PER_MILLI;
 
     fn sliding(requests: u32, window_ns: u64, precision: u32) -> (Limit, SlidingWindow) {
         let l = limit(Algorithm::SlidingWindow { precision }, requests, window_ns);

@@ -6,7 +6,7 @@ use crate::request::LimitOverride;
 use crate::store::MemoryStore;
 use crate::unit::Unit;
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
 
 const RULES: &str = r#"
 domain: d

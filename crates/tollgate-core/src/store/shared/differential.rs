@@ -19,8 +19,8 @@ use crate::calendar::Calendar;
 use crate::limit::{Algorithm, Limit, LimitError};
 use crate::unit::Unit;
 
-const SECOND: u64 = 1_000_000_000;
-const MICRO: u64 = 1_000;
+const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
+const MICRO: u64 = crate::clock::NANOS_PER_MICRO;
 
 /// Zones west and east of UTC, with and without daylight saving.
 const ZONES: [&str; 5] = [

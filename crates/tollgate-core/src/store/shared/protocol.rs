@@ -10,7 +10,7 @@ use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow, Verdict, a
 use crate::limit::{Algorithm, Limit};
 
 /// The stores count time in microseconds.
-pub(crate) const NANOS_PER_MICRO: u64 = 1_000;
+pub(crate) use crate::clock::NANOS_PER_MICRO;
 
 /// The mode letter and hit count for `hits`: `c` consume, `p` charge (counted even past
 /// the limit), `k` check, `r` refund.
