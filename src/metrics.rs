@@ -151,12 +151,12 @@ pub(crate) struct DescriptorStats {
 impl DescriptorStats {
     /// Counts one decision the way the reference does: hits above `near_ratio × limit`
     /// are near the limit.
-    fn record(&self, outcome: &Limited, budget: bool, near_ratio: f64) {
+    fn record(&self, outcome: &Limited, charged: bool, near_ratio: f64) {
         let hits = outcome.hits;
         self.total_hits.inc_by(hits);
         if !outcome.admitted {
             // A denied budget charge is recorded anyway: what went past the limit.
-            if budget {
+            if charged {
                 self.overspend
                     .inc_by(hits.saturating_sub(outcome.remaining));
             }
@@ -220,7 +220,7 @@ impl Recorder for RuleMetrics {
         outcome: &Limited,
     ) {
         match stats {
-            RuleStats::Fixed(s) => s.record(outcome, rule.budget(), self.near_ratio),
+            RuleStats::Fixed(s) => s.record(outcome, rule.charged(), self.near_ratio),
             RuleStats::Detailed { by_value, overflow } => {
                 let names: Vec<String> = descriptor
                     .pairs()
@@ -237,7 +237,7 @@ impl Recorder for RuleMetrics {
                         .or_insert_with(|| self.families.stats(&labels)),
                     None => overflow,
                 };
-                stats.record(outcome, rule.budget(), self.near_ratio);
+                stats.record(outcome, rule.charged(), self.near_ratio);
             }
         }
     }

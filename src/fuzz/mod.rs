@@ -34,7 +34,7 @@ const POOL: usize = 4_096;
 const OUTCOMES: usize = 1 << 16;
 
 /// How long a run lasts.
-enum Budget {
+enum RunLength {
     Iterations(u64),
     Time(Duration),
 }
@@ -53,17 +53,17 @@ fn corpus_dir(target: &str) -> PathBuf {
         .join(target)
 }
 
-/// Runs `check` on the seeds of `target`, then on mutations, within the budget the
+/// Runs `check` on the seeds of `target`, then on mutations, within the run length the
 /// environment sets. `check` returns the outcome's signature, or the invariant it broke.
 fn fuzz(
     target: &str,
     dictionary: &[&[u8]],
     mut check: impl FnMut(&[u8]) -> Result<String, String>,
 ) {
-    let (budget, seed) = match (env_number("FUZZ_SECONDS"), env_number("FUZZ_ITERATIONS")) {
-        (Some(secs), _) => (Budget::Time(Duration::from_secs(secs)), None),
-        (None, Some(n)) => (Budget::Iterations(n), None),
-        (None, None) => (Budget::Iterations(SUITE_ITERATIONS), Some(0x5eed)),
+    let (length, seed) = match (env_number("FUZZ_SECONDS"), env_number("FUZZ_ITERATIONS")) {
+        (Some(secs), _) => (RunLength::Time(Duration::from_secs(secs)), None),
+        (None, Some(n)) => (RunLength::Iterations(n), None),
+        (None, None) => (RunLength::Iterations(SUITE_ITERATIONS), Some(0x5eed)),
     };
     let seed = env_number("FUZZ_SEED").or(seed).unwrap_or_else(|| {
         SystemTime::now()
@@ -96,9 +96,9 @@ fn fuzz(
     }
     let started = Instant::now();
     let mut executions = 0u64;
-    while match budget {
-        Budget::Iterations(n) => executions < n,
-        Budget::Time(limit) => started.elapsed() < limit,
+    while match length {
+        RunLength::Iterations(n) => executions < n,
+        RunLength::Time(limit) => started.elapsed() < limit,
     } {
         let mut input = rng.pick(&pool).clone();
         let other = rng.pick(&pool).clone();

@@ -365,9 +365,9 @@ impl<R: Recorder> Limiter<R> {
             KeyLayout::Tollgate => write_counter_key(&mut key, domain, entries, &shape),
             KeyLayout::Reference => write_reference_key(&mut key, domain, entries),
         }
-        let budget = self.options.quota_mode || rule.is_some_and(|r| r.budget);
+        let charged = self.options.quota_mode || rule.is_some_and(|r| r.charged);
         let hits = match descriptor.hits {
-            Hits::Consume(n) if budget => Hits::Charge(n),
+            Hits::Consume(n) if charged => Hits::Charge(n),
             other => other,
         };
         Ok(Plan::Limited {

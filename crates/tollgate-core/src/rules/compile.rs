@@ -192,7 +192,7 @@ impl Context<'_> {
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
                     replaces: replaces.into(),
                     quota_mode: spec.quota_mode,
-                    budget: spec.quota_mode || spec.budget || self.budget_domain,
+                    charged: spec.quota_mode || spec.budget || self.budget_domain,
                     metadata: spec.metadata.map(Arc::new),
                     shared: here.shared.as_slice().into(),
                 }

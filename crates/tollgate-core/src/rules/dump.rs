@@ -111,7 +111,7 @@ fn write_flags(out: &mut String, rule: &Rule) {
     }
     if rule.quota_mode {
         out.push_str(", quota_mode=true");
-    } else if rule.budget {
+    } else if rule.charged {
         out.push_str(", budget=true");
     }
     if !rule.replaces.is_empty() {

@@ -223,9 +223,9 @@ pub struct Rule {
     /// Names of limits this rule supersedes when both match one request.
     pub(crate) replaces: Box<[String]>,
     pub(crate) quota_mode: bool,
-    /// Consumption is charged, past the limit if need be (quota mode, `budget`, or a
-    /// budget domain).
-    pub(crate) budget: bool,
+    /// Consumption is charged, past the limit if need be (quota mode, `budget: true`, or
+    /// a budget domain).
+    pub(crate) charged: bool,
     pub(crate) metadata: Option<Arc<Metadata>>,
     /// The levels on the rule's path matched by a `share_threshold` wildcard, with its
     /// pattern: the value its counter and metrics use instead of the request's.
@@ -263,14 +263,15 @@ impl Rule {
         self.detailed_metric
     }
 
-    /// The rule is a budget (the reference's `quota_mode`).
+    /// Over its limit, the descriptor denies its request only when every quota-mode
+    /// descriptor of the request is over (the reference's `quota_mode`).
     pub fn quota_mode(&self) -> bool {
         self.quota_mode
     }
 
-    /// Consumption under this rule is recorded even past the limit.
-    pub fn budget(&self) -> bool {
-        self.budget
+    /// Consumption under this rule is charged: recorded even past the limit.
+    pub fn charged(&self) -> bool {
+        self.charged
     }
 
     /// Values returned to Envoy while this rule's descriptor is not over.
