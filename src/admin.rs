@@ -62,15 +62,15 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus metrics in the OpenMetrics text format.
+/// Prometheus metrics in the Prometheus text format.
 pub(crate) async fn metrics(State(rls): State<Arc<Rls>>) -> Response {
     match rls.metrics.encode() {
-        Ok(text) => ([(CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Ok(text) => ([(CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
     }
 }
 
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// 200 while the counter store answers, 503 while it does not.
 async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str) {
