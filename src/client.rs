@@ -146,6 +146,9 @@ fn describe(status: &DescriptorStatus) -> String {
         }
     } else if status.limit_remaining == u32::MAX {
         text.push_str(" unlimited");
+    } else {
+        // The reference's answer for a descriptor no rule limits: OK, no limit, nothing left.
+        text.push_str(" no rule matched (not limited; `tollgate explain` says why)");
     }
     text
 }

@@ -20,6 +20,7 @@ mod server;
 mod settings;
 mod tls;
 mod trace;
+mod unmatched;
 mod watch;
 mod xds;
 

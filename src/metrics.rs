@@ -17,7 +17,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use tollgate_core::{Descriptor, Histogram, HistogramSnapshot, Limited, Recorder, Rule, Store};
+use tollgate_core::{
+    Descriptor, Histogram, HistogramSnapshot, Limited, NoMatch, Recorder, Rule, Store,
+};
+
+use crate::unmatched::Unmatched;
 
 /// A counter exposed under exactly the name it is registered with: the reference's series
 /// (e.g. `…_rate_limit_total_hits`) have no `_total`, and dashboards query those names.
@@ -197,9 +201,11 @@ pub(crate) enum RuleStats {
     },
 }
 
-/// The core's recorder: per-descriptor series of the reference.
+/// The core's recorder: per-descriptor series of the reference, and descriptors no rule
+/// matched.
 pub(crate) struct RuleMetrics {
     families: DescriptorFamilies,
+    unmatched: Unmatched,
     near_ratio: f64,
     detailed_cap: usize,
 }
@@ -250,6 +256,10 @@ impl Recorder for RuleMetrics {
                 stats.record(outcome, rule.budget(), self.near_ratio);
             }
         }
+    }
+
+    fn unmatched(&self, domain: &str, descriptor: &Descriptor<'_>, why: NoMatch) {
+        self.unmatched.record(domain, descriptor, why);
     }
 }
 
@@ -430,6 +440,8 @@ impl Metrics {
             .clone();
         let rlqs = RlqsMetrics::default();
         rlqs.register(&mut registry);
+        let unmatched = Unmatched::default();
+        unmatched.register(&mut registry);
         let metrics = Self {
             registry,
             rlqs,
@@ -441,6 +453,7 @@ impl Metrics {
         };
         let rules = RuleMetrics {
             families,
+            unmatched,
             near_ratio,
             detailed_cap,
         };

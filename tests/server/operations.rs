@@ -171,6 +171,38 @@ async fn every_series_is_typed_and_explained() {
     );
 }
 
+/// A descriptor no rule matches is counted per domain (unknown domains past a cap as
+/// `other`) and logged once per domain and keys.
+#[tokio::test]
+async fn unmatched_descriptors_are_counted_and_logged_once() {
+    let server = start(ConfigDir::with_file("rules.yaml", RULES), &[]);
+    let mut rls = server.client().await;
+    for _ in 0..3 {
+        rls.check("nosuch", &[("user", "ann")]).await;
+        rls.check("ops", &[("usr", "ann")]).await;
+    }
+    rls.check("ops", &[("user", "ann")]).await;
+    for i in 0..70 {
+        rls.check(&format!("typo{i}"), &[("user", "ann")]).await;
+    }
+    let unmatched =
+        |domain: &str| format!(r#"tollgate_unmatched_requests_total{{domain="{domain}"}}"#);
+    assert_eq!(server.metric(&unmatched("nosuch")).await, Some(3.0));
+    assert_eq!(server.metric(&unmatched("ops")).await, Some(3.0));
+    // 64 unknown domains get their own label: nosuch and typo0..typo62; the rest share one.
+    assert_eq!(server.metric(&unmatched("typo62")).await, Some(1.0));
+    assert_eq!(server.metric(&unmatched("typo63")).await, None);
+    assert_eq!(server.metric(&unmatched("other")).await, Some(7.0));
+    let stderr = server.stderr().text();
+    let said = |what: &str| stderr.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(said("domain nosuch has no rules"), 1, "{stderr}");
+    assert_eq!(
+        said("domain ops has no rule for the entries usr"),
+        1,
+        "{stderr}"
+    );
+}
+
 /// A rule with `detailed_metric` counts in series labelled with the request's values,
 /// one per value, instead of one series for the rule.
 #[tokio::test]

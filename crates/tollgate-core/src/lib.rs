@@ -46,7 +46,7 @@ pub use key::counter_key;
 pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };
-pub use limiter::{DecideError, Limiter, Options, Recorder};
+pub use limiter::{DecideError, Limiter, NoMatch, Options, Recorder};
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};

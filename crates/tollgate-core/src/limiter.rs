@@ -45,6 +45,21 @@ pub trait Recorder: Send + Sync + 'static {
         descriptor: &Descriptor<'_>,
         outcome: &Limited,
     );
+
+    /// One descriptor of a request for `domain` matched no rule (`why`): nothing limits
+    /// it, which is worth knowing, since a typo in a domain or key has this effect.
+    fn unmatched(&self, domain: &str, descriptor: &Descriptor<'_>, why: NoMatch) {
+        let _ = (domain, descriptor, why);
+    }
+}
+
+/// Why a descriptor matched no rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoMatch {
+    /// The rules have no such domain.
+    NoDomain,
+    /// The domain has no rule for the descriptor's entries.
+    NoRule,
 }
 
 /// Records nothing.
@@ -170,6 +185,16 @@ impl<R: Recorder> Limiter<R> {
             .iter()
             .map(|d| domain.and_then(|dom| dom.find(d.pairs())))
             .collect();
+        for (rule, descriptor) in matched.iter().zip(&req.descriptors) {
+            let overridden = domain.is_some() && descriptor.limit.is_some();
+            if rule.is_none() && !overridden {
+                let why = match domain {
+                    None => NoMatch::NoDomain,
+                    Some(_) => NoMatch::NoRule,
+                };
+                self.recorder.unmatched(&req.domain, descriptor, why);
+            }
+        }
         let plans = drop_replaced(matched)
             .into_iter()
             .zip(&req.descriptors)
