@@ -6,6 +6,7 @@ mod algorithms;
 mod cli;
 mod client;
 mod config_errors;
+mod decision_logs;
 mod grpc_api;
 mod http_api;
 mod limits;

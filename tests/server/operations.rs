@@ -193,7 +193,8 @@ async fn unmatched_descriptors_are_counted_and_logged_once() {
     assert_eq!(server.metric(&unmatched("typo62")).await, Some(1.0));
     assert_eq!(server.metric(&unmatched("typo63")).await, None);
     assert_eq!(server.metric(&unmatched("other")).await, Some(7.0));
-    let stderr = server.stderr().text();
+    // Stopped, so that every line it wrote has been read.
+    let stderr = server.stop().stderr;
     let said = |what: &str| stderr.lines().filter(|l| l.contains(what)).count();
     assert_eq!(said("domain nosuch has no rules"), 1, "{stderr}");
     assert_eq!(

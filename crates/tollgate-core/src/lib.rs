@@ -50,5 +50,5 @@ pub use limiter::{DecideError, Limiter, NoMatch, Options, Recorder};
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};
-pub use store::{Capacity, MemoryStore, OnStoreError, Store, StoreError, StoreStats};
+pub use store::{Capacity, DecidedBy, MemoryStore, OnStoreError, Store, StoreError, StoreStats};
 pub use unit::Unit;

@@ -15,7 +15,10 @@ use crate::key::write_counter_key;
 use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
-use crate::store::{Store, StoreError};
+use crate::store::{DecidedBy, Store, StoreError};
+
+mod over_limit_log;
+use over_limit_log::OverLimitLog;
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -109,6 +112,7 @@ pub struct Limiter<R: Recorder = ()> {
     store: Store,
     options: Options,
     recorder: R,
+    over_limit_log: OverLimitLog,
 }
 
 impl<R: Recorder> std::fmt::Debug for Limiter<R> {
@@ -149,6 +153,7 @@ impl<R: Recorder> Limiter<R> {
             store,
             options,
             recorder,
+            over_limit_log: OverLimitLog::default(),
         }
     }
 
@@ -205,14 +210,22 @@ impl<R: Recorder> Limiter<R> {
             match plan {
                 Plan::Limited {
                     limits, key, hits, ..
-                } => Some(self.store.apply(key, limits, *hits).await),
+                } => Some(self.store.decide(key, limits, *hits).await),
                 Plan::NoLimit | Plan::Unlimited => None,
             }
         }))
         .await;
 
         let mut outcomes = Vec::with_capacity(plans.len());
+        let mut sources = Vec::with_capacity(plans.len());
         for (plan, verdict) in plans.iter().zip(verdicts) {
+            let verdict = verdict.transpose()?.map(|(verdict, source)| {
+                sources.push(Some(source));
+                verdict
+            });
+            if verdict.is_none() {
+                sources.push(None);
+            }
             outcomes.push(match (plan, verdict) {
                 (Plan::Unlimited, _) => Outcome::Unlimited,
                 (
@@ -220,21 +233,18 @@ impl<R: Recorder> Limiter<R> {
                         limits, rule, hits, ..
                     },
                     Some(verdict),
-                ) => {
-                    let verdict = verdict?;
-                    match limits.get(verdict.limit_index) {
-                        Some(limit) => Outcome::Limited(Limited {
-                            limit: limit.clone(),
-                            admitted: verdict.decision.admitted,
-                            shadow: rule.is_some_and(|r| r.shadow_mode),
-                            remaining: verdict.decision.remaining,
-                            reset: Duration::from_nanos(verdict.decision.reset_ns),
-                            hits: hits.counted(),
-                            metadata: rule.and_then(|r| r.metadata.clone()),
-                        }),
-                        None => Outcome::NoLimit,
-                    }
-                }
+                ) => match limits.get(verdict.limit_index) {
+                    Some(limit) => Outcome::Limited(Limited {
+                        limit: limit.clone(),
+                        admitted: verdict.decision.admitted,
+                        shadow: rule.is_some_and(|r| r.shadow_mode),
+                        remaining: verdict.decision.remaining,
+                        reset: Duration::from_nanos(verdict.decision.reset_ns),
+                        hits: hits.counted(),
+                        metadata: rule.and_then(|r| r.metadata.clone()),
+                    }),
+                    None => Outcome::NoLimit,
+                },
                 (Plan::NoLimit, _) | (Plan::Limited { .. }, None) => Outcome::NoLimit,
             });
         }
@@ -252,6 +262,15 @@ impl<R: Recorder> Limiter<R> {
             {
                 self.recorder.record(rule, state, descriptor, limited);
             }
+        }
+        let now_ns = self.store.now_ns();
+        for (((plan, outcome), descriptor), source) in plans
+            .iter()
+            .zip(&outcomes)
+            .zip(&req.descriptors)
+            .zip(&sources)
+        {
+            self.log(&req.domain, descriptor, plan, outcome, *source, now_ns);
         }
         let quota: Vec<bool> = plans.iter().map(|p| self.is_quota(p)).collect();
         let over_limit = !self.options.global_shadow_mode && over(&outcomes, &quota);
@@ -284,6 +303,65 @@ impl<R: Recorder> Limiter<R> {
                 l.remaining = verdict.decision.remaining;
                 l.hits = 0;
             }
+        }
+    }
+
+    /// One descriptor's decision at debug level, and at info the counter going over.
+    fn log(
+        &self,
+        domain: &str,
+        descriptor: &Descriptor<'_>,
+        plan: &Plan<'_>,
+        outcome: &Outcome,
+        source: Option<DecidedBy>,
+        now_ns: u64,
+    ) {
+        let entries = Entries(descriptor);
+        let (rule, key) = match plan {
+            Plan::Limited { rule, key, .. } => (RuleName(*rule), key.as_str()),
+            Plan::NoLimit | Plan::Unlimited => (RuleName(None), ""),
+        };
+        let Outcome::Limited(limited) = outcome else {
+            let decision = match outcome {
+                Outcome::Unlimited => "OK (unlimited rule)",
+                _ => "OK (no rule matched)",
+            };
+            tracing::debug!(domain, descriptor = %entries, decision, "decision");
+            return;
+        };
+        let limit = limited.limit.requests_per_unit();
+        let used = u64::from(limit).saturating_sub(limited.remaining);
+        let decided_by = source.map_or("", DecidedBy::as_str);
+        let decision = match (limited.admitted, limited.shadow) {
+            (true, _) => "OK",
+            (false, true) => "OVER_LIMIT (shadow mode: admitted)",
+            (false, false) => "OVER_LIMIT",
+        };
+        tracing::debug!(
+            domain,
+            descriptor = %entries,
+            %rule,
+            key,
+            count = format_args!("{used}/{limit} per {:?}", limited.limit.window()),
+            decision,
+            decided_by,
+            "decision"
+        );
+        if limited.admitted {
+            return;
+        }
+        let until =
+            now_ns.saturating_add(u64::try_from(limited.reset.as_nanos()).unwrap_or(u64::MAX));
+        if let Some(unlogged) = self.over_limit_log.went_over(key, now_ns, until) {
+            tracing::info!(
+                domain,
+                descriptor = %entries,
+                %rule,
+                key,
+                limit = format_args!("{limit} per {:?}", limited.limit.window()),
+                unlogged,
+                "counter went over its limit; its further denials are logged at debug only"
+            );
         }
     }
 
@@ -354,6 +432,38 @@ impl<R: Recorder> Limiter<R> {
             key,
             hits,
         })
+    }
+}
+
+/// A descriptor's entries as `k=v,k2=v2`.
+struct Entries<'a, 'd>(&'a Descriptor<'d>);
+
+impl std::fmt::Display for Entries<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (k, v)) in self.0.pairs().enumerate() {
+            let comma = if i > 0 { "," } else { "" };
+            write!(f, "{comma}{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A rule as logs name it: its domain, its place in the rules and its limits' names; a
+/// request's own limit when there is no rule.
+struct RuleName<'a>(Option<&'a Rule>);
+
+impl std::fmt::Display for RuleName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(rule) = self.0 else {
+            return f.write_str("(the request's own limit)");
+        };
+        write!(f, "{}/{}", rule.domain(), rule.path().join("/"))?;
+        if let Policy::Limited { limits, .. } = rule.policy() {
+            for name in limits.iter().filter_map(Limit::name) {
+                write!(f, " name={name}")?;
+            }
+        }
+        Ok(())
     }
 }
 

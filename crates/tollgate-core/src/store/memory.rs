@@ -85,6 +85,10 @@ impl MemoryStore {
         outcome
     }
 
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
     /// Drops expired counters every `period`, from a task on the current tokio runtime,
     /// until the store is dropped.
     pub fn spawn_sweeper(&self, period: Duration) {

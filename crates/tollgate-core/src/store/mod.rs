@@ -35,6 +35,31 @@ pub enum Store {
     Shared(Arc<SharedStore>),
 }
 
+/// Where a store's verdict came from, for logs that explain a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// The memory store's counter.
+    Memory,
+    /// A shared store's local view, without a round trip.
+    LocalView,
+    /// A shared store's round trip.
+    Store,
+    /// The local view per `--on-store-error`, the shared store not answering in time.
+    Fallback,
+}
+
+impl DecidedBy {
+    /// How logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::LocalView => "local view",
+            Self::Store => "store",
+            Self::Fallback => "fallback",
+        }
+    }
+}
+
 /// Why a store could not decide.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -153,10 +178,31 @@ impl Store {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<Verdict, StoreError> {
+        self.decide(key, limits, hits)
+            .await
+            .map(|(verdict, _)| verdict)
+    }
+
+    /// [`Store::apply`], and where the verdict came from.
+    pub async fn decide(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
         match self {
-            Self::Memory(m) => Ok(m.apply(key, limits, hits)),
+            Self::Memory(m) => Ok((m.apply(key, limits, hits), DecidedBy::Memory)),
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.apply(key, limits, hits).await,
+        }
+    }
+
+    /// The store's clock now (for a shared store: local time moved onto the store's).
+    pub(crate) fn now_ns(&self) -> u64 {
+        match self {
+            Self::Memory(m) => m.now_ns(),
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.now_ns(),
         }
     }
 

@@ -32,7 +32,7 @@ use self::link::{Health, TimeSink};
 use self::protocol::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
-use super::{OnStoreError, SharedStats, StoreError, StoreStats};
+use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
 use crate::algo::{Hits, Verdict};
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -267,17 +267,22 @@ impl SharedStore {
         }
     }
 
+    /// The store's clock now, as this instance reckons it.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.local.now_ns()
+    }
+
     pub(crate) async fn apply(
         self: &Arc<Self>,
         key: &str,
         limits: &[Limit],
         hits: Hits,
-    ) -> Result<Verdict, StoreError> {
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
         let now = self.local.now_ns();
         let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
             bump(&self.counts.local_denials);
-            return Ok(denied);
+            return Ok((denied, DecidedBy::LocalView));
         }
         let debt = match self.debts.is_empty() {
             true => 0,
@@ -296,7 +301,7 @@ impl SharedStore {
                 if debt > 0 {
                     self.debts.landed(key, debt);
                 }
-                Ok(self.adopt(key, limits, call, snapshot))
+                Ok((self.adopt(key, limits, call, snapshot), DecidedBy::Store))
             }
             Answer::Failed(e) => {
                 self.debts.restore(key, debt);
@@ -304,6 +309,7 @@ impl SharedStore {
                     let decided = counted(hits, verdict.decision.admitted);
                     self.debts.owe(key, limits, decided, now);
                 })
+                .map(|verdict| (verdict, DecidedBy::Fallback))
             }
             Answer::Pending(trip) => {
                 let mut decided = 0;
@@ -313,7 +319,7 @@ impl SharedStore {
                         .expect(key, limits, u64::try_from(decided).unwrap_or(0));
                 });
                 self.hear_late(trip, key, limits, call, decided, now);
-                verdict
+                verdict.map(|verdict| (verdict, DecidedBy::Fallback))
             }
         }
     }
