@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::watch;
 
-use crate::json;
 use crate::rls::Rls;
+use crate::{explain, json};
 
 /// What the admin routes share: the service and whether the server is draining.
 #[derive(Clone)]
@@ -39,6 +39,7 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/healthcheck/store", get(store_health))
         .route("/metrics", get(metrics))
         .route("/json", post(json::handler))
+        .route("/explain", post(explain::handler))
         .route("/rlconfig", get(rlconfig))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)

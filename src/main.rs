@@ -3,8 +3,10 @@
 #![warn(unreachable_pub)]
 
 mod admin;
+mod admin_client;
 mod client;
 mod compat;
+mod explain;
 #[cfg(test)]
 mod fuzz;
 mod grpc;
@@ -61,6 +63,15 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Explain(args) => {
+            match runtime().and_then(|rt| rt.block_on(admin_client::explain(args))) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tollgate: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Migrate(args) => match runtime().and_then(|rt| rt.block_on(migrate(args))) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -28,6 +28,9 @@ pub(crate) enum Command {
     Serve(Box<ServeArgs>),
     /// Send one ShouldRateLimit request and print the answer (exit 2 if over the limit).
     Client(ClientArgs),
+    /// Ask a running Tollgate why a request would get its answer (POST /explain on its
+    /// HTTP port); counts nothing.
+    Explain(AdminArgs),
     /// Create or update the PostgreSQL schema (serving does this too), print its version.
     Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".
@@ -57,6 +60,21 @@ pub(crate) struct ClientArgs {
     pub(crate) hits: u32,
     #[command(flatten)]
     pub(crate) tls: ClientTlsArgs,
+}
+
+/// Settings of `tollgate explain` and `tollgate reset`: a request for the HTTP port.
+#[derive(Debug, Args)]
+pub(crate) struct AdminArgs {
+    /// Tollgate's HTTP address (plain HTTP).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) http_addr: String,
+    /// Rate-limit domain.
+    #[arg(long)]
+    pub(crate) domain: String,
+    /// A descriptor as key=value[,key2=value2…], ending in ;hits=N for its own
+    /// hits_addend; repeat for several.
+    #[arg(long, required = true)]
+    pub(crate) descriptor: Vec<String>,
 }
 
 /// TLS of `tollgate client`: on when any of these is given.

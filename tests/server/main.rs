@@ -7,6 +7,7 @@ mod cli;
 mod client;
 mod config_errors;
 mod decision_logs;
+mod explain;
 mod grpc_api;
 mod http_api;
 mod limits;

@@ -17,7 +17,9 @@ use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{DecidedBy, Store, StoreError};
 
+mod explain;
 mod over_limit_log;
+pub use explain::{Explained, Explanation, Matched};
 use over_limit_log::OverLimitLog;
 
 /// Why a request got no decision.

@@ -5,6 +5,7 @@
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod local;
 mod memory;
+mod peek;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -15,6 +16,7 @@ mod shared;
 mod table;
 
 pub use memory::{Capacity, MemoryStore};
+pub use peek::{CounterView, LimitView, Peek};
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub use shared::{SharedBehaviour, SharedStore};
 
@@ -194,6 +196,19 @@ impl Store {
             Self::Memory(m) => Ok((m.apply(key, limits, hits), DecidedBy::Memory)),
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.apply(key, limits, hits).await,
+        }
+    }
+
+    /// What every holder of counter `key` says of it, and what `hits` more would get,
+    /// changing nothing (a shared store is asked with a check, which counts nothing).
+    pub async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        match self {
+            Self::Memory(m) => Peek {
+                local: m.peek(key, limits, hits),
+                shared: None,
+            },
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.peek(key, limits, hits).await,
         }
     }
 

@@ -32,8 +32,9 @@ use self::link::{Health, TimeSink};
 use self::protocol::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
+use super::peek::{CounterView, Peek};
 use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
-use crate::algo::{Hits, Verdict};
+use crate::algo::{Hits, LimitState, Verdict};
 use crate::clock::Clock;
 use crate::limit::Limit;
 use crate::stats::Histogram;
@@ -264,6 +265,33 @@ impl SharedStore {
                 debt_forgiven: debts.forgiven,
                 latency: c.latency.snapshot(),
             }),
+        }
+    }
+
+    /// The local view of counter `key` and the store's value, read with a check that
+    /// counts nothing and is not adopted into the view.
+    pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        let now = self.local.now_ns();
+        let local = self.local.peek(key, limits, now, hits);
+        let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
+        let call = (0, Hits::Check);
+        let shared = match self
+            .round_trip(key, limits, call, deadline, self.behaviour.timeout)
+            .await
+        {
+            Answer::Ran(snapshot) => {
+                // The reply holds no state when the store has no such counter.
+                let held =
+                    (snapshot.states.iter().zip(limits)).any(|(s, l)| *s != LimitState::new(l));
+                let states = held.then_some(snapshot.states.as_slice());
+                Ok(CounterView::of(states, limits, snapshot.now_ns, hits))
+            }
+            Answer::Failed(e) => Err(e),
+            Answer::Pending(_) => Err(StoreError::Timeout),
+        };
+        Peek {
+            local,
+            shared: Some(shared),
         }
     }
 
