@@ -8,17 +8,19 @@ use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tokio::sync::watch;
 
 use crate::rls::Rls;
-use crate::{explain, json};
+use crate::{explain, json, reset};
 
-/// What the admin routes share: the service and whether the server is draining.
+/// What the admin routes share: the service, whether the server is draining, and the
+/// token that allows resets (none: resets are off).
 #[derive(Clone)]
 pub(crate) struct Admin {
     pub(crate) rls: Arc<Rls>,
     pub(crate) draining: watch::Receiver<bool>,
+    pub(crate) admin_token: Option<Arc<str>>,
 }
 
 impl FromRef<Admin> for Arc<Rls> {
@@ -40,6 +42,7 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/metrics", get(metrics))
         .route("/json", post(json::handler))
         .route("/explain", post(explain::handler))
+        .route("/counters", delete(reset::handler))
         .route("/rlconfig", get(rlconfig))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)

@@ -104,6 +104,37 @@ pub(crate) async fn explain(args: AdminArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `tollgate reset`: prints the keys of the counters set back to empty.
+pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
+    let answer = call(
+        &args.http_addr,
+        "DELETE",
+        "/counters",
+        &body(&args)?,
+        Some(token),
+    )
+    .await?;
+    if answer.status != 200 {
+        anyhow::bail!(
+            "{} answered {}: {}",
+            args.http_addr,
+            answer.status,
+            answer.body.trim()
+        );
+    }
+    let reset: Value = serde_json::from_str(&answer.body)
+        .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))?;
+    let empty = Vec::new();
+    let keys = reset["reset"].as_array().unwrap_or(&empty);
+    if keys.is_empty() {
+        println!("no counter: no descriptor is limited by a rule");
+    }
+    for key in keys {
+        println!("reset {}", str_of(key));
+    }
+    Ok(())
+}
+
 /// The explanation for a person, one block per descriptor.
 fn render(explained: &Value) -> String {
     let mut out = format!("overall: {}\n", str_of(&explained["overallCode"]));

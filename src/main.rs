@@ -15,6 +15,7 @@ mod listen;
 mod metrics;
 mod proto;
 mod reload;
+mod reset;
 mod rlqs;
 mod rls;
 mod rules_status;
@@ -72,6 +73,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Reset {
+            request,
+            admin_token,
+        } => match runtime().and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tollgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Migrate(args) => match runtime().and_then(|rt| rt.block_on(migrate(args))) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -31,6 +31,15 @@ pub(crate) enum Command {
     /// Ask a running Tollgate why a request would get its answer (POST /explain on its
     /// HTTP port); counts nothing.
     Explain(AdminArgs),
+    /// Set the counters of a request back to empty on a running Tollgate (DELETE
+    /// /counters on its HTTP port), in its store and every instance's local view.
+    Reset {
+        #[command(flatten)]
+        request: AdminArgs,
+        /// The server's ADMIN_TOKEN.
+        #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+        admin_token: String,
+    },
     /// Create or update the PostgreSQL schema (serving does this too), print its version.
     Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".
@@ -350,6 +359,10 @@ pub(crate) struct OpsArgs {
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub(crate) shutdown_delay: Duration,
+    /// The bearer token `DELETE /counters` must carry; without one, resetting counters
+    /// over HTTP is off.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
 }
 
 /// The Rate Limit Quota Service.

@@ -13,6 +13,7 @@ mod http_api;
 mod limits;
 mod matching;
 mod operations;
+mod reset;
 mod rlqs;
 mod tls;
 mod tracing;

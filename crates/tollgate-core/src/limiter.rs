@@ -19,6 +19,7 @@ use crate::store::{DecidedBy, Store, StoreError};
 
 mod explain;
 mod over_limit_log;
+mod reset;
 pub use explain::{Explained, Explanation, Matched};
 use over_limit_log::OverLimitLog;
 

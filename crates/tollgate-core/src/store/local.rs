@@ -118,6 +118,16 @@ impl LocalView {
         CounterView::of(states, limits, now_ns, hits)
     }
 
+    /// Drops the view of counter `key`: the next request for it asks the store.
+    pub(crate) fn forget(&self, key: &str) {
+        self.views.lock(key).remove();
+    }
+
+    /// Drops every view.
+    pub(crate) fn forget_all(&self) {
+        self.views.clear();
+    }
+
     /// The view's denial at `now_ns`, if it has one. The first denial of a view calls
     /// `queue_refresh` (under the view's lock, so it must not block), which tells whether a
     /// background read of the counter was queued; until that read is adopted, no other is.

@@ -94,6 +94,11 @@ impl MemoryStore {
         CounterView::of(states, limits, now, hits)
     }
 
+    /// Drops counter `key`: it starts again empty.
+    pub fn reset(&self, key: &str) {
+        self.counters.lock(key).remove();
+    }
+
     pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }

@@ -212,6 +212,19 @@ impl Store {
         }
     }
 
+    /// Sets counter `key` back to empty: in memory, or in the shared store and in the
+    /// local view of every instance listening to it.
+    pub async fn reset(&self, key: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(m) => {
+                m.reset(key);
+                Ok(())
+            }
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.reset(key).await,
+        }
+    }
+
     /// The store's clock now (for a shared store: local time moved onto the store's).
     pub(crate) fn now_ns(&self) -> u64 {
         match self {

@@ -18,6 +18,7 @@ pub(crate) mod differential;
 mod late;
 pub(crate) mod link;
 pub(crate) mod protocol;
+pub(crate) mod resets;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -96,6 +97,26 @@ impl Backend {
             Self::Redis(_) => tracing::debug_span!("Redis round trip", limits),
             #[cfg(feature = "postgres")]
             Self::Postgres(_) => tracing::debug_span!("PostgreSQL round trip", limits),
+        }
+    }
+
+    /// Deletes counter `key` in the store and announces it to every instance.
+    fn reset(&self, key: &str) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(b) => b.reset(key),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(b) => b.reset(key),
+        }
+    }
+
+    /// How to subscribe to the store's reset announcements.
+    fn subscription(&self) -> resets::Subscribe {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(b) => b.subscription(),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(b) => b.subscription(),
         }
     }
 
@@ -214,6 +235,7 @@ impl SharedStore {
             }
         });
         background::spawn(&store, refresh_rx);
+        resets::spawn(Arc::downgrade(&store), store.backend.subscription());
         store
     }
 
@@ -292,6 +314,25 @@ impl SharedStore {
         Peek {
             local,
             shared: Some(shared),
+        }
+    }
+
+    /// Deletes counter `key` in the store and drops it from this instance's view; the
+    /// others drop theirs when they hear the announcement.
+    pub(crate) async fn reset(&self, key: &str) -> Result<(), StoreError> {
+        let result = tokio::time::timeout(
+            self.behaviour.timeout.max(RESET_TIMEOUT),
+            self.backend.reset(key),
+        )
+        .await;
+        self.local.forget(key);
+        match result {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(TripError::NotConnected)) => Err(StoreError::NotConnected),
+            #[cfg(feature = "postgres")]
+            Ok(Err(TripError::Timeout)) => Err(StoreError::Timeout),
+            Ok(Err(TripError::Lost(e) | TripError::Failed(e))) => Err(StoreError::Failed(e)),
         }
     }
 
@@ -467,6 +508,9 @@ impl SharedStore {
         }
     }
 }
+
+/// The least a reset waits for the store: an operator's call, not a request's.
+const RESET_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The units a decision on `hits` counted (negative: gave back).
 fn counted(hits: Hits, admitted: bool) -> i64 {
