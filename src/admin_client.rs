@@ -4,12 +4,11 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::client::parse_descriptor;
+use crate::client::request;
 use crate::json::request_body;
 use crate::settings::AdminArgs;
 
@@ -22,20 +21,6 @@ const MAX_ANSWER_BYTES: u64 = 4 << 20;
 struct Answer {
     status: u16,
     body: String,
-}
-
-/// The protojson request the arguments describe.
-fn body(args: &AdminArgs) -> anyhow::Result<String> {
-    let descriptors = args
-        .descriptor
-        .iter()
-        .map(|d| parse_descriptor(d))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(request_body(&RateLimitRequest {
-        domain: args.domain.clone(),
-        descriptors,
-        hits_addend: 0,
-    }))
 }
 
 /// Sends `method path` with a JSON body (and a bearer token) and reads the answer.
@@ -87,31 +72,19 @@ fn parse_answer(raw: &[u8]) -> anyhow::Result<Answer> {
     })
 }
 
-/// `tollgate explain`: prints what the server says of each descriptor.
-pub(crate) async fn explain(args: AdminArgs) -> anyhow::Result<()> {
-    let answer = call(&args.http_addr, "POST", "/explain", &body(&args)?, None).await?;
-    if answer.status != 200 {
-        anyhow::bail!(
-            "{} answered {}: {}",
-            args.http_addr,
-            answer.status,
-            answer.body.trim()
-        );
-    }
-    let explained: Value = serde_json::from_str(&answer.body)
-        .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))?;
-    print!("{}", render(&explained));
-    Ok(())
-}
-
-/// `tollgate reset`: prints the keys of the counters set back to empty.
-pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
+/// Sends the arguments' request as `method path` and reads the JSON answer of a 200.
+async fn ask(
+    args: &AdminArgs,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Value> {
     let answer = call(
         &args.http_addr,
-        "DELETE",
-        "/counters",
-        &body(&args)?,
-        Some(token),
+        method,
+        path,
+        &request_body(&request(&args.request, 0)?),
+        token,
     )
     .await?;
     if answer.status != 200 {
@@ -122,8 +95,19 @@ pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
             answer.body.trim()
         );
     }
-    let reset: Value = serde_json::from_str(&answer.body)
-        .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))?;
+    serde_json::from_str(&answer.body)
+        .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))
+}
+
+/// `tollgate explain`: prints what the server says of each descriptor.
+pub(crate) async fn explain(args: AdminArgs) -> anyhow::Result<()> {
+    print!("{}", render(&ask(&args, "POST", "/explain", None).await?));
+    Ok(())
+}
+
+/// `tollgate reset`: prints the keys of the counters set back to empty.
+pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
+    let reset = ask(&args, "DELETE", "/counters", Some(token)).await?;
     let empty = Vec::new();
     let keys = reset["reset"].as_array().unwrap_or(&empty);
     if keys.is_empty() {

@@ -15,43 +15,37 @@ use serde_json::{Value, json};
 use tollgate_core::rules::Policy;
 use tollgate_core::{CounterView, Explained, Limit, Matched, NoMatch, Outcome, Request, Rule};
 
-use crate::json::{parse_request, text};
-use crate::proto;
+use crate::json::{text, with_request};
 use crate::rls::Rls;
 
 /// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.
 pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Response {
-    let request = match parse_request(&body) {
-        Ok(request) => request,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
-    };
-    let request = match proto::request(&request) {
-        Ok(request) => request,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
-    };
-    match rls.limiter.explain(&request).await {
-        Ok(explained) => {
-            let descriptors: Vec<Value> = explained
-                .descriptors
-                .iter()
-                .zip(&request.descriptors)
-                .zip(&explained.decision.descriptors)
-                .map(|((e, d), outcome)| descriptor(&request, e, entries(d), outcome))
-                .collect();
-            let overall = if explained.decision.over_limit {
-                "OVER_LIMIT"
-            } else {
-                "OK"
-            };
-            Json(json!({
-                "domain": &*request.domain,
-                "overallCode": overall,
-                "descriptors": descriptors,
-            }))
-            .into_response()
+    with_request(&body, async |request| {
+        match rls.limiter.explain(request).await {
+            Ok(explained) => {
+                let descriptors: Vec<Value> = explained
+                    .descriptors
+                    .iter()
+                    .zip(&request.descriptors)
+                    .zip(&explained.decision.descriptors)
+                    .map(|((e, d), outcome)| descriptor(request, e, entries(d), outcome))
+                    .collect();
+                let overall = if explained.decision.over_limit {
+                    "OVER_LIMIT"
+                } else {
+                    "OK"
+                };
+                Json(json!({
+                    "domain": &*request.domain,
+                    "overallCode": overall,
+                    "descriptors": descriptors,
+                }))
+                .into_response()
+            }
+            Err(why) => text(StatusCode::BAD_REQUEST, why.to_string()),
         }
-        Err(why) => text(StatusCode::BAD_REQUEST, why.to_string()),
-    }
+    })
+    .await
 }
 
 fn entries(d: &tollgate_core::Descriptor<'_>) -> String {

@@ -15,8 +15,7 @@ use serde_json::json;
 use tollgate_core::DecideError;
 
 use crate::admin::Admin;
-use crate::json::{parse_request, text};
-use crate::proto;
+use crate::json::{text, with_request};
 
 /// `DELETE /counters`: 200 with the keys reset; 401 without a token, 403 with a wrong
 /// one or with resets off; 400 for a bad body; 503 when the store failed.
@@ -37,36 +36,34 @@ pub(crate) async fn handler(
             _ => (status, why).into_response(),
         };
     }
-    let request = match parse_request(&body) {
-        Ok(request) => request,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
-    };
-    let request = match proto::request(&request) {
-        Ok(request) => request,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
-    };
-    match admin.rls.limiter.reset(&request).await {
-        Ok(keys) => {
-            let descriptors: Vec<String> = request
-                .descriptors
-                .iter()
-                .map(|d| {
-                    let pairs: Vec<String> = d.pairs().map(|(k, v)| format!("{k}={v}")).collect();
-                    pairs.join(",")
-                })
-                .collect();
-            tracing::info!(
-                %peer,
-                domain = %request.domain,
-                descriptors = ?descriptors,
-                keys = ?keys,
-                "counters reset"
-            );
-            Json(json!({ "reset": keys })).into_response()
+    with_request(&body, async |request| {
+        match admin.rls.limiter.reset(request).await {
+            Ok(keys) => {
+                let descriptors: Vec<String> = request
+                    .descriptors
+                    .iter()
+                    .map(|d| {
+                        let pairs: Vec<String> =
+                            d.pairs().map(|(k, v)| format!("{k}={v}")).collect();
+                        pairs.join(",")
+                    })
+                    .collect();
+                tracing::info!(
+                    %peer,
+                    domain = %request.domain,
+                    descriptors = ?descriptors,
+                    keys = ?keys,
+                    "counters reset"
+                );
+                Json(json!({ "reset": keys })).into_response()
+            }
+            Err(DecideError::InvalidArgument(why)) => {
+                text(StatusCode::BAD_REQUEST, why.to_string())
+            }
+            Err(DecideError::Store(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
-        Err(DecideError::InvalidArgument(why)) => text(StatusCode::BAD_REQUEST, why.to_string()),
-        Err(DecideError::Store(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    }
+    })
+    .await
 }
 
 /// Whether the request carries the admin token; the refusal otherwise.

@@ -57,13 +57,8 @@ pub(crate) struct ClientArgs {
     /// Tollgate's gRPC address.
     #[arg(long, env = "TOLLGATE_ADDR", default_value = "127.0.0.1:8081")]
     pub(crate) addr: String,
-    /// Rate-limit domain.
-    #[arg(long)]
-    pub(crate) domain: String,
-    /// A descriptor as key=value[,key2=value2…], ending in ;hits=N for its own
-    /// hits_addend (0: check without counting); repeat for several.
-    #[arg(long, required = true)]
-    pub(crate) descriptor: Vec<String>,
+    #[command(flatten)]
+    pub(crate) request: RequestArgs,
     /// Hits to count (request-level hits_addend), for descriptors without ;hits=N.
     #[arg(long, default_value_t = 1)]
     pub(crate) hits: u32,
@@ -77,11 +72,18 @@ pub(crate) struct AdminArgs {
     /// Tollgate's HTTP address (plain HTTP).
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub(crate) http_addr: String,
+    #[command(flatten)]
+    pub(crate) request: RequestArgs,
+}
+
+/// The request the client commands send: a domain and its descriptors.
+#[derive(Debug, Args)]
+pub(crate) struct RequestArgs {
     /// Rate-limit domain.
     #[arg(long)]
     pub(crate) domain: String,
     /// A descriptor as key=value[,key2=value2…], ending in ;hits=N for its own
-    /// hits_addend; repeat for several.
+    /// hits_addend (0: check without counting); repeat for several.
     #[arg(long, required = true)]
     pub(crate) descriptor: Vec<String>,
 }

@@ -79,6 +79,22 @@ pub(crate) fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
         .map_err(|e| reason("RateLimitRequest", &e))
 }
 
+/// Answers the core request of a protojson `body` with `answer`, or 400 saying why the
+/// body is not one: `/explain` and `DELETE /counters`.
+pub(crate) async fn with_request(
+    body: &[u8],
+    answer: impl AsyncFnOnce(&tollgate_core::Request<'_>) -> Response,
+) -> Response {
+    let request = match parse_request(body) {
+        Ok(request) => request,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+    };
+    match crate::proto::request(&request) {
+        Ok(request) => answer(&request).await,
+        Err(why) => text(StatusCode::BAD_REQUEST, why.to_string()),
+    }
+}
+
 /// A `RateLimitRequest` in protojson, as `/json` and `/explain` take it.
 pub(crate) fn request_body(request: &RateLimitRequest) -> String {
     serde_json::to_string(&Object(RequestJson::from_proto(request))).unwrap_or_default()

@@ -10,11 +10,12 @@ use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 
 use crate::algo::Hits;
+use crate::algo::Verdict;
 use crate::decision::{Decision, Limited, Outcome};
 use crate::key::write_counter_key;
 use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
-use crate::rules::{Defaults, Policy, Rule, Rules};
+use crate::rules::{Defaults, Domain, Policy, Rule, Rules};
 use crate::store::{DecidedBy, Store, StoreError};
 
 mod explain;
@@ -188,18 +189,9 @@ impl<R: Recorder> Limiter<R> {
         req.validate()?;
         let installed = self.installed.load_full();
         let domain = installed.rules.domain(&req.domain);
-        let matched: Vec<Option<&Rule>> = req
-            .descriptors
-            .iter()
-            .map(|d| domain.and_then(|dom| dom.find(d.pairs())))
-            .collect();
+        let matched = find_rules(domain, req);
         for (rule, descriptor) in matched.iter().zip(&req.descriptors) {
-            let overridden = domain.is_some() && descriptor.limit.is_some();
-            if rule.is_none() && !overridden {
-                let why = match domain {
-                    None => NoMatch::NoDomain,
-                    Some(_) => NoMatch::NoRule,
-                };
+            if let Some(why) = no_match(domain, *rule, descriptor) {
                 self.recorder.unmatched(&req.domain, descriptor, why);
             }
         }
@@ -236,18 +228,7 @@ impl<R: Recorder> Limiter<R> {
                         limits, rule, hits, ..
                     },
                     Some(verdict),
-                ) => match limits.get(verdict.limit_index) {
-                    Some(limit) => Outcome::Limited(Limited {
-                        limit: limit.clone(),
-                        admitted: verdict.decision.admitted,
-                        shadow: rule.is_some_and(|r| r.shadow_mode),
-                        remaining: verdict.decision.remaining,
-                        reset: Duration::from_nanos(verdict.decision.reset_ns),
-                        hits: hits.counted(),
-                        metadata: rule.and_then(|r| r.metadata.clone()),
-                    }),
-                    None => Outcome::NoLimit,
-                },
+                ) => outcome(limits, *rule, verdict, hits.counted()),
                 (Plan::NoLimit, _) | (Plan::Limited { .. }, None) => Outcome::NoLimit,
             });
         }
@@ -356,14 +337,11 @@ impl<R: Recorder> Limiter<R> {
         let until =
             now_ns.saturating_add(u64::try_from(limited.reset.as_nanos()).unwrap_or(u64::MAX));
         if let Some(unlogged) = self.over_limit_log.went_over(key, now_ns, until) {
+            let window = limited.limit.window();
             tracing::info!(
-                domain,
-                descriptor = %entries,
-                %rule,
                 key,
-                limit = format_args!("{limit} per {:?}", limited.limit.window()),
                 unlogged,
-                "counter went over its limit; its further denials are logged at debug only"
+                "counter went over its limit ({limit} per {window:?}; {domain} {entries}, rule {rule}); its further denials are logged at debug only"
             );
         }
     }
@@ -435,6 +413,47 @@ impl<R: Recorder> Limiter<R> {
             key,
             hits,
         })
+    }
+}
+
+/// The rule each descriptor of `req` matches in `domain`, before `replaces` is applied.
+fn find_rules<'r>(domain: Option<&'r Domain>, req: &Request<'_>) -> Vec<Option<&'r Rule>> {
+    req.descriptors
+        .iter()
+        .map(|d| domain.and_then(|dom| dom.find(d.pairs())))
+        .collect()
+}
+
+/// Why `descriptor` is not limited, if nothing limits it: no `rule` matched and it
+/// brings no limit of its own that the (known) domain would count.
+fn no_match(
+    domain: Option<&Domain>,
+    rule: Option<&Rule>,
+    descriptor: &Descriptor<'_>,
+) -> Option<NoMatch> {
+    let overridden = domain.is_some() && descriptor.limit.is_some();
+    match (domain, rule) {
+        (_, Some(_)) => None,
+        _ if overridden => None,
+        (None, None) => Some(NoMatch::NoDomain),
+        (Some(_), None) => Some(NoMatch::NoRule),
+    }
+}
+
+/// The outcome of a verdict on `limits` (a rule's, or the request's own) that counted
+/// `hits`.
+fn outcome(limits: &[Limit], rule: Option<&Rule>, verdict: Verdict, hits: u64) -> Outcome {
+    match limits.get(verdict.limit_index) {
+        Some(limit) => Outcome::Limited(Limited {
+            limit: limit.clone(),
+            admitted: verdict.decision.admitted,
+            shadow: rule.is_some_and(|r| r.shadow_mode),
+            remaining: verdict.decision.remaining,
+            reset: Duration::from_nanos(verdict.decision.reset_ns),
+            hits,
+            metadata: rule.and_then(|r| r.metadata.clone()),
+        }),
+        None => Outcome::NoLimit,
     }
 }
 

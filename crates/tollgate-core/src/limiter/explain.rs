@@ -2,10 +2,8 @@
 //! that matched (or why none did), the counter's key, what every holder of the counter
 //! says of it, and the decision it would get.
 
-use std::time::Duration;
-
-use super::{Limiter, NoMatch, Plan, Recorder, drop_replaced, over};
-use crate::decision::{Decision, Limited, Outcome};
+use super::{Limiter, NoMatch, Plan, Recorder, drop_replaced, find_rules, no_match, outcome, over};
+use crate::decision::{Decision, Outcome};
 use crate::limit::Limit;
 use crate::request::{InvalidRequest, Request};
 use crate::rules::Rule;
@@ -55,11 +53,7 @@ impl<R: Recorder> Limiter<R> {
         req.validate()?;
         let installed = self.installed.load_full();
         let domain = installed.rules.domain(&req.domain);
-        let matched: Vec<Option<&Rule>> = req
-            .descriptors
-            .iter()
-            .map(|d| domain.and_then(|dom| dom.find(d.pairs())))
-            .collect();
+        let matched = find_rules(domain, req);
         let kept = drop_replaced(matched.clone());
         let origins = domain.map(|d| d.origins().to_vec()).unwrap_or_default();
         let mut descriptors = Vec::with_capacity(req.descriptors.len());
@@ -68,16 +62,15 @@ impl<R: Recorder> Limiter<R> {
         for ((descriptor, found), rule) in req.descriptors.iter().zip(&matched).zip(kept) {
             let plan = self.plan(&req.domain, descriptor, rule, domain.is_some())?;
             quota.push(self.is_quota(&plan));
-            let overridden = domain.is_some() && descriptor.limit.is_some();
-            let what = match (found, rule) {
-                _ if overridden => Matched::Override,
-                (Some(found), Some(_)) => Matched::Rule {
+            let what = match (found, rule, no_match(domain, *found, descriptor)) {
+                (_, _, Some(why)) => Matched::Nothing(why),
+                _ if domain.is_some() && descriptor.limit.is_some() => Matched::Override,
+                (Some(found), Some(_), _) => Matched::Rule {
                     rule: (*found).clone(),
                     origins: origins.clone(),
                 },
-                (Some(found), None) => Matched::Replaced((*found).clone()),
-                (None, _) if domain.is_none() => Matched::Nothing(NoMatch::NoDomain),
-                (None, _) => Matched::Nothing(NoMatch::NoRule),
+                (Some(found), None, _) => Matched::Replaced((*found).clone()),
+                (None, _, None) => Matched::Override,
             };
             let Plan::Limited {
                 limits,
@@ -102,19 +95,7 @@ impl<R: Recorder> Limiter<R> {
                 Some(Ok(shared)) => shared,
                 _ => &peek.local,
             };
-            let verdict = view.would;
-            outcomes.push(match limits.get(verdict.limit_index) {
-                Some(limit) => Outcome::Limited(Limited {
-                    limit: limit.clone(),
-                    admitted: verdict.decision.admitted,
-                    shadow: rule.is_some_and(|r| r.shadow_mode),
-                    remaining: verdict.decision.remaining,
-                    reset: Duration::from_nanos(verdict.decision.reset_ns),
-                    hits: 0,
-                    metadata: rule.and_then(|r| r.metadata.clone()),
-                }),
-                None => Outcome::NoLimit,
-            });
+            outcomes.push(outcome(&limits, rule, view.would, 0));
             descriptors.push(Explained {
                 matched: what,
                 counter: Some((key, limits.into_owned())),
