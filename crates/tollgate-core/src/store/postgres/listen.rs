@@ -35,9 +35,12 @@ pub(super) fn subscription(
         let (target, tls, channel) = (target.clone(), tls.clone(), channel.clone());
         Box::pin(async move {
             let (tx, rx) = mpsc::channel(QUEUE);
+            // Named apart from the pool's connections, for whoever counts those.
+            let mut config = target.config.clone();
+            config.application_name("tollgate-resets");
             let client = match tls {
-                Some(tls) => listener(&target.config, tls, tx).await?,
-                None => listener(&target.config, NoTls, tx).await?,
+                Some(tls) => listener(&config, tls, tx).await?,
+                None => listener(&config, NoTls, tx).await?,
             };
             client
                 .batch_execute(&format!("LISTEN {channel}"))
