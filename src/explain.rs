@@ -55,7 +55,8 @@ fn entries(d: &tollgate_core::Descriptor<'_>) -> String {
         .join(",")
 }
 
-/// Why nothing matched, in words.
+/// Why nothing matched, in words (`keys`: the descriptor's keys, comma-separated); the
+/// log of unmatched descriptors says the same.
 pub(crate) fn no_match_reason(domain: &str, keys: &str, why: NoMatch) -> String {
     match why {
         NoMatch::NoDomain => format!("domain {domain} has no rules"),

@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tollgate_core::{Descriptor, NoMatch};
 
+use crate::explain::no_match_reason;
 use crate::metrics::PlainCounter;
 
 /// Domains the rules lack that get a label of their own; the rest share `other`.
@@ -85,18 +86,12 @@ impl Unmatched {
             return;
         }
         let (domain, keys) = &first;
-        match why {
-            NoMatch::NoDomain => tracing::info!(
-                domain,
-                keys,
-                "no rule matched: domain {domain} has no rules; the descriptor is not limited"
-            ),
-            NoMatch::NoRule => tracing::info!(
-                domain,
-                keys,
-                "no rule matched: domain {domain} has no rule for the entries {keys}; the descriptor is not limited"
-            ),
-        }
+        let reason = no_match_reason(domain, keys, why);
+        tracing::info!(
+            domain,
+            keys,
+            "no rule matched: {reason}; the descriptor is not limited"
+        );
         seen.logged.insert(first);
     }
 }
