@@ -8,17 +8,19 @@ use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tokio::sync::watch;
 
-use crate::json;
 use crate::rls::Rls;
+use crate::{explain, json, reset};
 
-/// What the admin routes share: the service and whether the server is draining.
+/// What the admin routes share: the service, whether the server is draining, and the
+/// token that allows resets (none: resets are off).
 #[derive(Clone)]
 pub(crate) struct Admin {
     pub(crate) rls: Arc<Rls>,
     pub(crate) draining: watch::Receiver<bool>,
+    pub(crate) admin_token: Option<Arc<str>>,
 }
 
 impl FromRef<Admin> for Arc<Rls> {
@@ -39,6 +41,8 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/healthcheck/store", get(store_health))
         .route("/metrics", get(metrics))
         .route("/json", post(json::handler))
+        .route("/explain", post(explain::handler))
+        .route("/counters", delete(reset::handler))
         .route("/rlconfig", get(rlconfig))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)
@@ -62,15 +66,15 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus metrics in the OpenMetrics text format.
+/// Prometheus metrics in the Prometheus text format.
 pub(crate) async fn metrics(State(rls): State<Arc<Rls>>) -> Response {
     match rls.metrics.encode() {
-        Ok(text) => ([(CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Ok(text) => ([(CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
     }
 }
 
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// 200 while the counter store answers, 503 while it does not.
 async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str) {

@@ -10,7 +10,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use anyhow::Context as _;
 
-use crate::settings::{ClientArgs, ClientTlsArgs};
+use crate::settings::{ClientArgs, ClientTlsArgs, RequestArgs};
 use crate::tls;
 
 /// What a descriptor's text ends with to carry its own hits_addend.
@@ -90,19 +90,24 @@ fn transport_hint(args: &ClientArgs) -> &'static str {
     }
 }
 
-/// Sends the request; returns whether it was over the limit.
-pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<bool> {
+/// The request `args` describe, with the request-level `hits_addend`.
+pub(crate) fn request(args: &RequestArgs, hits_addend: u32) -> anyhow::Result<RateLimitRequest> {
     let descriptors = args
         .descriptor
         .iter()
         .map(|d| parse_descriptor(d))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut client = RateLimitServiceClient::new(connect(&args).await?);
-    let request = RateLimitRequest {
+    Ok(RateLimitRequest {
         domain: args.domain.clone(),
         descriptors,
-        hits_addend: args.hits,
-    };
+        hits_addend,
+    })
+}
+
+/// Sends the request; returns whether it was over the limit.
+pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<bool> {
+    let request = request(&args.request, args.hits)?;
+    let mut client = RateLimitServiceClient::new(connect(&args).await?);
     let response = client
         .should_rate_limit(request)
         .await
@@ -146,6 +151,9 @@ fn describe(status: &DescriptorStatus) -> String {
         }
     } else if status.limit_remaining == u32::MAX {
         text.push_str(" unlimited");
+    } else {
+        // The reference's answer for a descriptor no rule limits: OK, no limit, nothing left.
+        text.push_str(" no rule matched (not limited; `tollgate explain` says why)");
     }
     text
 }

@@ -278,6 +278,36 @@ async fn secure(io: IdleIo<TcpStream>, tls: Option<&PortTls>) -> Option<Conn> {
     }
 }
 
+/// The router, each request carrying its connection's peer address as axum's
+/// `ConnectInfo`, for handlers that log who asked (resets).
+#[derive(Clone)]
+struct WithPeer {
+    router: axum::Router,
+    peer: Option<std::net::SocketAddr>,
+}
+
+impl<B> tower_service::Service<http::Request<B>> for WithPeer
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = <axum::Router as tower_service::Service<http::Request<B>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::<http::Request<B>>::poll_ready(&mut self.router, cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if let Some(peer) = self.peer {
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+        }
+        self.router.call(req)
+    }
+}
+
 /// Serves `router` over HTTP/1 and HTTP/2 on the acceptor's connections until `stop`
 /// resolves, then lets requests in flight finish.
 pub(crate) async fn serve_http(
@@ -298,7 +328,10 @@ pub(crate) async fn serve_http(
             () = &mut stop => break,
         };
         let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), acceptor.tls.clone());
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(WithPeer {
+            router: router.clone(),
+            peer: io.inner.peer_addr().ok(),
+        });
         tokio::spawn(async move {
             let Some(conn) = secure(io, tls.as_ref()).await else {
                 return;

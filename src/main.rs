@@ -3,9 +3,11 @@
 #![warn(unreachable_pub)]
 
 mod admin;
+mod admin_client;
 mod client;
 mod compat;
 mod debug_port;
+mod explain;
 #[cfg(test)]
 mod fuzz;
 mod grpc;
@@ -16,6 +18,7 @@ mod metrics;
 mod proto;
 mod reference_stats;
 mod reload;
+mod reset;
 mod rlqs;
 mod rls;
 mod rules_status;
@@ -24,6 +27,7 @@ mod settings;
 mod statsd;
 mod tls;
 mod trace;
+mod unmatched;
 mod watch;
 mod xds;
 
@@ -60,6 +64,26 @@ fn main() -> ExitCode {
         Command::Client(args) => match runtime().and_then(|rt| rt.block_on(client::run(args))) {
             Ok(false) => ExitCode::SUCCESS,
             Ok(true) => ExitCode::from(2),
+            Err(e) => {
+                eprintln!("tollgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Explain(args) => {
+            match runtime().and_then(|rt| rt.block_on(admin_client::explain(args))) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tollgate: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Reset {
+            request,
+            admin_token,
+        } => match runtime().and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
+        {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tollgate: {e:#}");
                 ExitCode::FAILURE
@@ -150,13 +174,23 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))
 }
 
+/// The filter LOG_LEVEL means: a bare `debug` or `trace` is Tollgate's own crates at that
+/// level and every other at info (h2, hyper and tower would otherwise log every frame); a
+/// directive (`info,h2=debug`) is taken as written.
+fn log_directive(level: &str) -> String {
+    match level.trim().to_ascii_lowercase().as_str() {
+        low @ ("debug" | "trace") => format!("info,tollgate={low},tollgate_core={low}"),
+        _ => level.to_owned(),
+    }
+}
+
 /// A layer of the process's one subscriber.
 type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
 
 /// Logs to stderr under LOG_LEVEL; `spans`, when tracing is on, sees spans under its own
 /// filter.
 fn init_logging(log: &LogArgs, spans: Option<BoxedLayer>) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
+    let filter = tracing_subscriber::EnvFilter::try_new(log_directive(&log.log_level))
         .map_err(|e| anyhow::anyhow!("invalid LOG_LEVEL '{}': {e}", log.log_level))?;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

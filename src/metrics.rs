@@ -12,16 +12,20 @@ use std::time::{Duration, Instant};
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
 };
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use tollgate_core::{Descriptor, Histogram, HistogramSnapshot, Limited, Recorder, Rule, Store};
+use tollgate_core::{
+    Descriptor, Histogram, HistogramSnapshot, Limited, NoMatch, Recorder, Rule, Store,
+};
 
-/// A counter exposed under its exact name, without the `_total` that OpenMetrics counters
-/// get: the reference's statsd-mapped series (e.g. `…_rate_limit_total_hits`) have none, and
-/// existing dashboards query those names.
+use crate::unmatched::Unmatched;
+
+/// A counter exposed under exactly the name it is registered with: the reference's series
+/// (e.g. `…_rate_limit_total_hits`) have no `_total`, and dashboards query those names.
+/// The page is the Prometheus text format, where a counter may be named so.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PlainCounter(Counter);
 
@@ -29,20 +33,30 @@ impl PlainCounter {
     pub(crate) fn inc_by(&self, n: u64) {
         self.0.inc_by(n);
     }
+
+    pub(crate) fn inc(&self) {
+        self.0.inc();
+    }
 }
 
 impl TypedMetric for PlainCounter {
-    const TYPE: MetricType = MetricType::Unknown;
+    const TYPE: MetricType = MetricType::Counter;
 }
 
 impl EncodeMetric for PlainCounter {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        encoder.encode_gauge(&self.0.get())
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encode_plain_counter(self.0.get(), encoder)
     }
 
     fn metric_type(&self) -> MetricType {
-        MetricType::Unknown
+        MetricType::Counter
     }
+}
+
+/// One counter sample under the family's own name (prometheus-client's counters append
+/// `_total`; ours are registered with it where they want it).
+fn encode_plain_counter(value: u64, mut encoder: MetricEncoder) -> std::fmt::Result {
+    encoder.encode_gauge(&value)
 }
 
 /// The core's lock-free histogram, shared by clones and exported as a Prometheus histogram.
@@ -119,7 +133,7 @@ struct DescriptorFamilies {
     near_limit: Family<DescriptorLabels, PlainCounter>,
     within_limit: Family<DescriptorLabels, PlainCounter>,
     shadow_mode: Family<DescriptorLabels, PlainCounter>,
-    overspend: Family<DescriptorLabels, Counter>,
+    overspend: Family<DescriptorLabels, PlainCounter>,
 }
 
 impl DescriptorFamilies {
@@ -145,7 +159,7 @@ pub(crate) struct DescriptorStats {
     within_limit: PlainCounter,
     shadow_mode: PlainCounter,
     /// Units charged past a budget's limit (ours).
-    overspend: Counter,
+    overspend: PlainCounter,
 }
 
 impl DescriptorStats {
@@ -187,9 +201,11 @@ pub(crate) enum RuleStats {
     },
 }
 
-/// The core's recorder: per-descriptor series of the reference.
+/// The core's recorder: per-descriptor series of the reference, and descriptors no rule
+/// matched.
 pub(crate) struct RuleMetrics {
     families: DescriptorFamilies,
+    unmatched: Unmatched,
     near_ratio: f64,
     detailed_cap: usize,
 }
@@ -241,6 +257,10 @@ impl Recorder for RuleMetrics {
             }
         }
     }
+
+    fn unmatched(&self, domain: &str, descriptor: &Descriptor<'_>, why: NoMatch) {
+        self.unmatched.record(domain, descriptor, why);
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -253,11 +273,11 @@ struct KindLabels {
 pub(crate) struct RlqsMetrics {
     pub(crate) streams: Gauge,
     pub(crate) buckets: Gauge,
-    pub(crate) reports: Counter,
-    assignments: Family<KindLabels, Counter>,
-    allowed: Family<DescriptorLabels, Counter>,
-    denied: Family<DescriptorLabels, Counter>,
-    over_limit: Family<DescriptorLabels, Counter>,
+    pub(crate) reports: PlainCounter,
+    assignments: Family<KindLabels, PlainCounter>,
+    allowed: Family<DescriptorLabels, PlainCounter>,
+    denied: Family<DescriptorLabels, PlainCounter>,
+    over_limit: Family<DescriptorLabels, PlainCounter>,
     gap: Family<DescriptorLabels, Gauge>,
 }
 
@@ -275,27 +295,27 @@ impl RlqsMetrics {
             self.buckets.clone(),
         );
         r.register(
-            "tollgate_rlqs_reports",
+            "tollgate_rlqs_reports_total",
             "Usage reports received",
             self.reports.clone(),
         );
         r.register(
-            "tollgate_rlqs_assignments",
+            "tollgate_rlqs_assignments_total",
             "Bucket actions sent, by kind (allow_all, deny_all, token_bucket, abandon)",
             self.assignments.clone(),
         );
         r.register(
-            "tollgate_rlqs_usage_allowed",
+            "tollgate_rlqs_usage_allowed_total",
             "Requests Envoys reported admitted, per rule",
             self.allowed.clone(),
         );
         r.register(
-            "tollgate_rlqs_usage_denied",
+            "tollgate_rlqs_usage_denied_total",
             "Requests Envoys reported denied, per rule",
             self.denied.clone(),
         );
         r.register(
-            "tollgate_rlqs_over_limit",
+            "tollgate_rlqs_over_limit_total",
             "Reported admissions beyond their grants that did not fit the limit when counted, per rule",
             self.over_limit.clone(),
         );
@@ -344,14 +364,33 @@ impl Metrics {
         let mut registry = Registry::default();
         let families = DescriptorFamilies::default();
         let d = &families;
-        for (name, family) in [
-            ("total_hits", &d.total_hits),
-            ("over_limit", &d.over_limit),
-            ("near_limit", &d.near_limit),
-            ("within_limit", &d.within_limit),
-            ("shadow_mode", &d.shadow_mode),
+        for (name, help, family) in [
+            (
+                "total_hits",
+                "Hits (hits_addend) asked of a rule's descriptor, admitted or not",
+                &d.total_hits,
+            ),
+            (
+                "over_limit",
+                "Hits over a rule's limit: denied, or admitted by a shadow-mode rule",
+                &d.over_limit,
+            ),
+            (
+                "near_limit",
+                "Admitted hits that took a rule's count above NEAR_LIMIT_RATIO of its limit",
+                &d.near_limit,
+            ),
+            (
+                "within_limit",
+                "Hits a rule's limit admitted",
+                &d.within_limit,
+            ),
+            (
+                "shadow_mode",
+                "Hits over the limit of a shadow-mode rule, admitted because it only reports",
+                &d.shadow_mode,
+            ),
         ] {
-            let help = format!("Hits of a descriptor that were {}", name.replace('_', " "));
             registry.register(
                 format!("ratelimit_service_rate_limit_{name}"),
                 help,
@@ -359,7 +398,7 @@ impl Metrics {
             );
         }
         registry.register(
-            "tollgate_budget_overspend",
+            "tollgate_budget_overspend_total",
             "Units charged to a budget past its limit (usage reported after the fact)",
             families.overspend.clone(),
         );
@@ -401,6 +440,8 @@ impl Metrics {
             .clone();
         let rlqs = RlqsMetrics::default();
         rlqs.register(&mut registry);
+        let unmatched = Unmatched::default();
+        unmatched.register(&mut registry);
         let metrics = Self {
             registry,
             rlqs,
@@ -412,6 +453,7 @@ impl Metrics {
         };
         let rules = RuleMetrics {
             families,
+            unmatched,
             near_ratio,
             detailed_cap,
         };
@@ -443,10 +485,11 @@ impl Metrics {
             .inc_by(1);
     }
 
-    /// The OpenMetrics text of every metric.
+    /// Every metric in the Prometheus text format (0.0.4), the reference's: the
+    /// OpenMetrics text without its `# EOF`, since every counter is named in full.
     pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
         Ok(out)
     }
 }
@@ -463,7 +506,7 @@ impl prometheus_client::collector::Collector for StoreCollector {
         };
         let counter = |encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64| {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(value).encode(metric)
+            encode_plain_counter(value, metric)
         };
         let stats = self.0.stats();
         let entries = i64::try_from(stats.counters).unwrap_or(i64::MAX);
@@ -481,13 +524,13 @@ impl prometheus_client::collector::Collector for StoreCollector {
         )?;
         counter(
             &mut encoder,
-            "tollgate_counter_evictions",
+            "tollgate_counter_evictions_total",
             "Counters evicted to stay under --max-counters and --max-counter-memory",
             stats.evictions,
         )?;
         counter(
             &mut encoder,
-            "tollgate_counters_expired",
+            "tollgate_counters_expired_total",
             "Counters dropped after their windows passed",
             stats.expired,
         )?;
@@ -502,42 +545,42 @@ impl prometheus_client::collector::Collector for StoreCollector {
         };
         for (name, help, value) in [
             (
-                "tollgate_store_round_trips",
+                "tollgate_store_round_trips_total",
                 "Requests decided by a round trip to the shared store",
                 s.round_trips,
             ),
             (
-                "tollgate_local_denials",
+                "tollgate_local_denials_total",
                 "Requests denied from the local view, without a round trip",
                 s.local_denials,
             ),
             (
-                "tollgate_store_fallbacks",
+                "tollgate_store_fallbacks_total",
                 "Requests decided per --on-store-error",
                 s.fallbacks,
             ),
             (
-                "tollgate_store_refreshes",
+                "tollgate_store_refreshes_total",
                 "Background reads of counters the local view denies",
                 s.refreshes,
             ),
             (
-                "tollgate_store_reconnects",
+                "tollgate_store_reconnects_total",
                 "Times the store connection came up",
                 s.reconnects,
             ),
             (
-                "tollgate_store_disagreements",
+                "tollgate_store_disagreements_total",
                 "Round trips where the store and the local algorithm decided differently (the store decided)",
                 s.disagreements,
             ),
             (
-                "tollgate_store_debt_charged",
+                "tollgate_store_debt_charged_total",
                 "Units admitted without the store that were then counted in it",
                 s.debt_charged,
             ),
             (
-                "tollgate_store_debt_forgiven",
+                "tollgate_store_debt_forgiven_total",
                 "Units admitted without the store and never counted in it: their windows passed first, or too many counters owed at once",
                 s.debt_forgiven,
             ),
@@ -557,7 +600,7 @@ impl prometheus_client::collector::Collector for StoreCollector {
             i64::try_from(s.debt_units).unwrap_or(i64::MAX),
         )?;
         let mut metric = encoder.encode_descriptor(
-            "tollgate_store_errors",
+            "tollgate_store_errors_total",
             "Store failures by kind",
             None,
             MetricType::Counter,
@@ -569,7 +612,7 @@ impl prometheus_client::collector::Collector for StoreCollector {
         ] {
             let labels = [("kind", kind)];
             let family = metric.encode_family(&labels)?;
-            ConstCounter::new(value).encode(family)?;
+            encode_plain_counter(value, family)?;
         }
         let metric = encoder.encode_descriptor(
             "tollgate_store_round_trip_seconds",
@@ -625,18 +668,18 @@ impl prometheus_client::collector::Collector for XdsCollector {
         ConstGauge::new(i64::from(s.connected.load(Ordering::Relaxed))).encode(metric)?;
         for (name, help, value) in [
             (
-                "tollgate_xds_nacks",
+                "tollgate_xds_nacks_total",
                 "xDS responses rejected (NACKed); the previous rules kept serving",
                 &s.nacks,
             ),
             (
-                "tollgate_xds_reconnects",
+                "tollgate_xds_reconnects_total",
                 "Streams to the xDS management server opened again after one ended",
                 &s.reconnects,
             ),
         ] {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(value.load(Ordering::Relaxed)).encode(metric)?;
+            encode_plain_counter(value.load(Ordering::Relaxed), metric)?;
         }
         let acked = s.acked.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some((version, at)) = acked else {

@@ -208,6 +208,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let admin = Admin {
         rls: rls.clone(),
         draining,
+        admin_token: args.ops.admin_token.clone().map(Arc::from),
     };
     let limits = args.conn.limits();
     let grpc_tls = server_tls.clone().map(|tls| PortTls {

@@ -30,6 +30,18 @@ pub(crate) enum Command {
     Serve(Box<ServeArgs>),
     /// Send one ShouldRateLimit request and print the answer (exit 2 if over the limit).
     Client(ClientArgs),
+    /// Ask a running Tollgate why a request would get its answer (POST /explain on its
+    /// HTTP port); counts nothing.
+    Explain(AdminArgs),
+    /// Set the counters of a request back to empty on a running Tollgate (DELETE
+    /// /counters on its HTTP port), in its store and every instance's local view.
+    Reset {
+        #[command(flatten)]
+        request: AdminArgs,
+        /// The server's ADMIN_TOKEN.
+        #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+        admin_token: String,
+    },
     /// Create or update the PostgreSQL schema (serving does this too), print its version.
     Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".
@@ -47,6 +59,28 @@ pub(crate) struct ClientArgs {
     /// Tollgate's gRPC address.
     #[arg(long, env = "TOLLGATE_ADDR", default_value = "127.0.0.1:8081")]
     pub(crate) addr: String,
+    #[command(flatten)]
+    pub(crate) request: RequestArgs,
+    /// Hits to count (request-level hits_addend), for descriptors without ;hits=N.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) hits: u32,
+    #[command(flatten)]
+    pub(crate) tls: ClientTlsArgs,
+}
+
+/// Settings of `tollgate explain` and `tollgate reset`: a request for the HTTP port.
+#[derive(Debug, Args)]
+pub(crate) struct AdminArgs {
+    /// Tollgate's HTTP address (plain HTTP).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) http_addr: String,
+    #[command(flatten)]
+    pub(crate) request: RequestArgs,
+}
+
+/// The request the client commands send: a domain and its descriptors.
+#[derive(Debug, Args)]
+pub(crate) struct RequestArgs {
     /// Rate-limit domain.
     #[arg(long)]
     pub(crate) domain: String,
@@ -54,11 +88,6 @@ pub(crate) struct ClientArgs {
     /// hits_addend (0: check without counting); repeat for several.
     #[arg(long, required = true)]
     pub(crate) descriptor: Vec<String>,
-    /// Hits to count (request-level hits_addend), for descriptors without ;hits=N.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) hits: u32,
-    #[command(flatten)]
-    pub(crate) tls: ClientTlsArgs,
 }
 
 /// TLS of `tollgate client`: on when any of these is given.
@@ -352,6 +381,10 @@ pub(crate) struct OpsArgs {
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub(crate) shutdown_delay: Duration,
+    /// The bearer token `DELETE /counters` must carry; without one, resetting counters
+    /// over HTTP is off.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
 }
 
 /// The reference's statsd output. Prometheus on /metrics is always there besides.

@@ -67,7 +67,7 @@ pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Respons
     }
 }
 
-fn text(status: StatusCode, mut body: String) -> Response {
+pub(crate) fn text(status: StatusCode, mut body: String) -> Response {
     body.push('\n');
     (status, [(CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
@@ -77,6 +77,27 @@ pub(crate) fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
     Json::<Object<RequestJson>>::from_bytes(body)
         .map(|Json(Object(request))| request.into_proto())
         .map_err(|e| reason("RateLimitRequest", &e))
+}
+
+/// Answers the core request of a protojson `body` with `answer`, or 400 saying why the
+/// body is not one: `/explain` and `DELETE /counters`.
+pub(crate) async fn with_request(
+    body: &[u8],
+    answer: impl AsyncFnOnce(&tollgate_core::Request<'_>) -> Response,
+) -> Response {
+    let request = match parse_request(body) {
+        Ok(request) => request,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+    };
+    match crate::proto::request(&request) {
+        Ok(request) => answer(&request).await,
+        Err(why) => text(StatusCode::BAD_REQUEST, why.to_string()),
+    }
+}
+
+/// A `RateLimitRequest` in protojson, as `/json` and `/explain` take it.
+pub(crate) fn request_body(request: &RateLimitRequest) -> String {
+    serde_json::to_string(&Object(RequestJson::from_proto(request))).unwrap_or_default()
 }
 
 /// Parses a protojson `RateLimitResponse`: the tests' round trips.
@@ -163,7 +184,6 @@ struct OverrideJson {
 }
 
 impl RequestJson {
-    #[cfg(test)]
     fn from_proto(req: &RateLimitRequest) -> Self {
         Self {
             domain: non_empty(&req.domain),
@@ -187,7 +207,6 @@ impl RequestJson {
 }
 
 impl DescriptorJson {
-    #[cfg(test)]
     fn from_proto(d: &RateLimitDescriptor) -> Self {
         Self {
             entries: non_empty_vec(&d.entries, |e| {

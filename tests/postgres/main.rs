@@ -3,6 +3,7 @@
 //! overload, the schema, settings and `tollgate migrate` (`store`); restart under load,
 //! bad credentials, an unreachable server and the statement timeout (`faults`).
 
+mod admin;
 mod debts;
 mod faults;
 mod store;

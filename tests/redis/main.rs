@@ -2,6 +2,7 @@
 //! sentinel set, TLS, and the failures of each (down, killed under load, frozen, failed
 //! over). Tests that measure time take the testkit's timing lock.
 
+mod admin;
 mod cluster;
 mod debts;
 mod faults;

@@ -136,3 +136,19 @@ fn each_descriptor_counts_its_own_hits() {
         "{bad:?}"
     );
 }
+
+#[test]
+fn a_descriptor_no_rule_matches_is_said_to_be_unlimited() {
+    let server = Serve::rules(RULES).start();
+    let out = client(&server, &["--descriptor", "k=a", "--descriptor", "nokey=x"]);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines[1].starts_with("descriptor 0: OK limit=10/HOUR"),
+        "{out:?}"
+    );
+    assert!(
+        lines[2].starts_with("descriptor 1: OK no rule matched (not limited;"),
+        "{out:?}"
+    );
+}

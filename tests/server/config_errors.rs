@@ -272,6 +272,34 @@ descriptors:
 }
 
 #[test]
+fn a_misspelled_field_does_not_hide_a_bad_unit_before_it() {
+    let dir = ConfigDir::with_file(
+        "both.yaml",
+        r#"
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+  - key: b
+    ratelimit: {unit: second, requests_per_unit: 1}
+"#,
+    );
+    let finished = check_config(&dir.file("both.yaml"));
+    assert_config_problem(
+        &finished,
+        "both.yaml",
+        "descriptors[0].rate_limit.unit",
+        "invalid rate limit unit 'fortnight'",
+    );
+    assert_config_problem(
+        &finished,
+        "both.yaml",
+        "descriptors[1].ratelimit",
+        "unknown field `ratelimit`",
+    );
+}
+
+#[test]
 fn serve_refuses_an_invalid_config_with_exit_code_1() {
     let dir = ConfigDir::with_file(
         "bad.yaml",

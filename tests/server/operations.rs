@@ -109,6 +109,101 @@ async fn metrics_count_known_traffic_exactly() {
     assert_eq!(server.metric("tollgate_store_up").await, Some(1.0));
 }
 
+/// Every family on `/metrics` after traffic is typed counter, gauge or histogram with a
+/// HELP that says something, and every sample belongs to one of them.
+#[tokio::test]
+async fn every_series_is_typed_and_explained() {
+    let server = start(ConfigDir::with_file("rules.yaml", RULES), &[]);
+    let mut rls = server.client().await;
+    for _ in 0..4 {
+        rls.check("ops", &[("user", "ann")]).await;
+    }
+    rls.check("ops", &[("detail", "a")]).await;
+    rls.check("nosuch", &[("user", "ann")]).await;
+    let page = server.get("/metrics").await;
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let mut helps = std::collections::HashMap::new();
+    let mut types = std::collections::HashMap::new();
+    for line in page.body.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            helps.insert(name.to_owned(), help.to_owned());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&kind),
+                "{line}\n{}",
+                page.body
+            );
+            assert!(
+                helps.get(name).is_some_and(|h| h.len() > 10),
+                "{name} has no HELP that says what it counts"
+            );
+            types.insert(name.to_owned(), kind.to_owned());
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let name = line.split(['{', ' ']).next().unwrap_or(line);
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|s| name.strip_suffix(s))
+                .find(|f| types.get(*f).is_some_and(|k| k == "histogram"))
+                .unwrap_or(name);
+            assert!(types.contains_key(family), "{line} has no TYPE");
+        }
+    }
+    assert_eq!(
+        types
+            .get("ratelimit_service_rate_limit_total_hits")
+            .map(String::as_str),
+        Some("counter")
+    );
+    assert_eq!(
+        types
+            .get("ratelimit_service_response_time_seconds")
+            .map(String::as_str),
+        Some("histogram")
+    );
+    assert_eq!(
+        helps["ratelimit_service_rate_limit_total_hits"],
+        "Hits (hits_addend) asked of a rule's descriptor, admitted or not."
+    );
+}
+
+/// A descriptor no rule matches is counted per domain (unknown domains past a cap as
+/// `other`) and logged once per domain and keys.
+#[tokio::test]
+async fn unmatched_descriptors_are_counted_and_logged_once() {
+    let server = start(ConfigDir::with_file("rules.yaml", RULES), &[]);
+    let mut rls = server.client().await;
+    for _ in 0..3 {
+        rls.check("nosuch", &[("user", "ann")]).await;
+        rls.check("ops", &[("usr", "ann")]).await;
+    }
+    rls.check("ops", &[("user", "ann")]).await;
+    for i in 0..70 {
+        rls.check(&format!("typo{i}"), &[("user", "ann")]).await;
+    }
+    let unmatched =
+        |domain: &str| format!(r#"tollgate_unmatched_requests_total{{domain="{domain}"}}"#);
+    assert_eq!(server.metric(&unmatched("nosuch")).await, Some(3.0));
+    assert_eq!(server.metric(&unmatched("ops")).await, Some(3.0));
+    // 64 unknown domains get their own label: nosuch and typo0..typo62; the rest share one.
+    assert_eq!(server.metric(&unmatched("typo62")).await, Some(1.0));
+    assert_eq!(server.metric(&unmatched("typo63")).await, None);
+    assert_eq!(server.metric(&unmatched("other")).await, Some(7.0));
+    // Stopped, so that every line it wrote has been read.
+    let stderr = server.stop().stderr;
+    let said = |what: &str| stderr.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(said("domain nosuch has no rules"), 1, "{stderr}");
+    assert_eq!(
+        said("domain ops has no rule for the entries usr"),
+        1,
+        "{stderr}"
+    );
+}
+
 /// A rule with `detailed_metric` counts in series labelled with the request's values,
 /// one per value, instead of one series for the rule.
 #[tokio::test]

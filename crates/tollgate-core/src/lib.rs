@@ -50,9 +50,14 @@ pub use key::counter_key;
 pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };
-pub use limiter::{DecideError, Limiter, Options, Recorder};
+pub use limiter::{
+    DecideError, Explained, Explanation, Limiter, Matched, NoMatch, Options, Recorder,
+};
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};
-pub use store::{Capacity, KeyLayout, MemoryStore, OnStoreError, Store, StoreError, StoreStats};
+pub use store::{
+    Capacity, CounterView, DecidedBy, KeyLayout, LimitView, MemoryStore, OnStoreError, Peek, Store,
+    StoreError, StoreStats,
+};
 pub use unit::Unit;

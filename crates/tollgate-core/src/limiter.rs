@@ -10,12 +10,19 @@ use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 
 use crate::algo::Hits;
+use crate::algo::Verdict;
 use crate::decision::{Decision, Limited, Outcome};
 use crate::key::{write_counter_key, write_reference_key};
-use crate::limit::{Limit, LimitError};
+use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
-use crate::rules::{Defaults, Policy, Rule, Rules};
-use crate::store::{KeyLayout, Store, StoreError};
+use crate::rules::{Defaults, Domain, Policy, Rule, Rules};
+use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
+
+mod explain;
+mod over_limit_log;
+mod reset;
+pub use explain::{Explained, Explanation, Matched};
+use over_limit_log::OverLimitLog;
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -45,6 +52,21 @@ pub trait Recorder: Send + Sync + 'static {
         descriptor: &Descriptor<'_>,
         outcome: &Limited,
     );
+
+    /// One descriptor of a request for `domain` matched no rule (`why`): nothing limits
+    /// it, which is worth knowing, since a typo in a domain or key has this effect.
+    fn unmatched(&self, domain: &str, descriptor: &Descriptor<'_>, why: NoMatch) {
+        let _ = (domain, descriptor, why);
+    }
+}
+
+/// Why a descriptor matched no rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoMatch {
+    /// The rules have no such domain.
+    NoDomain,
+    /// The domain has no rule for the descriptor's entries.
+    NoRule,
 }
 
 /// Records nothing.
@@ -94,6 +116,7 @@ pub struct Limiter<R: Recorder = ()> {
     store: Store,
     options: Options,
     recorder: R,
+    over_limit_log: OverLimitLog,
 }
 
 impl<R: Recorder> std::fmt::Debug for Limiter<R> {
@@ -134,6 +157,7 @@ impl<R: Recorder> Limiter<R> {
             store,
             options,
             recorder,
+            over_limit_log: OverLimitLog::default(),
         }
     }
 
@@ -165,27 +189,17 @@ impl<R: Recorder> Limiter<R> {
         req.validate()?;
         let installed = self.installed.load_full();
         let domain = installed.rules.domain(&req.domain);
-        // A request's own limit stands in for the rule, whole: none of the rule's shadow
-        // mode, replaces or quota mode apply to it, as in the reference.
-        let matched: Vec<Option<&Rule>> = req
-            .descriptors
-            .iter()
-            .map(|d| match (domain, d.limit) {
-                (Some(_), Some(_)) | (None, _) => None,
-                (Some(dom), None) => dom.find(d.pairs()),
-            })
-            .collect();
+        let matched = find_rules(domain, req);
+        for (rule, descriptor) in matched.iter().zip(&req.descriptors) {
+            if let Some(why) = no_match(domain, *rule, descriptor) {
+                self.recorder.unmatched(&req.domain, descriptor, why);
+            }
+        }
         let mut plans = drop_replaced(matched)
             .into_iter()
             .zip(&req.descriptors)
             .enumerate()
-            .map(|(i, (rule, d))| {
-                self.plan(&req.domain, d, rule, domain.is_some())
-                    .map_err(|reason| InvalidRequest::BadOverride {
-                        descriptor: i,
-                        reason,
-                    })
-            })
+            .map(|(i, (rule, d))| self.plan(&req.domain, (i, d), rule, domain.is_some()))
             .collect::<Result<Vec<_>, _>>()?;
         let reference = self.store.key_layout() == KeyLayout::Reference;
         if reference && self.options.all_or_nothing {
@@ -196,14 +210,22 @@ impl<R: Recorder> Limiter<R> {
             match plan {
                 Plan::Limited {
                     limits, key, hits, ..
-                } => Some(self.store.apply(key, limits, *hits).await),
+                } => Some(self.store.decide(key, limits, *hits).await),
                 Plan::NoLimit | Plan::Unlimited => None,
             }
         }))
         .await;
 
         let mut outcomes = Vec::with_capacity(plans.len());
+        let mut sources = Vec::with_capacity(plans.len());
         for (plan, verdict) in plans.iter().zip(verdicts) {
+            let verdict = verdict.transpose()?.map(|(verdict, source)| {
+                sources.push(Some(source));
+                verdict
+            });
+            if verdict.is_none() {
+                sources.push(None);
+            }
             outcomes.push(match (plan, verdict) {
                 (Plan::Unlimited, _) => Outcome::Unlimited,
                 (
@@ -211,22 +233,7 @@ impl<R: Recorder> Limiter<R> {
                         limits, rule, hits, ..
                     },
                     Some(verdict),
-                ) => {
-                    let verdict = verdict?;
-                    match limits.get(verdict.limit_index) {
-                        Some(limit) => Outcome::Limited(Limited {
-                            limit: limit.clone(),
-                            admitted: verdict.decision.admitted,
-                            shadow: rule.is_some_and(|r| r.shadow_mode),
-                            quota: self.is_quota(plan),
-                            remaining: verdict.decision.remaining,
-                            reset: Duration::from_nanos(verdict.decision.reset_ns),
-                            hits: hits.counted(),
-                            metadata: rule.and_then(|r| r.metadata.clone()),
-                        }),
-                        None => Outcome::NoLimit,
-                    }
-                }
+                ) => outcome(limits, *rule, verdict, hits.counted(), self.is_quota(plan)),
                 (Plan::NoLimit, _) | (Plan::Limited { .. }, None) => Outcome::NoLimit,
             });
         }
@@ -244,6 +251,15 @@ impl<R: Recorder> Limiter<R> {
             {
                 self.recorder.record(rule, state, descriptor, limited);
             }
+        }
+        let now_ns = self.store.now_ns();
+        for (((plan, outcome), descriptor), source) in plans
+            .iter()
+            .zip(&outcomes)
+            .zip(&req.descriptors)
+            .zip(&sources)
+        {
+            self.log(&req.domain, descriptor, plan, outcome, *source, now_ns);
         }
         let quota: Vec<bool> = plans.iter().map(|p| self.is_quota(p)).collect();
         let over_limit = !self.options.global_shadow_mode && over(&outcomes, &quota);
@@ -309,6 +325,62 @@ impl<R: Recorder> Limiter<R> {
         Ok(())
     }
 
+    /// One descriptor's decision at debug level, and at info the counter going over.
+    fn log(
+        &self,
+        domain: &str,
+        descriptor: &Descriptor<'_>,
+        plan: &Plan<'_>,
+        outcome: &Outcome,
+        source: Option<DecidedBy>,
+        now_ns: u64,
+    ) {
+        let entries = Entries(descriptor);
+        let (rule, key) = match plan {
+            Plan::Limited { rule, key, .. } => (RuleName(*rule), key.as_str()),
+            Plan::NoLimit | Plan::Unlimited => (RuleName(None), ""),
+        };
+        let Outcome::Limited(limited) = outcome else {
+            let decision = match outcome {
+                Outcome::Unlimited => "OK (unlimited rule)",
+                _ => "OK (no rule matched)",
+            };
+            tracing::debug!(domain, descriptor = %entries, decision, "decision");
+            return;
+        };
+        let limit = limited.limit.requests_per_unit();
+        let used = u64::from(limit).saturating_sub(limited.remaining);
+        let decided_by = source.map_or("", DecidedBy::as_str);
+        let decision = match (limited.admitted, limited.shadow) {
+            (true, _) => "OK",
+            (false, true) => "OVER_LIMIT (shadow mode: admitted)",
+            (false, false) => "OVER_LIMIT",
+        };
+        tracing::debug!(
+            domain,
+            descriptor = %entries,
+            %rule,
+            key,
+            count = format_args!("{used}/{limit} per {:?}", limited.limit.window()),
+            decision,
+            decided_by,
+            "decision"
+        );
+        if limited.admitted {
+            return;
+        }
+        let until =
+            now_ns.saturating_add(u64::try_from(limited.reset.as_nanos()).unwrap_or(u64::MAX));
+        if let Some(unlogged) = self.over_limit_log.went_over(key, now_ns, until) {
+            let window = limited.limit.window();
+            tracing::info!(
+                key,
+                unlogged,
+                "counter went over its limit ({limit} per {window:?}; {domain} {entries}, rule {rule}); its further denials are logged at debug only"
+            );
+        }
+    }
+
     /// Whether a descriptor counts as a budget for the request's overall answer.
     fn is_quota(&self, plan: &Plan<'_>) -> bool {
         self.options.quota_mode
@@ -331,17 +403,21 @@ impl<R: Recorder> Limiter<R> {
     fn plan<'a>(
         &self,
         domain: &str,
-        descriptor: &Descriptor<'_>,
+        (index, descriptor): (usize, &Descriptor<'_>),
         rule: Option<&'a Rule>,
         domain_known: bool,
-    ) -> Result<Plan<'a>, LimitError> {
+    ) -> Result<Plan<'a>, InvalidRequest> {
         let limits: Cow<'a, [Limit]>;
         let shape: Cow<'a, str>;
         if let Some(requested) = descriptor.limit.filter(|_| domain_known) {
             let limit = self
                 .options
                 .defaults
-                .limit(requested.requests_per_unit, requested.unit)?;
+                .limit(requested.requests_per_unit, requested.unit)
+                .map_err(|reason| InvalidRequest::BadOverride {
+                    descriptor: index,
+                    reason,
+                })?;
             let own = [limit];
             shape = Limit::shape_of(&own).into();
             limits = Cow::Owned(own.into());
@@ -376,6 +452,91 @@ impl<R: Recorder> Limiter<R> {
             key,
             hits,
         })
+    }
+}
+
+/// The rule each descriptor of `req` matches in `domain`, before `replaces` is applied.
+fn find_rules<'r>(domain: Option<&'r Domain>, req: &Request<'_>) -> Vec<Option<&'r Rule>> {
+    // A request's own limit stands in for the rule, whole: none of the rule's shadow mode,
+    // replaces or quota mode apply to it, as in the reference.
+    req.descriptors
+        .iter()
+        .map(|d| match (domain, d.limit) {
+            (Some(_), Some(_)) | (None, _) => None,
+            (Some(dom), None) => dom.find(d.pairs()),
+        })
+        .collect()
+}
+
+/// Why `descriptor` is not limited, if nothing limits it: no `rule` matched and it
+/// brings no limit of its own that the (known) domain would count.
+fn no_match(
+    domain: Option<&Domain>,
+    rule: Option<&Rule>,
+    descriptor: &Descriptor<'_>,
+) -> Option<NoMatch> {
+    let overridden = domain.is_some() && descriptor.limit.is_some();
+    match (domain, rule) {
+        (_, Some(_)) => None,
+        _ if overridden => None,
+        (None, None) => Some(NoMatch::NoDomain),
+        (Some(_), None) => Some(NoMatch::NoRule),
+    }
+}
+
+/// The outcome of a verdict on `limits` (a rule's, or the request's own) that counted
+/// `hits`.
+fn outcome(
+    limits: &[Limit],
+    rule: Option<&Rule>,
+    verdict: Verdict,
+    hits: u64,
+    quota: bool,
+) -> Outcome {
+    match limits.get(verdict.limit_index) {
+        Some(limit) => Outcome::Limited(Limited {
+            limit: limit.clone(),
+            admitted: verdict.decision.admitted,
+            shadow: rule.is_some_and(|r| r.shadow_mode),
+            quota,
+            remaining: verdict.decision.remaining,
+            reset: Duration::from_nanos(verdict.decision.reset_ns),
+            hits,
+            metadata: rule.and_then(|r| r.metadata.clone()),
+        }),
+        None => Outcome::NoLimit,
+    }
+}
+
+/// A descriptor's entries as `k=v,k2=v2`.
+struct Entries<'a, 'd>(&'a Descriptor<'d>);
+
+impl std::fmt::Display for Entries<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (k, v)) in self.0.pairs().enumerate() {
+            let comma = if i > 0 { "," } else { "" };
+            write!(f, "{comma}{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A rule as logs name it: its domain, its place in the rules and its limits' names; a
+/// request's own limit when there is no rule.
+struct RuleName<'a>(Option<&'a Rule>);
+
+impl std::fmt::Display for RuleName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(rule) = self.0 else {
+            return f.write_str("(the request's own limit)");
+        };
+        write!(f, "{}/{}", rule.domain(), rule.path().join("/"))?;
+        if let Policy::Limited { limits, .. } = rule.policy() {
+            for name in limits.iter().filter_map(Limit::name) {
+                write!(f, " name={name}")?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -19,6 +19,8 @@
 //!   made with the `openssl` command, and [`tls`]: the clients that use them;
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
 //!   it receives;
+//! - [`admin`]: `/explain` and `DELETE /counters`, and the reset every shared store
+//!   must carry to every instance;
 //! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
 //!   manifests;
 //! - [`reference`]: the reference service (envoyproxy/ratelimit, built from the Go module
@@ -27,6 +29,7 @@
 //!   Tollgate.
 
 pub mod accuracy;
+pub mod admin;
 pub mod envoy;
 pub mod grpc;
 pub mod helm;

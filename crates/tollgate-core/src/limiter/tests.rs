@@ -454,3 +454,57 @@ descriptors:
         );
     }
 }
+
+#[tokio::test]
+async fn explain_names_the_rule_the_counter_and_the_decision_without_counting() {
+    let (l, _) = limiter();
+    let request = Request::new(
+        "d",
+        vec![
+            one("user", "ann"),
+            one("nobody", "x"),
+            one("broad", "b"),
+            one("narrow", "n"),
+        ],
+    );
+    let ann = Request::new("d", vec![one("user", "ann")]);
+    for _ in 0..3 {
+        l.decide(&ann).await.expect("decides");
+    }
+    for _ in 0..2 {
+        let explained = l.explain(&request).await.expect("explains");
+        assert!(explained.decision.over_limit);
+        let [user, nobody, broad, narrow] = &explained.descriptors[..] else {
+            panic!("four descriptors: {explained:?}");
+        };
+        match &user.matched {
+            Matched::Rule { rule, origins } => {
+                assert_eq!(rule.path(), ["user"]);
+                assert_eq!(origins, &["rules.yaml"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let (key, limits) = user.counter.as_ref().expect("a counter");
+        assert!(key.starts_with("d|user=ann#"), "{key}");
+        assert_eq!(limits[0].requests_per_unit(), 3);
+        let peek = user.peek.as_ref().expect("peeked");
+        assert!(peek.local.held && peek.shared.is_none());
+        assert_eq!(peek.local.limits[0].remaining, 0);
+        assert!(explained.decision.descriptors[0].is_over());
+        assert!(matches!(nobody.matched, Matched::Nothing(NoMatch::NoRule)));
+        assert!(matches!(broad.matched, Matched::Replaced(_)));
+        assert!(matches!(narrow.matched, Matched::Rule { .. }));
+        let narrow_peek = narrow.peek.as_ref().expect("peeked");
+        assert!(!narrow_peek.local.held, "explaining counts nothing");
+        assert_eq!(narrow_peek.local.limits[0].remaining, 5);
+    }
+    let unknown = l
+        .explain(&Request::new("nosuch", vec![one("user", "ann")]))
+        .await
+        .expect("explains");
+    assert!(matches!(
+        unknown.descriptors[0].matched,
+        Matched::Nothing(NoMatch::NoDomain)
+    ));
+    assert!(!unknown.decision.over_limit);
+}

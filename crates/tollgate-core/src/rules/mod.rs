@@ -203,12 +203,23 @@ impl RulesBuilder {
         }
     }
 
-    /// Adds the rules of one YAML document read from `origin`.
+    /// Adds the rules of one YAML document read from `origin`, with every problem in it.
     pub fn add_yaml(&mut self, origin: &str, text: &str) {
-        match yaml::parse(origin, text) {
-            Ok(spec) => self.add_spec(origin, spec),
-            Err(e) => self.errors.push(e),
-        }
+        let (spec, parse_errors) = yaml::parse_all(origin, text);
+        let Some(spec) = spec else {
+            return self.errors.extend(parse_errors);
+        };
+        let before = self.errors.len();
+        self.add_spec(origin, spec);
+        // A place whose entry was blanked after a parse error reads as missing; that is
+        // the parse error again, not a second problem.
+        let found = self.errors.split_off(before);
+        self.errors.extend(parse_errors.iter().cloned());
+        self.errors.extend(
+            found
+                .into_iter()
+                .filter(|e| !parse_errors.iter().any(|p| same_place(&p.path, &e.path))),
+        );
     }
 
     /// Adds one domain's rules, built in code or converted from another format.
@@ -254,6 +265,14 @@ impl RulesBuilder {
             Err(ConfigErrors(self.errors))
         }
     }
+}
+
+/// Whether one of two places in the rules (`descriptors[0].rate_limit`) is the other or
+/// inside it.
+fn same_place(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    long.strip_prefix(short)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
 }
 
 #[cfg(test)]

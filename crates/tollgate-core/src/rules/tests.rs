@@ -477,3 +477,51 @@ fn calendar_limits_are_fixed_windows_in_their_zone_and_the_settings_can_make_the
     assert_eq!(zone(&zoned, "plain", 0).as_deref(), Some("Asia/Tokyo"));
     assert_eq!(zone(&zoned, "refused", 0), None);
 }
+
+#[test]
+fn a_parse_error_does_not_hide_the_problems_around_it() {
+    let errors = problems(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+  - key: b
+    ratelimit:
+      unit: second
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 1, bogus: 2}
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1}
+",
+    );
+    let lines: Vec<&str> = errors.lines().collect();
+    assert_eq!(lines.len(), 4, "{errors}");
+    assert!(
+        lines[0].starts_with("rules.yaml: descriptors[1].ratelimit: unknown field `ratelimit`")
+            && lines[0].ends_with("(line 6 column 5)"),
+        "{errors}"
+    );
+    assert!(
+        lines[1].starts_with("rules.yaml: descriptors[2].rate_limit.bogus: unknown field"),
+        "{errors}"
+    );
+    assert_eq!(
+        lines[2],
+        "rules.yaml: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'"
+    );
+    assert!(
+        lines[3].starts_with("rules.yaml: descriptors[3]: duplicate descriptor key 'a'"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_blanked_entry_is_not_reported_again_as_missing() {
+    let errors = problems("domain: [d]\ndescriptors:\n  - key: a\n    value: [x\n");
+    let lines: Vec<&str> = errors.lines().collect();
+    assert!(lines[0].starts_with("rules.yaml: domain: "), "{errors}");
+    assert!(
+        lines.iter().all(|l| !l.contains("empty domain")),
+        "{errors}"
+    );
+}

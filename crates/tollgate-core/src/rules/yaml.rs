@@ -7,8 +7,69 @@ use super::spec::DomainSpec;
 /// [`super::MAX_FILE_BYTES`], so that only the file size limit is ever met in practice.
 const MAX_NODES: usize = 20_000_000;
 
-/// Parses one rules document; the error names the place in it and the problem.
-pub(super) fn parse(origin: &str, text: &str) -> Result<DomainSpec, ConfigError> {
+/// The most problems reported for one document before the rest is left unread.
+const MAX_PROBLEMS: usize = 100;
+
+/// A parse error: where in the text, and the problem as reported.
+struct Failure {
+    error: ConfigError,
+    /// Line and column (both from 1), when the parser knows them.
+    at: Option<(usize, usize)>,
+}
+
+/// Parses one rules document, reporting every problem rather than the first: after a
+/// problem, the entry it is in (its line and the lines indented below it) is blanked out
+/// and the rest parsed again, so a typo in one descriptor does not hide the mistakes of
+/// another. Blanking keeps every line and column where it was. Returns the spec of what
+/// parsed, if the document could be read to its end, and the problems found.
+pub(super) fn parse_all(origin: &str, text: &str) -> (Option<DomainSpec>, Vec<ConfigError>) {
+    let mut errors = Vec::new();
+    let mut text = text.to_owned();
+    while errors.len() < MAX_PROBLEMS {
+        let failure = match parse_once(origin, &text) {
+            Ok(spec) => return (Some(spec), errors),
+            Err(failure) => failure,
+        };
+        errors.push(failure.error);
+        let Some(blanked) = failure.at.and_then(|(line, _)| blank_entry(&text, line)) else {
+            break;
+        };
+        text = blanked;
+    }
+    (None, errors)
+}
+
+/// `text` with the block entry starting on `line` blanked out: that line and the lines
+/// after it indented deeper (or empty). None when there is nothing left to blank there.
+fn blank_entry(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let first = lines.get(line.checked_sub(1)?)?;
+    let indent = first.len() - first.trim_start_matches(' ').len();
+    if first.trim().is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut inside = false;
+    for (i, l) in lines.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let depth = l.len() - l.trim_start_matches(' ').len();
+        inside = if i + 1 == line {
+            true
+        } else {
+            inside && (l.trim().is_empty() || depth > indent)
+        };
+        if inside {
+            out.extend(l.chars().map(|c| if c == '\r' { c } else { ' ' }));
+        } else {
+            out.push_str(l);
+        }
+    }
+    Some(out)
+}
+
+fn parse_once(origin: &str, text: &str) -> Result<DomainSpec, Failure> {
     let mut place = String::new();
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {
@@ -23,9 +84,11 @@ pub(super) fn parse(origin: &str, text: &str) -> Result<DomainSpec, ConfigError>
         })
     })
     .map_err(|e| {
-        let location = e
+        let at = e
             .location()
-            .map(|l| format!(" (line {} column {})", l.line(), l.column()))
+            .map(|l| (l.line() as usize, l.column() as usize));
+        let location = at
+            .map(|(line, column)| format!(" (line {line} column {column})"))
             .unwrap_or_default();
         let path = if place == "." { String::new() } else { place };
         let message = match &e {
@@ -34,10 +97,13 @@ pub(super) fn parse(origin: &str, text: &str) -> Result<DomainSpec, ConfigError>
             }
             _ => message_of(&e.to_string()).to_owned(),
         };
-        ConfigError {
-            origin: origin.to_owned(),
-            path,
-            message: format!("{message}{location}"),
+        Failure {
+            error: ConfigError {
+                origin: origin.to_owned(),
+                path,
+                message: format!("{message}{location}"),
+            },
+            at,
         }
     })
 }

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use super::memory::Capacity;
+use super::peek::CounterView;
 use super::shards::{Counter, Entry, ShardStats, Shards};
 use super::shared::protocol::effect;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
@@ -108,6 +109,23 @@ impl LocalView {
             return 0;
         }
         now_ns.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The view of counter `key` at `now_ns`, and what `hits` more would get.
+    pub(crate) fn peek(&self, key: &str, limits: &[Limit], now_ns: u64, hits: u64) -> CounterView {
+        let slot = self.views.lock(key);
+        let states = slot.get().map(|v| v.counter.states.as_slice());
+        CounterView::of(states, limits, now_ns, hits)
+    }
+
+    /// Drops the view of counter `key`: the next request for it asks the store.
+    pub(crate) fn forget(&self, key: &str) {
+        self.views.lock(key).remove();
+    }
+
+    /// Drops every view.
+    pub(crate) fn forget_all(&self) {
+        self.views.clear();
     }
 
     /// The view's denial at `now_ns`, if it has one. The first denial of a view calls

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::StoreStats;
+use super::peek::CounterView;
 use super::shards::{Counter, Shards};
 use crate::algo::{Hits, Verdict, apply};
 use crate::clock::{Clock, SystemClock};
@@ -83,6 +84,23 @@ impl MemoryStore {
             slot.insert(counter, now);
         }
         outcome
+    }
+
+    /// Counter `key` as held now, and what `hits` more would get; changes nothing.
+    pub(crate) fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> CounterView {
+        let now = self.clock.now_ns();
+        let slot = self.counters.lock(key);
+        let states = slot.get().map(|c| c.states.as_slice());
+        CounterView::of(states, limits, now, hits)
+    }
+
+    /// Drops counter `key`: it starts again empty.
+    pub fn reset(&self, key: &str) {
+        self.counters.lock(key).remove();
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
     }
 
     /// Drops expired counters every `period`, from a task on the current tokio runtime,

@@ -5,6 +5,7 @@
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod local;
 mod memory;
+mod peek;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -15,6 +16,7 @@ mod shared;
 mod table;
 
 pub use memory::{Capacity, MemoryStore};
+pub use peek::{CounterView, LimitView, Peek};
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub use shared::{SharedBehaviour, SharedStore};
 
@@ -47,6 +49,31 @@ pub enum KeyLayout {
     /// The reference service's `domain_key_value_…_`, which its store completes with the
     /// window.
     Reference,
+}
+
+/// Where a store's verdict came from, for logs that explain a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// The memory store's counter.
+    Memory,
+    /// A shared store's local view, without a round trip.
+    LocalView,
+    /// A shared store's round trip.
+    Store,
+    /// The local view per `--on-store-error`, the shared store not answering in time.
+    Fallback,
+}
+
+impl DecidedBy {
+    /// How logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::LocalView => "local view",
+            Self::Store => "store",
+            Self::Fallback => "fallback",
+        }
+    }
 }
 
 /// Why a store could not decide.
@@ -167,12 +194,24 @@ impl Store {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<Verdict, StoreError> {
+        self.decide(key, limits, hits)
+            .await
+            .map(|(verdict, _)| verdict)
+    }
+
+    /// [`Store::apply`], and where the verdict came from.
+    pub async fn decide(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
         match self {
-            Self::Memory(m) => Ok(m.apply(key, limits, hits)),
+            Self::Memory(m) => Ok((m.apply(key, limits, hits), DecidedBy::Memory)),
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.apply(key, limits, hits).await,
             #[cfg(feature = "redis")]
-            Self::Reference(r) => r.apply(key, limits, hits).await,
+            Self::Reference(r) => Ok((r.apply(key, limits, hits).await?, DecidedBy::Store)),
         }
     }
 
@@ -182,6 +221,47 @@ impl Store {
             #[cfg(feature = "redis")]
             Self::Reference(_) => KeyLayout::Reference,
             _ => KeyLayout::Tollgate,
+        }
+    }
+
+    /// What every holder of counter `key` says of it, and what `hits` more would get,
+    /// changing nothing (a shared store is asked with a check, which counts nothing).
+    pub async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        match self {
+            Self::Memory(m) => Peek {
+                local: m.peek(key, limits, hits),
+                shared: None,
+            },
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.peek(key, limits, hits).await,
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.peek(key, limits, hits).await,
+        }
+    }
+
+    /// Sets counter `key` back to empty: in memory, or in the shared store and in the
+    /// local view of every instance listening to it.
+    pub async fn reset(&self, key: &str, limits: &[Limit]) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(m) => {
+                m.reset(key);
+                Ok(())
+            }
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.reset(key).await,
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.reset(key, limits).await,
+        }
+    }
+
+    /// The store's clock now (for a shared store: local time moved onto the store's).
+    pub(crate) fn now_ns(&self) -> u64 {
+        match self {
+            Self::Memory(m) => m.now_ns(),
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.now_ns(),
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.now_ns(),
         }
     }
 

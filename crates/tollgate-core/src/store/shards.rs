@@ -225,6 +225,16 @@ impl<V: Entry> Shards<V> {
         }
     }
 
+    /// Drops every entry.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            shard.table.retain(|_| false);
+            shard.heap_bytes = 0;
+        }
+    }
+
     pub(crate) fn stats(&self) -> ShardStats {
         let (mut entries, mut bytes) = (0, 0);
         for shard in self.shards.iter() {
@@ -242,7 +252,6 @@ impl<V: Entry> Shards<V> {
 }
 
 impl<V: Entry> Locked<'_, V> {
-    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn get(&self) -> Option<&V> {
         self.shard.table.get(&self.key)
     }

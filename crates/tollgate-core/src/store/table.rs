@@ -96,7 +96,6 @@ impl<V> Table<V> {
         }
     }
 
-    #[cfg(any(feature = "redis", feature = "postgres", test))]
     pub(crate) fn get(&self, key: &Key) -> Option<&V> {
         let i = self.find(key)?;
         self.slots[i].as_ref().map(|e| &e.value)

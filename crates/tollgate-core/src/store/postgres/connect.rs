@@ -18,7 +18,7 @@ use crate::store::shared::link::Connector;
 /// driver.
 #[derive(Clone)]
 pub struct PgTarget {
-    config: tokio_postgres::Config,
+    pub(super) config: tokio_postgres::Config,
     tls: PgTls,
 }
 

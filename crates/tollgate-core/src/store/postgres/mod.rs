@@ -6,6 +6,7 @@
 mod connect;
 #[cfg(test)]
 mod differential;
+mod listen;
 mod schema;
 mod tls;
 
@@ -22,10 +23,13 @@ use tokio_postgres::error::SqlState;
 use self::connect::{PgConnector, describe};
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
+use super::shared::resets::{Subscribe, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
+use std::future::Future;
+use std::pin::Pin;
 
 /// How a PostgreSQL store is set up.
 #[derive(Debug, Clone)]
@@ -61,6 +65,7 @@ impl SharedStore {
         let tls = config.target.tls_connector()?;
         let behaviour = config.behaviour;
         let sweep_interval = config.sweep_interval;
+        let subscriber = Arc::new((config.target.clone(), tls.clone()));
         let backend = |time| {
             let connector = PgConnector {
                 target: config.target,
@@ -74,7 +79,9 @@ impl SharedStore {
             tokio::spawn(sweeper(Arc::downgrade(&link), sweep_interval));
             Backend::Postgres(PgBackend {
                 link,
+                resets: listen::channel(&config.key_prefix),
                 key_prefix: config.key_prefix,
+                subscriber,
             })
         };
         Ok(Self::start(backend, behaviour, clock, sweep_period))
@@ -100,6 +107,43 @@ pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, String> {
 pub(crate) struct PgBackend {
     link: Arc<Link<PgConnector>>,
     key_prefix: String,
+    /// The channel resets are announced on, named from the key prefix.
+    resets: String,
+    /// Where the reset listener connects, on a connection of its own.
+    subscriber: Arc<(PgTarget, Option<tokio_postgres_rustls::MakeRustlsConnect>)>,
+}
+
+/// Deletes a counter and announces it, in one statement.
+const RESET: &str =
+    "WITH gone AS (DELETE FROM tollgate_counters WHERE key = $1) SELECT pg_notify($2, $3)";
+
+impl PgBackend {
+    /// Deletes the counter's row and NOTIFYs its key on the reset channel.
+    pub(crate) fn reset(
+        &self,
+        key: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let stored = format!("{}{key}", self.key_prefix);
+        let (channel, announced) = (self.resets.clone(), announcement(key).to_owned());
+        let link = self.link.clone();
+        Box::pin(async move {
+            pool.pick()
+                .client
+                .execute(RESET, &[&stored, &channel, &announced])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
+        })
+    }
+
+    /// A LISTEN to the reset channel on a connection of its own.
+    pub(crate) fn subscription(&self) -> Subscribe {
+        let (target, tls) = (*self.subscriber).clone();
+        listen::subscription(target, tls, self.resets.clone())
+    }
 }
 
 impl PgBackend {

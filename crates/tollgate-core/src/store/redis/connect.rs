@@ -289,7 +289,10 @@ impl Conn {
         }
     }
 
-    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
         match self {
             Self::Single(c) => cmd.query_async(c).await,
             Self::Cluster(c) => cmd.query_async(c).await,
@@ -337,6 +340,85 @@ impl Connector for RedisConnector {
     }
 }
 
+/// A client for a connection of its own (a subscription): the single node, the Sentinel
+/// set's master, or the first Cluster node (a Cluster passes PUBLISH on to every node).
+pub(super) async fn pubsub_client(
+    target: &RedisTarget,
+    tls: &RedisTls,
+) -> redis::RedisResult<redis::Client> {
+    match target {
+        RedisTarget::Sentinel { .. } => sentinel_client(target, tls).await,
+        RedisTarget::Cluster { nodes } => match nodes.first() {
+            Some(first) => single_client(first, tls),
+            None => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a Redis Cluster without nodes",
+            ))),
+        },
+        RedisTarget::Single { url } => single_client(url, tls),
+    }
+}
+
+/// A client of the Sentinel set's current master.
+async fn sentinel_client(
+    target: &RedisTarget,
+    tls: &RedisTls,
+) -> redis::RedisResult<redis::Client> {
+    let RedisTarget::Sentinel {
+        master,
+        sentinels,
+        credentials,
+    } = target
+    else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "not a Sentinel target",
+        )));
+    };
+    let sentinels = sentinels
+        .iter()
+        .map(|url| Ok(url.as_str().into_connection_info()?.addr().clone()))
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let over_tls = sentinels
+        .iter()
+        .any(|addr| matches!(addr, redis::ConnectionAddr::TcpTls { .. }));
+    let mut builder =
+        SentinelClientBuilder::new(sentinels, master.clone(), SentinelServerType::Master)?;
+    if let Some(login) = credentials {
+        if let Some(user) = &login.user {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        builder = builder.set_client_to_redis_password(&login.password);
+    }
+    if over_tls {
+        // The master is reached the way the Sentinels are.
+        builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+        if tls.is_custom() {
+            builder = builder
+                .set_client_to_sentinel_certificates(tls.certificates())
+                .set_client_to_redis_certificates(tls.certificates());
+        }
+    }
+    builder.build()?.async_get_client().await
+}
+
+/// A client of the node at `url`.
+fn single_client(url: &str, tls: &RedisTls) -> redis::RedisResult<redis::Client> {
+    let client = match tls.is_custom() && url.starts_with("rediss://") {
+        true => redis::Client::build_with_tls(url, tls.certificates())?,
+        false => redis::Client::open(url)?,
+    };
+    match tls.skip_hostname_verification {
+        true => {
+            let info = client.get_connection_info().clone();
+            let mut addr = info.addr().clone();
+            addr.set_danger_accept_invalid_hostnames(true);
+            redis::Client::open(info.set_addr(addr))
+        }
+        false => Ok(client),
+    }
+}
+
 async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Conn> {
     let manager_config = || {
         ConnectionManagerConfig::new()
@@ -348,41 +430,10 @@ async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Con
             .set_response_timeout(None)
     };
     match target {
-        RedisTarget::Sentinel {
-            master,
-            sentinels,
-            credentials,
-        } => {
-            let sentinels = sentinels
-                .iter()
-                .map(|url| Ok(url.as_str().into_connection_info()?.addr().clone()))
-                .collect::<redis::RedisResult<Vec<_>>>()?;
-            let over_tls = sentinels
-                .iter()
-                .any(|addr| matches!(addr, redis::ConnectionAddr::TcpTls { .. }));
-            let mut builder =
-                SentinelClientBuilder::new(sentinels, master.clone(), SentinelServerType::Master)?;
-            if let Some(login) = credentials {
-                if let Some(user) = &login.user {
-                    builder = builder.set_client_to_redis_username(user);
-                }
-                builder = builder.set_client_to_redis_password(&login.password);
-            }
-            if over_tls {
-                // The master is reached the way the Sentinels are.
-                builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
-                if tls.is_custom() {
-                    builder = builder
-                        .set_client_to_sentinel_certificates(tls.certificates())
-                        .set_client_to_redis_certificates(tls.certificates());
-                }
-            }
-            let client = builder.build()?.async_get_client().await?;
-            Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
-                client,
-                manager_config(),
-            )?))
-        }
+        RedisTarget::Sentinel { .. } => Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
+            sentinel_client(target, tls).await?,
+            manager_config(),
+        )?)),
         RedisTarget::Cluster { nodes } => {
             let mut builder = ClusterClient::builder(nodes.clone())
                 .connection_timeout(PROBE_TIMEOUT)
@@ -395,25 +446,10 @@ async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Con
                 builder.build()?.get_async_connection().await?,
             ))
         }
-        RedisTarget::Single { url } => {
-            let client = match tls.is_custom() && url.starts_with("rediss://") {
-                true => redis::Client::build_with_tls(url.as_str(), tls.certificates())?,
-                false => redis::Client::open(url.as_str())?,
-            };
-            let client = match tls.skip_hostname_verification {
-                true => {
-                    let info = client.get_connection_info().clone();
-                    let mut addr = info.addr().clone();
-                    addr.set_danger_accept_invalid_hostnames(true);
-                    redis::Client::open(info.set_addr(addr))?
-                }
-                false => client,
-            };
-            Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
-                client,
-                manager_config(),
-            )?))
-        }
+        RedisTarget::Single { url } => Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
+            single_client(url, tls)?,
+            manager_config(),
+        )?)),
     }
 }
 

@@ -13,8 +13,14 @@ pub use reference::{ReferenceConfig, ReferenceStore};
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::connect::{Conn, RedisConnector};
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_util::StreamExt as _;
+
+use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::link::{Health, Link};
+use super::shared::resets::{Subscribe, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
@@ -40,13 +46,18 @@ impl SharedStore {
         let behaviour = config.behaviour;
         let backend = |time| {
             let connector = RedisConnector {
-                target: config.target,
-                tls: config.tls,
+                target: config.target.clone(),
+                tls: config.tls.clone(),
             };
             Backend::Redis(RedisBackend {
                 link: Link::start(connector, time),
                 script: Arc::new(script::script()),
+                resets: format!("{}tollgate-reset", config.key_prefix),
                 key_prefix: config.key_prefix,
+                subscriber: Arc::new(RedisConnector {
+                    target: config.target,
+                    tls: config.tls,
+                }),
             })
         };
         Self::start(backend, behaviour, clock, sweep_period)
@@ -58,6 +69,10 @@ pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
     script: Arc<redis::Script>,
     key_prefix: String,
+    /// The channel resets are announced on, named from the key prefix.
+    resets: String,
+    /// Where subscriptions connect, on connections of their own.
+    subscriber: Arc<RedisConnector>,
 }
 
 impl RedisBackend {
@@ -99,6 +114,60 @@ impl RedisBackend {
         })
     }
 }
+
+impl RedisBackend {
+    /// DEL of the counter, then PUBLISH of its key on the reset channel.
+    pub(crate) fn reset(
+        &self,
+        key: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let mut delete = redis::cmd("DEL");
+        delete.arg(script::redis_key(&self.key_prefix, key));
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(&self.resets).arg(announcement(key));
+        let link = self.link.clone();
+        Box::pin(async move {
+            conn.query::<i64>(&delete)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            conn.query::<i64>(&publish)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
+        })
+    }
+
+    /// A SUBSCRIBE to the reset channel on a connection of its own.
+    pub(crate) fn subscription(&self) -> Subscribe {
+        let (subscriber, channel) = (self.subscriber.clone(), self.resets.clone());
+        Box::new(move || {
+            let (subscriber, channel) = (subscriber.clone(), channel.clone());
+            Box::pin(async move {
+                let subscribe = async {
+                    let client = pubsub_client(&subscriber.target, &subscriber.tls).await?;
+                    let mut pubsub = client.get_async_pubsub().await?;
+                    pubsub.subscribe(&channel).await?;
+                    Ok::<_, redis::RedisError>(pubsub)
+                };
+                let pubsub = tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribe)
+                    .await
+                    .map_err(|_| format!("no answer within {SUBSCRIBE_TIMEOUT:?}"))?
+                    .map_err(|e| e.to_string())?;
+                let keys = pubsub
+                    .into_on_message()
+                    .filter_map(|m| std::future::ready(m.get_payload::<String>().ok()));
+                Ok(keys.boxed())
+            })
+        })
+    }
+}
+
+/// How long subscribing to resets may take.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn classify(link: &Link<RedisConnector>, e: redis::RedisError) -> TripError {
     let lost = e.is_io_error()

@@ -19,11 +19,13 @@ use std::time::{Duration, Instant};
 
 use super::connect::{Conn, RedisConnector, RedisTarget, RedisTls};
 use crate::algo::{Decision, Hits, Verdict};
-use crate::clock::Clock;
+use crate::clock::{Clock, NANOS_PER_SECOND};
 use crate::limit::Limit;
 use crate::stats::Histogram;
 use crate::store::shared::link::{Health, Link};
-use crate::store::{OnStoreError, SharedStats, StoreError, StoreStats};
+use crate::store::{
+    CounterView, LimitView, OnStoreError, Peek, SharedStats, StoreError, StoreStats,
+};
 
 /// How a reference-mode store is set up.
 #[derive(Debug, Clone)]
@@ -132,6 +134,75 @@ impl ReferenceStore {
         &self.link.health
     }
 
+    /// The store's clock: the instance's, as the reference keys windows by its own.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// The current window's count, read without counting, and what `hits` more would get.
+    pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        let unheld = CounterView::of(None, limits, self.now_ns(), hits);
+        let Some(limit) = limits.first() else {
+            return Peek {
+                local: unheld,
+                shared: None,
+            };
+        };
+        let window = Window::of(limit, self.now_ns());
+        let full_key = format!("{}{key}{}", self.config.key_prefix, window.start_s);
+        let read = async {
+            let mut conn: Conn = (*self.link.conn().ok_or(StoreError::NotConnected)?).clone();
+            let get = redis::cmd("GET").arg(&full_key).clone();
+            match tokio::time::timeout(self.config.timeout, conn.query::<Option<u64>>(&get)).await {
+                Err(_) => Err(StoreError::Timeout),
+                Ok(Err(e)) => Err(StoreError::Failed(Arc::new(e))),
+                Ok(Ok(count)) => Ok(count),
+            }
+        };
+        let shared = read.await.map(|count| {
+            let allowed = u64::from(limit.requests_per_unit());
+            let count = count.unwrap_or(0);
+            let remaining = allowed.saturating_sub(count);
+            let reset = Duration::from_nanos(window.reset_ns);
+            CounterView {
+                held: count > 0,
+                limits: vec![LimitView { remaining, reset }],
+                would: Verdict {
+                    limit_index: 0,
+                    decision: Decision {
+                        admitted: count.saturating_add(hits) <= allowed,
+                        remaining: remaining.saturating_sub(hits),
+                        reset_ns: window.reset_ns,
+                    },
+                },
+            }
+        });
+        Peek {
+            local: unheld,
+            shared: Some(shared),
+        }
+    }
+
+    /// Deletes the current window's key of counter `key` (the reference's own local caches
+    /// are not reached), and forgets it was over.
+    pub(crate) async fn reset(&self, key: &str, limits: &[Limit]) -> Result<(), StoreError> {
+        let Some(limit) = limits.first() else {
+            return Ok(());
+        };
+        let window = Window::of(limit, self.now_ns());
+        let full_key = format!("{}{key}{}", self.config.key_prefix, window.start_s);
+        if let Some(over) = &self.over {
+            over.forget(&full_key);
+        }
+        let mut conn: Conn = (*self.link.conn().ok_or(StoreError::NotConnected)?).clone();
+        let del = redis::cmd("DEL").arg(&full_key).clone();
+        match tokio::time::timeout(self.config.timeout, conn.query::<i64>(&del)).await {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(Err(e)) => Err(StoreError::Failed(Arc::new(e))),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
     /// Counts `hits` on the counter whose key, up to the window, is `key`, under its one
     /// fixed-window limit, increment first.
     pub(crate) async fn apply(
@@ -145,9 +216,10 @@ impl ReferenceStore {
         };
         let now_ns = self.clock.now_ns();
         let unit_s = limit.unit().seconds();
-        let now_s = now_ns / 1_000_000_000;
-        let window_s = now_s / unit_s * unit_s;
-        let reset_ns = (window_s + unit_s) * 1_000_000_000 - now_ns;
+        let Window {
+            start_s: window_s,
+            reset_ns,
+        } = Window::of(limit, now_ns);
         let full_key = format!("{}{key}{window_s}", self.config.key_prefix);
         let allowed = u64::from(limit.requests_per_unit());
         let over = |remaining| Verdict {
@@ -289,6 +361,22 @@ impl ReferenceStore {
     }
 }
 
+/// The reference's window of a limit at a time: its start in whole seconds since the
+/// epoch (the key's last part) and the time left until its end.
+struct Window {
+    start_s: u64,
+    reset_ns: u64,
+}
+
+impl Window {
+    fn of(limit: &Limit, now_ns: u64) -> Self {
+        let unit_s = limit.unit().seconds();
+        let start_s = now_ns / NANOS_PER_SECOND / unit_s * unit_s;
+        let reset_ns = ((start_s + unit_s) * NANOS_PER_SECOND).saturating_sub(now_ns);
+        Self { start_s, reset_ns }
+    }
+}
+
 fn unlimited() -> Verdict {
     Verdict {
         limit_index: 0,
@@ -321,6 +409,10 @@ impl OverCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, u64>> {
         // Inserts and removals leave the map whole: a poisoned lock is still usable.
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn forget(&self, key: &str) {
+        self.lock().remove(key);
     }
 
     fn holds(&self, key: &str, now_ns: u64) -> bool {

@@ -67,6 +67,11 @@ pub(super) struct Check<'a> {
     pub(super) around_ns: u64,
 }
 
+/// The Redis key of counter `key` (what [`call`] writes in place).
+pub(super) fn redis_key(prefix: &str, key: &str) -> String {
+    format!("{prefix}{{{key}}}{LAYOUT}")
+}
+
 /// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
 /// as the Cluster hash tag, and the layout; the rest of the call is one argument of
 /// MessagePack values, which the script reads with one unpack.

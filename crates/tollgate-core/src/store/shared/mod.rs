@@ -19,6 +19,7 @@ mod in_flight;
 mod late;
 pub(crate) mod link;
 pub(crate) mod protocol;
+pub(crate) mod resets;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,8 +35,9 @@ use self::link::{Health, TimeSink};
 use self::protocol::Reply;
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
-use super::{OnStoreError, SharedStats, StoreError, StoreStats};
-use crate::algo::{Hits, Verdict};
+use super::peek::{CounterView, Peek};
+use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
+use crate::algo::{Hits, LimitState, Verdict};
 use crate::clock::Clock;
 use crate::limit::Limit;
 use crate::stats::Histogram;
@@ -97,6 +99,26 @@ impl Backend {
             Self::Redis(_) => tracing::debug_span!("Redis round trip", limits),
             #[cfg(feature = "postgres")]
             Self::Postgres(_) => tracing::debug_span!("PostgreSQL round trip", limits),
+        }
+    }
+
+    /// Deletes counter `key` in the store and announces it to every instance.
+    fn reset(&self, key: &str) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(b) => b.reset(key),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(b) => b.reset(key),
+        }
+    }
+
+    /// How to subscribe to the store's reset announcements.
+    fn subscription(&self) -> resets::Subscribe {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(b) => b.subscription(),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(b) => b.subscription(),
         }
     }
 
@@ -220,6 +242,7 @@ impl SharedStore {
             }
         });
         background::spawn(&store, refresh_rx);
+        resets::spawn(Arc::downgrade(&store), store.backend.subscription());
         store
     }
 
@@ -274,17 +297,68 @@ impl SharedStore {
         }
     }
 
+    /// The local view of counter `key` and the store's value, read with a check that
+    /// counts nothing and is not adopted into the view.
+    pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        let now = self.local.now_ns();
+        let local = self.local.peek(key, limits, now, hits);
+        let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
+        let call = (0, Hits::Check);
+        let shared = match self
+            .round_trip(key, limits, call, deadline, self.behaviour.timeout)
+            .await
+        {
+            Answer::Ran(snapshot) => {
+                // The reply holds no state when the store has no such counter.
+                let held =
+                    (snapshot.states.iter().zip(limits)).any(|(s, l)| *s != LimitState::new(l));
+                let states = held.then_some(snapshot.states.as_slice());
+                Ok(CounterView::of(states, limits, snapshot.now_ns, hits))
+            }
+            Answer::Failed(e) => Err(e),
+            Answer::Pending(_) => Err(StoreError::Timeout),
+        };
+        Peek {
+            local,
+            shared: Some(shared),
+        }
+    }
+
+    /// Deletes counter `key` in the store and drops it from this instance's view; the
+    /// others drop theirs when they hear the announcement.
+    pub(crate) async fn reset(&self, key: &str) -> Result<(), StoreError> {
+        let result = tokio::time::timeout(
+            self.behaviour.timeout.max(RESET_TIMEOUT),
+            self.backend.reset(key),
+        )
+        .await;
+        self.local.forget(key);
+        match result {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(TripError::NotConnected)) => Err(StoreError::NotConnected),
+            #[cfg(feature = "postgres")]
+            Ok(Err(TripError::Timeout)) => Err(StoreError::Timeout),
+            Ok(Err(TripError::Lost(e) | TripError::Failed(e))) => Err(StoreError::Failed(e)),
+        }
+    }
+
+    /// The store's clock now, as this instance reckons it.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.local.now_ns()
+    }
+
     pub(crate) async fn apply(
         self: &Arc<Self>,
         key: &str,
         limits: &[Limit],
         hits: Hits,
-    ) -> Result<Verdict, StoreError> {
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
         let now = self.local.now_ns();
         let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
             bump(&self.counts.local_denials);
-            return Ok(denied);
+            return Ok((denied, DecidedBy::LocalView));
         }
         if !self.debts.is_empty() && self.debts.uncertain(key) > 0 {
             // Units this instance admitted are on their way in calls not heard from: the
@@ -292,12 +366,13 @@ impl SharedStore {
             bump(&self.counts.fallbacks);
             let pending = self.in_flight.units(key);
             let how = Fallback::Local;
-            return Ok(self
+            let verdict = self
                 .local
                 .fall_back(key, limits, now, (hits, pending), how, |verdict| {
                     let decided = counted(hits, verdict.decision.admitted);
                     self.debts.owe(key, limits, decided, now);
-                }));
+                });
+            return Ok((verdict, DecidedBy::Fallback));
         }
         let debt = match self.debts.is_empty() {
             true => 0,
@@ -317,7 +392,7 @@ impl SharedStore {
                 if debt > 0 {
                     self.debts.landed(key, debt);
                 }
-                Ok(self.adopt(key, limits, call, snapshot))
+                Ok((self.adopt(key, limits, call, snapshot), DecidedBy::Store))
             }
             Answer::Failed(e) => {
                 self.debts.restore(key, debt);
@@ -326,6 +401,7 @@ impl SharedStore {
                     let decided = counted(hits, verdict.decision.admitted);
                     self.debts.owe(key, limits, decided, now);
                 })
+                .map(|verdict| (verdict, DecidedBy::Fallback))
             }
             Answer::Pending(trip) => {
                 let mut decided = 0;
@@ -337,7 +413,7 @@ impl SharedStore {
                         .expect(key, limits, u64::try_from(decided).unwrap_or(0));
                 });
                 self.hear_late(trip, key, limits, call, decided, now);
-                verdict
+                verdict.map(|verdict| (verdict, DecidedBy::Fallback))
             }
         }
     }
@@ -461,6 +537,9 @@ impl SharedStore {
         }
     }
 }
+
+/// The least a reset waits for the store: an operator's call, not a request's.
+const RESET_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The units a decision on `hits` counted (negative: gave back).
 fn counted(hits: Hits, admitted: bool) -> i64 {

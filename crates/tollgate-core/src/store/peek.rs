@@ -1,0 +1,80 @@
+//! A counter read without counting: what explaining a decision shows of each holder of
+//! the counter (the memory store, a shared store's local view, the shared store itself).
+
+use std::time::Duration;
+
+use crate::algo::{LimitState, Verdict, evaluate};
+use crate::limit::Limit;
+
+/// One limit of a counter as one holder sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitView {
+    /// Units the limit has left now.
+    pub remaining: u64,
+    /// When what is counted stops mattering (admitting) or the next unit fits (denying).
+    pub reset: Duration,
+}
+
+/// A counter as one holder sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterView {
+    /// Whether the holder has the counter at all; an absent counter is every limit fresh.
+    pub held: bool,
+    /// Per limit, in the rule's order.
+    pub limits: Vec<LimitView>,
+    /// What the request's hits would get from this holder.
+    pub(crate) would: Verdict,
+}
+
+/// What the holders of one counter say.
+#[derive(Debug, Clone)]
+pub struct Peek {
+    /// The counter in this process: the memory store's, or a shared store's local view.
+    pub local: CounterView,
+    /// The shared store's own value (None for the memory store), or why it could not be
+    /// read.
+    pub shared: Option<Result<CounterView, super::StoreError>>,
+}
+
+impl CounterView {
+    /// The view of `states` (None: not held) of `limits` at `now_ns`, for `hits` more.
+    pub(crate) fn of(
+        states: Option<&[LimitState]>,
+        limits: &[Limit],
+        now_ns: u64,
+        hits: u64,
+    ) -> Self {
+        let fresh: Vec<LimitState>;
+        let held = states.is_some_and(|s| s.len() == limits.len());
+        let states = match states.filter(|_| held) {
+            Some(states) => states,
+            None => {
+                fresh = limits.iter().map(LimitState::new).collect();
+                &fresh
+            }
+        };
+        let views = states
+            .iter()
+            .zip(limits)
+            .map(|(state, limit)| {
+                let now = state.evaluate(limit, now_ns, 0);
+                // Full: the wait until one more unit fits, rather than until all is forgotten.
+                let next = state.evaluate(limit, now_ns, 1);
+                let reset_ns = if next.admitted {
+                    now.reset_ns
+                } else {
+                    next.reset_ns
+                };
+                LimitView {
+                    remaining: now.remaining,
+                    reset: Duration::from_nanos(reset_ns),
+                }
+            })
+            .collect();
+        Self {
+            held,
+            limits: views,
+            would: evaluate(states, limits, now_ns, hits),
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `POST /explain`: why a request would get its answer, as JSON, counting nothing. The
+//! body is the `/json` request; the answer says per descriptor which rule matched (or why
+//! none did), the counter's key and state in this process and in the shared store, and
+//! the decision it would get.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tollgate_core::rules::Policy;
+use tollgate_core::{CounterView, Explained, Limit, Matched, NoMatch, Outcome, Request, Rule};
+
+use crate::json::{text, with_request};
+use crate::rls::Rls;
+
+/// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.
+pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Response {
+    with_request(&body, async |request| {
+        match rls.limiter.explain(request).await {
+            Ok(explained) => {
+                let descriptors: Vec<Value> = explained
+                    .descriptors
+                    .iter()
+                    .zip(&request.descriptors)
+                    .zip(&explained.decision.descriptors)
+                    .map(|((e, d), outcome)| descriptor(request, e, entries(d), outcome))
+                    .collect();
+                let overall = if explained.decision.over_limit {
+                    "OVER_LIMIT"
+                } else {
+                    "OK"
+                };
+                Json(json!({
+                    "domain": &*request.domain,
+                    "overallCode": overall,
+                    "descriptors": descriptors,
+                }))
+                .into_response()
+            }
+            Err(why) => text(StatusCode::BAD_REQUEST, why.to_string()),
+        }
+    })
+    .await
+}
+
+fn entries(d: &tollgate_core::Descriptor<'_>) -> String {
+    d.pairs()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Why nothing matched, in words (`keys`: the descriptor's keys, comma-separated); the
+/// log of unmatched descriptors says the same.
+pub(crate) fn no_match_reason(domain: &str, keys: &str, why: NoMatch) -> String {
+    match why {
+        NoMatch::NoDomain => format!("domain {domain} has no rules"),
+        NoMatch::NoRule => format!("domain {domain} has no rule for the entries {keys}"),
+    }
+}
+
+fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outcome) -> Value {
+    let keys: Vec<&str> = entries
+        .split(',')
+        .filter_map(|p| p.split_once('=').map(|(k, _)| k))
+        .collect();
+    let mut out = json!({ "descriptor": entries });
+    match &e.matched {
+        Matched::Rule { rule, origins } => {
+            out["rule"] = rule_json(rule);
+            out["rule"]["origins"] = json!(origins);
+        }
+        Matched::Replaced(rule) => {
+            out["rule"] = rule_json(rule);
+            out["replaced"] = json!(true);
+        }
+        Matched::Override => out["rule"] = json!({ "override": true }),
+        Matched::Nothing(why) => {
+            out["noRule"] = json!(no_match_reason(&req.domain, &keys.join(","), *why));
+        }
+    }
+    if let (Some((key, limits)), Some(peek)) = (&e.counter, &e.peek) {
+        out["key"] = json!(key);
+        out["local"] = view_json(&peek.local, limits);
+        match &peek.shared {
+            Some(Ok(shared)) => out["store"] = view_json(shared, limits),
+            Some(Err(why)) => out["storeError"] = json!(why.to_string()),
+            None => {}
+        }
+    }
+    out["decision"] = json!(match outcome {
+        Outcome::NoLimit => "OK (not limited)",
+        Outcome::Unlimited => "OK (unlimited)",
+        Outcome::Limited(l) if l.admitted => "OK",
+        Outcome::Limited(l) if l.shadow => "OVER_LIMIT (shadow mode: admitted)",
+        Outcome::Limited(_) => "OVER_LIMIT",
+    });
+    out
+}
+
+fn rule_json(rule: &Rule) -> Value {
+    let names: Vec<&str> = match rule.policy() {
+        Policy::Limited { limits, .. } => limits.iter().filter_map(Limit::name).collect(),
+        Policy::Unlimited { name } => name.iter().map(String::as_str).collect(),
+    };
+    json!({
+        "domain": rule.domain(),
+        "path": rule.path().join("."),
+        "names": names,
+        "shadowMode": rule.shadow_mode(),
+    })
+}
+
+fn view_json(view: &CounterView, limits: &[Limit]) -> Value {
+    let limits: Vec<Value> = view
+        .limits
+        .iter()
+        .zip(limits)
+        .map(|(v, limit)| {
+            let quota = u64::from(limit.requests_per_unit());
+            json!({
+                "limit": format!("{}/{}", limit.requests_per_unit(), limit.unit().as_str()),
+                "window": seconds(limit.window()),
+                "count": quota.saturating_sub(v.remaining),
+                "remaining": v.remaining,
+                "reset": seconds(v.reset),
+            })
+        })
+        .collect();
+    json!({ "held": view.held, "limits": limits })
+}
+
+/// A duration as protojson writes it: seconds with a trailing `s`.
+fn seconds(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}

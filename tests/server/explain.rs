@@ -1,0 +1,122 @@
+//! `POST /explain` and `tollgate explain` on the memory store: the rule that matched (or
+//! why none did), the counter's key and state, the decision it would get, and nothing
+//! counted by asking.
+
+use serde_json::Value;
+use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::http::post_json;
+use tollgate_testkit::process;
+use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Serve, Server};
+
+const RULES: &str = r#"
+domain: ex
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, name: per_user}
+"#;
+
+const ANN_AND_TYPO: &str = r#"{"domain":"ex","descriptors":[{"entries":[{"key":"user","value":"ann"}]},{"entries":[{"key":"usr","value":"ann"}]}]}"#;
+
+async fn explain(server: &Server, body: &str) -> Value {
+    let answer = post_json(server.http_addr(), "/explain", body).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    serde_json::from_str(&answer.body).expect("JSON")
+}
+
+#[tokio::test]
+async fn explain_shows_the_rule_the_counter_and_the_decision_without_counting() {
+    let config = ConfigDir::with_file("rules.yaml", RULES);
+    let file = config.file("rules.yaml");
+    let server = Serve::path(config.path()).keep(config).start();
+    let mut rls = server.client().await;
+    assert_eq!(code(&rls.check("ex", &[("user", "ann")]).await), Code::Ok);
+    for _ in 0..3 {
+        let got = explain(&server, ANN_AND_TYPO).await;
+        assert_eq!(got["overallCode"], "OK", "{got}");
+        let ann = &got["descriptors"][0];
+        assert_eq!(ann["rule"]["path"], "user", "{got}");
+        assert_eq!(ann["rule"]["names"][0], "per_user", "{got}");
+        assert_eq!(ann["rule"]["origins"][0], file.to_str().expect("UTF-8"));
+        assert!(
+            ann["key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ex|user=ann#")),
+            "{got}"
+        );
+        let limit = &ann["local"]["limits"][0];
+        assert_eq!(
+            (limit["count"].as_u64(), limit["remaining"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(ann["decision"], "OK");
+        assert!(
+            ann.get("store").is_none(),
+            "the memory store has no shared value"
+        );
+        let typo = &got["descriptors"][1];
+        assert_eq!(
+            typo["noRule"], "domain ex has no rule for the entries usr",
+            "{got}"
+        );
+        assert_eq!(typo["decision"], "OK (not limited)");
+    }
+    // Explaining three times counted nothing: one more fits, then the limit denies.
+    assert_eq!(code(&rls.check("ex", &[("user", "ann")]).await), Code::Ok);
+    assert_eq!(
+        code(&rls.check("ex", &[("user", "ann")]).await),
+        Code::OverLimit
+    );
+    let full = explain(&server, ANN_AND_TYPO).await;
+    assert_eq!(full["overallCode"], "OVER_LIMIT", "{full}");
+    assert_eq!(full["descriptors"][0]["local"]["limits"][0]["count"], 2);
+
+    let nosuch = explain(
+        &server,
+        r#"{"domain":"nosuch","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#,
+    )
+    .await;
+    assert_eq!(
+        nosuch["descriptors"][0]["noRule"],
+        "domain nosuch has no rules"
+    );
+    let bad = post_json(server.http_addr(), "/explain", r#"{"domain":"ex"}"#).await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+}
+
+#[tokio::test]
+async fn tollgate_explain_prints_it_for_a_person() {
+    let server = Serve::rules(RULES).start();
+    let mut rls = server.client().await;
+    for _ in 0..2 {
+        rls.check("ex", &[("user", "ann")]).await;
+    }
+    let mut cmd = tollgate::command();
+    cmd.args(["explain", "--http-addr", &server.http_addr().to_string()])
+        .args([
+            "--domain",
+            "ex",
+            "--descriptor",
+            "user=ann",
+            "--descriptor",
+            "usr=x",
+        ]);
+    let out =
+        process::run("tollgate explain", cmd, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "overall: OVER_LIMIT", "{out:?}");
+    assert!(
+        lines[1].starts_with("descriptor 0: user=ann: rule ex.user (per_user) from "),
+        "{out:?}"
+    );
+    assert!(lines[2].starts_with("  key: ex|user=ann#"), "{out:?}");
+    assert!(
+        lines[3].starts_with("  counter: count 2 of 2/minute (window 60.000s), remaining 0"),
+        "{out:?}"
+    );
+    assert_eq!(lines[4], "  decision: OVER_LIMIT", "{out:?}");
+    assert_eq!(
+        lines[5],
+        "descriptor 1: usr=x: no rule matched (domain ex has no rule for the entries usr)"
+    );
+}

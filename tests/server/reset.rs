@@ -1,0 +1,79 @@
+//! `DELETE /counters` and `tollgate reset` on the memory store: refused without the token,
+//! with a wrong one, or with resets off; with it, the counter starts again empty, and the
+//! reset is logged with what and from where.
+
+use tollgate_testkit::admin::{self, TOKEN};
+use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::process;
+use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, Serve};
+
+const RULES: &str =
+    "domain: rs\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
+
+#[tokio::test]
+async fn resets_are_refused_without_the_right_token_or_with_none_set() {
+    let ann = admin::body("rs", "user", "ann");
+    let off = Serve::rules(RULES).start();
+    let refused = admin::reset(&off, &ann, Some(TOKEN)).await;
+    assert_eq!(refused.status, 403, "{refused:?}");
+    assert!(refused.body.contains("no ADMIN_TOKEN"), "{refused:?}");
+
+    let on = Serve::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let mut rls = on.client().await;
+    for want in [Code::Ok, Code::Ok, Code::OverLimit] {
+        assert_eq!(code(&rls.check("rs", &[("user", "ann")]).await), want);
+    }
+    let missing = admin::reset(&on, &ann, None).await;
+    assert_eq!(missing.status, 401, "{missing:?}");
+    assert_eq!(missing.header("www-authenticate"), Some("Bearer"));
+    let wrong = admin::reset(&on, &ann, Some("test-admin-token-0124")).await;
+    assert_eq!(wrong.status, 403, "{wrong:?}");
+    // Refused resets changed nothing.
+    assert_eq!(
+        code(&rls.check("rs", &[("user", "ann")]).await),
+        Code::OverLimit
+    );
+}
+
+#[tokio::test]
+async fn a_memory_counter_reset_admits_the_next_request_and_is_logged() {
+    let server = Serve::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let mut rls = server.client().await;
+    for want in [Code::Ok, Code::Ok, Code::OverLimit] {
+        assert_eq!(code(&rls.check("rs", &[("user", "ann")]).await), want);
+    }
+    let answer = admin::reset(&server, &admin::body("rs", "user", "ann"), Some(TOKEN)).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(
+        answer.body.contains(r#""reset":["rs|user=ann#"#),
+        "{answer:?}"
+    );
+    for want in [Code::Ok, Code::Ok, Code::OverLimit] {
+        assert_eq!(code(&rls.check("rs", &[("user", "ann")]).await), want);
+    }
+    let mut cmd = tollgate::command();
+    cmd.args(["reset", "--http-addr", &server.http_addr().to_string()])
+        .args(["--domain", "rs", "--descriptor", "user=ann"])
+        .env("ADMIN_TOKEN", TOKEN);
+    let out =
+        process::run("tollgate reset", cmd, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.starts_with("reset rs|user=ann#"), "{out:?}");
+    assert_eq!(code(&rls.check("rs", &[("user", "ann")]).await), Code::Ok);
+    // Stopped, so that every line it wrote has been read.
+    let stderr = server.stop().stderr;
+    let logged: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("counters reset"))
+        .collect();
+    assert_eq!(logged.len(), 2, "{stderr}");
+    for part in [
+        "INFO",
+        "peer=127.0.0.1:",
+        "domain=rs",
+        "user=ann",
+        "rs|user=ann#",
+    ] {
+        assert!(logged[0].contains(part), "{part} not in {}", logged[0]);
+    }
+}
