@@ -266,6 +266,7 @@ fn rlqs_config(args: &ServeArgs) -> RlqsConfig {
             NoRuleAction::Deny => Strategy::DenyAll,
         },
         shadow: args.answers.shadow_mode,
+        max_message_bytes: args.conn.grpc_max_message_bytes,
     }
 }
 

@@ -2,7 +2,7 @@
 //! assignment and its TTL, the counter shared with ShouldRateLimit, blanket rules, shadow
 //! mode, two
 //! streams dividing one limit, idle buckets abandoned, rule reloads pushed, and malformed
-//! reports refused with a reason.
+//! reports refused with a reason, oversized and undecodable ones too.
 
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::raw_grpc::{RawGrpc, STREAM_RATE_LIMIT_QUOTAS, frame};
 use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
 use tonic::Streaming;
 
@@ -351,4 +352,47 @@ async fn malformed_reports_end_the_stream_with_invalid_argument_and_a_reason() {
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("free", "x")], 1, 0).await;
     assert_eq!(stream.strategy().await, blanket(BlanketRule::AllowAll));
+}
+
+/// Reports that cannot be read end the stream with an error and a reason, as
+/// `ShouldRateLimit` answers them, never with OK: one larger than GRPC_MAX_MESSAGE_BYTES
+/// (an Envoy with thousands of buckets) OUT_OF_RANGE, undecodable bytes INVALID_ARGUMENT;
+/// each refusal is logged.
+#[tokio::test]
+async fn oversized_or_undecodable_reports_end_the_stream_with_an_error() {
+    let server = Serve::rules(RULES).start();
+    let values: Vec<String> = (0..3_000).map(|i| format!("user-{i}")).collect();
+    let buckets: Vec<[(&str, &str); 1]> = values.iter().map(|v| [("user", v.as_str())]).collect();
+    let buckets: Vec<&[(&str, &str)]> = buckets.iter().map(|b| b.as_slice()).collect();
+    let oversized = usage_report("quota", &buckets, 1, 0);
+    assert!(prost::Message::encoded_len(&oversized) > 65_536);
+    let mut stream = QuotaStream::open(&server).await;
+    stream.send(oversized).await;
+    let status = stream.next().await.expect_err("the stream is refused");
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("at most 65536 bytes (GRPC_MAX_MESSAGE_BYTES)"),
+        "{status:?}"
+    );
+
+    let mut raw = RawGrpc::connect(server.grpc_addr()).await;
+    // A field tag of 0 is not protobuf.
+    let ended = raw
+        .call(STREAM_RATE_LIMIT_QUOTAS, frame(&[0, 1, 2]), true)
+        .await;
+    assert_eq!(
+        ended.status,
+        tonic::Code::InvalidArgument as i32,
+        "{ended:?}"
+    );
+    assert!(
+        ended.message.contains("not a RateLimitQuotaUsageReports"),
+        "{ended:?}"
+    );
+    server
+        .stderr()
+        .wait_for(|l| l.contains("RLQS stream refused"), ANSWER)
+        .expect("the refusal is logged");
 }

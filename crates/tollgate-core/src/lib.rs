@@ -33,6 +33,7 @@ pub mod headers;
 mod key;
 mod limit;
 mod limiter;
+mod log_limit;
 mod request;
 pub mod rules;
 mod stats;
@@ -47,6 +48,7 @@ pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };
 pub use limiter::{DecideError, Limiter, Options, Recorder};
+pub use log_limit::LogLimit;
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};
