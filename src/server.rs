@@ -20,7 +20,7 @@ use tonic_health::server::HealthReporter;
 use crate::admin::{self, Admin};
 use crate::compat;
 use crate::grpc::GrpcService;
-use crate::listen::{self, Acceptor, PortTls};
+use crate::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
 use crate::metrics::{Metrics, XdsStats};
 use crate::reload::{self, Reload};
 use crate::rlqs::{Rlqs, RlqsConfig, RlqsService, Strategy};
@@ -190,6 +190,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             port: Port::Http,
         });
     let grpc_server = grpc_builder(&args.conn)
+        .layer(MarkFirstRequestLayer)
         .add_service(health_service)
         .add_service(GrpcService::new(
             rls.clone(),

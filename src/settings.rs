@@ -367,6 +367,11 @@ pub(crate) struct ConnArgs {
     /// An HTTP/1 request's headers must arrive within this.
     #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
     pub(crate) http_header_read_timeout: Duration,
+    /// Close a connection whose first request (after the TLS handshake and the HTTP/2
+    /// preface) has not arrived this long after it was accepted, so that silent sockets
+    /// cannot hold the connection slots.
+    #[arg(long, env = "CONNECTION_FIRST_REQUEST_TIMEOUT", default_value = "5s", value_parser = parse_timeout)]
+    pub(crate) connection_first_request_timeout: Duration,
     /// Connections open at once per port; more wait until one closes.
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_connections: u64,
@@ -398,6 +403,7 @@ impl ConnArgs {
         ConnLimits {
             idle: self.connection_idle_timeout,
             header_read: self.http_header_read_timeout,
+            first_request: self.connection_first_request_timeout,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             lifetime: None,
         }
