@@ -240,7 +240,7 @@ pub(crate) struct XdsArgs {
     /// Randomise the waits (so that many instances do not reconnect in step).
     #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) xds_backoff_jitter: bool,
-    /// Largest xDS response accepted, in bytes, 1 KiB to 1 GiB; 0 keeps gRPC's 4 MiB.
+    /// Largest xDS response accepted, in bytes, 256 to 1 GiB; 0 keeps gRPC's 4 MiB.
     #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value_t = 0, value_parser = parse_xds_message_size)]
     pub(crate) xds_max_msg_size: usize,
     /// Talk TLS to the management server.
@@ -722,13 +722,13 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// An xDS response bound: 0 (gRPC's own 4 MiB), or 1 KiB to 1 GiB, since below that no
-/// response with rules fits and every stream would break.
+/// An xDS response bound: 0 (gRPC's own 4 MiB), or 256 bytes to 1 GiB, since below that
+/// no response with rules fits and every stream would break.
 fn parse_xds_message_size(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
-        Ok(n) if n == 0 || (1_024..=1 << 30).contains(&n) => Ok(n),
+        Ok(n) if n == 0 || (256..=1 << 30).contains(&n) => Ok(n),
         Ok(_) => Err(format!(
-            "'{text}' is outside 1024..=1073741824 bytes (0 keeps gRPC's 4 MiB)"
+            "'{text}' is outside 256..=1073741824 bytes (0 keeps gRPC's 4 MiB)"
         )),
         Err(_) => Err(format!("'{text}' is not a number of bytes")),
     }

@@ -204,7 +204,7 @@ fn settings_that_cannot_work_stop_startup() {
             "1024..=67108864",
         ),
         (&["--grpc-max-concurrent-streams", "0"], "1..=10000"),
-        (&["--xds-max-msg-size", "10"], "1024..=1073741824"),
+        (&["--xds-max-msg-size", "10"], "256..=1073741824"),
         (&["--detailed-metric-limit", "100000000"], "0..=100000"),
     ];
     for (args, range) in cases {
