@@ -18,9 +18,10 @@ pub(super) fn script() -> redis::Script {
     redis::Script::new(include_str!("check_and_count.lua"))
 }
 
-/// The script's reply: the flag, Redis' clock in microseconds, and the state as stored
-/// (MessagePack integers; empty for a new counter).
-pub(super) type ScriptReply = (i64, i64, Vec<u8>);
+/// The script's reply: the flag, Redis' clock in microseconds, the state as stored
+/// (MessagePack integers; empty for a new counter), and "KEY held a TYPE" when the key
+/// held another type than a string (empty otherwise).
+pub(super) type ScriptReply = (i64, i64, Vec<u8>, String);
 
 /// A stored state that is not a run of MessagePack unsigned integers below 2^63.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,7 @@ pub(super) type ScriptReply = (i64, i64, Vec<u8>);
 pub(super) struct BadState(usize);
 
 /// `reply` as the numbers of [`crate::store::shared::protocol::decode`].
-pub(super) fn numbers((flag, now_us, state): ScriptReply) -> Result<Vec<i64>, BadState> {
+pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>, BadState> {
     let mut numbers = Vec::with_capacity(2 + state.len());
     numbers.extend([flag, now_us]);
     let mut at = 0;
@@ -147,7 +148,7 @@ mod tests {
         for n in edges {
             packed.number(n);
         }
-        let read = numbers((0, 0, packed.0)).ok();
+        let read = numbers((0, 0, packed.0, String::new())).ok();
         let mut expected = vec![0, 0];
         expected.extend(edges.map(|n| n as i64));
         assert_eq!(read, Some(expected));
@@ -164,10 +165,13 @@ mod tests {
             0, 0, 0, 0,
         ];
         assert_eq!(
-            numbers((1, 7, state)).ok(),
+            numbers((1, 7, state, String::new())).ok(),
             Some(vec![1, 7, 5, 200, 300, 100_000, 1 << 32])
         );
-        assert_eq!(numbers((0, 7, Vec::new())).ok(), Some(vec![0, 7]));
+        assert_eq!(
+            numbers((0, 7, Vec::new(), String::new())).ok(),
+            Some(vec![0, 7])
+        );
         // A negative number, a float, a cut-off integer, a number past i64.
         for state in [
             vec![0xff],
@@ -175,7 +179,10 @@ mod tests {
             vec![0x01, 0xcd, 0x01],
             vec![0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0],
         ] {
-            assert!(numbers((1, 7, state.clone())).is_err(), "{state:?}");
+            assert!(
+                numbers((1, 7, state.clone(), String::new())).is_err(),
+                "{state:?}"
+            );
         }
     }
 }

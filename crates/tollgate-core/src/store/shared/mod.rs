@@ -407,6 +407,7 @@ impl SharedStore {
             }
             Err(TripError::Failed(e)) => {
                 bump(&self.counts.script_errors);
+                self.backend.health().report_call_failed();
                 return Err(StoreError::Failed(e));
             }
             Ok(raw) => raw,
@@ -428,6 +429,7 @@ impl SharedStore {
             }
             Err(why) => {
                 bump(&self.counts.script_errors);
+                self.backend.health().report_call_failed();
                 Err(StoreError::Failed(Arc::new(why)))
             }
         }
