@@ -20,6 +20,7 @@ mod server;
 mod settings;
 mod tls;
 mod trace;
+mod trim;
 mod watch;
 mod xds;
 

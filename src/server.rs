@@ -268,6 +268,7 @@ fn rlqs_config(args: &ServeArgs) -> RlqsConfig {
         },
         shadow: args.answers.shadow_mode,
         max_message_bytes: args.conn.grpc_max_message_bytes,
+        max_buckets: args.rlqs.rlqs_max_buckets,
     }
 }
 

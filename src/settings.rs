@@ -341,6 +341,11 @@ pub(crate) struct RlqsArgs {
     /// subscribes again at its next request).
     #[arg(long, env = "RLQS_BUCKET_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout)]
     pub(crate) rlqs_bucket_idle_timeout: Duration,
+    /// Buckets held at most over all RLQS streams, a bucket once per stream reporting it
+    /// (about 1 KiB each); a report that would go past it ends its stream with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "RLQS_MAX_BUCKETS", default_value_t = 100_000, value_parser = RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
+    pub(crate) rlqs_max_buckets: usize,
     /// What a bucket that matches no rule gets: allow (all requests) or deny (all).
     #[arg(
         long,

@@ -67,6 +67,8 @@ pub(crate) struct RlqsConfig {
     pub(crate) shadow: bool,
     /// Largest report accepted (GRPC_MAX_MESSAGE_BYTES), named when one is refused.
     pub(crate) max_message_bytes: usize,
+    /// Buckets held at most over all streams, a bucket once per stream reporting it.
+    pub(crate) max_buckets: usize,
 }
 
 /// The service: the rate-limit service's rules and store, the subscription table, and the
@@ -104,7 +106,7 @@ impl Rlqs {
         let (cuts, due) = mpsc::channel(CUT_QUEUE);
         let rlqs = Arc::new(Self {
             cuts,
-            table: Mutex::new(Table::new(clock.clone(), config.idle)),
+            table: Mutex::new(Table::new(clock.clone(), config.idle, config.max_buckets)),
             parts,
             clock,
             rls,
@@ -298,6 +300,9 @@ impl Rlqs {
     /// Streams left buckets: the demand of buckets no stream reports here any more is
     /// withdrawn from the fleet's, and the streams left get their pushes.
     async fn depart(&self, departures: Departures) {
+        if departures.shrunk {
+            crate::trim::return_freed_memory();
+        }
         let rules = self.rls.limiter.rules();
         if let Some(parts) = &self.parts {
             for bucket in &departures.emptied {
