@@ -224,8 +224,21 @@ impl Connector for PgConnector {
     async fn probe_calls(&self, pool: &Pool) -> Result<(), String> {
         let limits = probe_limits();
         let args = ApplyArgs::new(&self.key_prefix, PROBE_KEY, &limits, PROBE_CALL, 0);
-        match args.run(pool.pick()).await {
-            Ok(_) => Ok(()),
+        let conn = pool.pick();
+        let probed = match args.run(conn).await {
+            // The probe leaves no row behind: one row per counter, and none that is not.
+            Ok(_) => conn
+                .client
+                .execute(
+                    "DELETE FROM tollgate_counters WHERE key = $1",
+                    &[&format!("{}{PROBE_KEY}", self.key_prefix)],
+                )
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
+        match probed {
+            Ok(()) => Ok(()),
             Err(e) => {
                 let schema_gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
                 if e.code().is_some_and(|code| schema_gone.contains(code)) {

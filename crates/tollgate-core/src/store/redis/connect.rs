@@ -343,12 +343,18 @@ impl Connector for RedisConnector {
             now_ns: 0,
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
+        let mut conn = conn.clone();
         let reply: script::ScriptReply = conn
-            .clone()
             .eval(&call, &self.script)
             .await
             .map_err(|e| e.to_string())?;
-        script::numbers(reply).map(drop).map_err(|e| e.to_string())
+        script::numbers(reply).map_err(|e| e.to_string())?;
+        // The probe leaves no key behind: one key per counter, and none that is not.
+        let mut del = redis::cmd("DEL");
+        del.arg(script::redis_key(&self.key_prefix, PROBE_KEY));
+        conn.query::<()>(&del)
+            .await
+            .map_err(|e| format!("DEL of the probe's key: {e}"))
     }
 }
 

@@ -92,6 +92,12 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
     cmd
 }
 
+/// The Redis key of counter `key`: the prefix, the counter key as the Cluster hash tag,
+/// and the layout.
+pub(super) fn redis_key(prefix: &str, key: &str) -> String {
+    format!("{prefix}{{{key}}}{LAYOUT}")
+}
+
 /// MessagePack values, written in the shortest form `cmsgpack` reads.
 struct Packed(Vec<u8>);
 

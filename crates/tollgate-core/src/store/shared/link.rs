@@ -23,7 +23,7 @@ const HEALTHY_PROBE: Duration = Duration::from_secs(1);
 /// First retry period while the store is down; it doubles with each failed attempt.
 pub(crate) const DOWN_RETRY: Duration = Duration::from_millis(100);
 /// Longest retry period while the store is down: recovery is noticed within this.
-const MAX_DOWN_RETRY: Duration = Duration::from_millis(1_600);
+const MAX_DOWN_RETRY: Duration = Duration::from_millis(500);
 /// How long the counter-call probe may take; past it, the probe is tried again at the
 /// next period without taking the store down (a slow store is not a broken one).
 const CALL_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
