@@ -217,7 +217,7 @@ impl Conn {
     fn io(&self) -> &IdleIo<TcpStream> {
         match self {
             Self::Plain(io) => io,
-            Self::Tls(io) => &io.get_ref().0,
+            Self::Tls(io) => io.get_ref().0,
         }
     }
 }
