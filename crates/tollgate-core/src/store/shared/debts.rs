@@ -195,6 +195,12 @@ impl Debts {
         }
     }
 
+    /// Whether units admitted for `key` wait on calls still out, which the store cannot
+    /// know of yet.
+    pub(crate) fn awaits(&self, key: &str) -> bool {
+        self.lock().get(key).is_some_and(|debt| debt.awaited > 0)
+    }
+
     /// Units of `key` not in the store as far as this instance knows.
     pub(crate) fn unsettled(&self, key: &str) -> u64 {
         self.lock().get(key).map_or(0, Debt::unsettled)

@@ -279,6 +279,18 @@ impl SharedStore {
             bump(&self.counts.local_denials);
             return Ok(denied);
         }
+        // Units admitted while this counter's calls are still out are unknown to the
+        // store, whose check would admit past them; until those calls are heard from,
+        // the view, which holds them, decides as for a store that did not answer.
+        if self.behaviour.on_error == OnStoreError::Local
+            && !self.debts.is_empty()
+            && self.debts.awaits(key)
+        {
+            return self.fall_back(key, limits, hits, now, StoreError::Timeout, |verdict| {
+                let decided = counted(hits, verdict.decision.admitted);
+                self.debts.owe(key, limits, decided, now);
+            });
+        }
         let debt = match self.debts.is_empty() {
             true => 0,
             false => self.debts.take(key, now),
