@@ -1,13 +1,15 @@
 //! Connections as a hostile client would use them, bounded: a connection that stays silent
-//! past the idle timeout is closed, HTTP/1 request headers and TLS handshakes must arrive
-//! in time, and each port holds at most so many connections, so idle or slow clients
-//! cannot take every file descriptor and starve the other port. Handshakes run off the
-//! accept loop, so a slow one delays nobody else.
+//! past the idle timeout is closed, one whose first request (HTTP/2 preface and headers
+//! included) does not arrive in time too, HTTP/1 request headers and TLS handshakes must
+//! arrive in time, and each port holds at most so many connections, so idle, slow or
+//! silent clients cannot take every file descriptor and starve the other port.
+//! Handshakes run off the accept loop, so a slow one delays nobody else.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -34,6 +36,8 @@ pub(crate) struct ConnLimits {
     pub(crate) idle: Duration,
     /// An HTTP/1 request's headers must arrive within this.
     pub(crate) header_read: Duration,
+    /// A connection's first request (its headers) must arrive within this of its accept.
+    pub(crate) first_request: Duration,
     /// Connections open at once per port; more wait in the backlog.
     pub(crate) max_connections: usize,
     /// A connection still open this long after it was accepted is cut, whatever it is
@@ -41,12 +45,31 @@ pub(crate) struct ConnLimits {
     pub(crate) lifetime: Option<Duration>,
 }
 
-/// A connection that fails once nothing has moved in either direction for `idle`, or
-/// once its lifetime is over; it holds one of its port's connection slots until dropped.
+/// Whether a connection's first request has arrived: shared by the connection, which
+/// closes itself if none comes in time, and the service that sees the request.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FirstRequest(Arc<AtomicBool>);
+
+impl FirstRequest {
+    pub(crate) fn arrived(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn has_arrived(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection that fails once nothing has moved in either direction for `idle`, once
+/// its first request is late, or once its lifetime is over; it holds one of its port's
+/// connection slots until dropped.
 pub(crate) struct IdleIo<T> {
     inner: T,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    /// Until the first request arrives: when the connection is given up.
+    first: Option<Pin<Box<Sleep>>>,
+    first_request: FirstRequest,
     cutoff: Option<Pin<Box<Sleep>>>,
     _slot: OwnedSemaphorePermit,
 }
@@ -57,9 +80,16 @@ impl<T> IdleIo<T> {
             inner,
             idle: limits.idle,
             deadline: Box::pin(tokio::time::sleep(limits.idle)),
+            first: Some(Box::pin(tokio::time::sleep(limits.first_request))),
+            first_request: FirstRequest::default(),
             cutoff: limits.lifetime.map(|l| Box::pin(tokio::time::sleep(l))),
             _slot: slot,
         }
+    }
+
+    /// What the service marks when the connection's first request arrives.
+    pub(crate) fn first_request(&self) -> FirstRequest {
+        self.first_request.clone()
     }
 
     fn touch(&mut self) {
@@ -74,6 +104,16 @@ impl<T> IdleIo<T> {
             return Poll::Ready(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "connection past its maximum age and grace",
+            ));
+        }
+        if self.first_request.has_arrived() {
+            self.first = None;
+        } else if let Some(first) = &mut self.first
+            && first.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no request within the first-request timeout",
             ));
         }
         ready!(self.deadline.as_mut().poll(cx));
@@ -173,13 +213,75 @@ impl AsyncWrite for Conn {
     }
 }
 
+impl Conn {
+    fn io(&self) -> &IdleIo<TcpStream> {
+        match self {
+            Self::Plain(io) => io,
+            Self::Tls(io) => io.get_ref().0,
+        }
+    }
+}
+
+/// What tonic puts in each request's extensions: the flag its connection's first request
+/// lifts.
 impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    type ConnectInfo = FirstRequest;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        match self {
-            Self::Plain(io) => io.inner.connect_info(),
-            Self::Tls(io) => io.get_ref().0.inner.connect_info(),
+        self.io().first_request()
+    }
+}
+
+/// A service that marks its connection's first request as arrived, lifting the
+/// connection's first-request deadline: the HTTP port's knows its connection, the gRPC
+/// port's finds the flag in the request's extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct MarkFirstRequest<S> {
+    inner: S,
+    first_request: Option<FirstRequest>,
+}
+
+impl<S> MarkFirstRequest<S> {
+    pub(crate) fn new(inner: S, first_request: FirstRequest) -> Self {
+        Self {
+            inner,
+            first_request: Some(first_request),
+        }
+    }
+}
+
+impl<S, B> tower_service::Service<http::Request<B>> for MarkFirstRequest<S>
+where
+    S: tower_service::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let from_request = request.extensions().get::<FirstRequest>();
+        if let Some(first) = self.first_request.as_ref().or(from_request) {
+            first.arrived();
+        }
+        self.inner.call(request)
+    }
+}
+
+/// [`MarkFirstRequest`] for every connection of a tonic server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MarkFirstRequestLayer;
+
+impl<S> tower_layer::Layer<S> for MarkFirstRequestLayer {
+    type Service = MarkFirstRequest<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        MarkFirstRequest {
+            inner,
+            first_request: None,
         }
     }
 }
@@ -328,10 +430,15 @@ pub(crate) async fn serve_http(
             () = &mut stop => break,
         };
         let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), acceptor.tls.clone());
-        let service = TowerToHyperService::new(WithPeer {
-            router: router.clone(),
-            peer: io.inner.peer_addr().ok(),
-        });
+        let peer = io.inner.peer_addr().ok();
+        let first_request = io.first_request();
+        let service = TowerToHyperService::new(MarkFirstRequest::new(
+            WithPeer {
+                router: router.clone(),
+                peer,
+            },
+            first_request,
+        ));
         tokio::spawn(async move {
             let Some(conn) = secure(io, tls.as_ref()).await else {
                 return;
@@ -354,6 +461,7 @@ mod tests {
         ConnLimits {
             idle: Duration::from_millis(idle_ms),
             header_read: Duration::from_secs(1),
+            first_request: Duration::from_secs(3_600),
             max_connections,
             lifetime: None,
         }

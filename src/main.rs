@@ -27,6 +27,7 @@ mod settings;
 mod statsd;
 mod tls;
 mod trace;
+mod trim;
 mod unmatched;
 mod watch;
 mod xds;

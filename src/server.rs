@@ -26,7 +26,7 @@ use crate::admin::{self, Admin};
 use crate::compat;
 use crate::debug_port;
 use crate::grpc::GrpcService;
-use crate::listen::{self, Acceptor, PortTls};
+use crate::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
 use crate::metrics::{Metrics, XdsStats};
 use crate::proto::HeaderNames;
 use crate::reload::{self, Reload};
@@ -222,6 +222,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             port: Port::Http,
         });
     let grpc_server = grpc_builder(&args.conn)
+        .layer(MarkFirstRequestLayer)
         .add_service(health_service)
         .add_service(GrpcService::new(
             rls.clone(),
@@ -326,6 +327,8 @@ fn rlqs_config(args: &ServeArgs) -> RlqsConfig {
             NoRuleAction::Deny => Strategy::DenyAll,
         },
         shadow: args.answers.shadow_mode,
+        max_message_bytes: args.conn.grpc_max_message_bytes,
+        max_buckets: args.rlqs.rlqs_max_buckets,
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate_core::rules::RulesBuilder;
 
@@ -271,8 +271,8 @@ pub(crate) struct XdsArgs {
     /// Randomise the waits (so that many instances do not reconnect in step).
     #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) xds_backoff_jitter: bool,
-    /// Largest xDS response accepted, in bytes; 0 keeps gRPC's 4 MiB.
-    #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value_t = 0)]
+    /// Largest xDS response accepted, in bytes, 256 to 1 GiB; 0 keeps gRPC's 4 MiB.
+    #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value_t = 0, value_parser = parse_xds_message_size)]
     pub(crate) xds_max_msg_size: usize,
     /// Talk TLS to the management server.
     #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
@@ -373,9 +373,9 @@ pub(crate) struct OpsArgs {
     pub(crate) debug_port: DebugPort,
     #[command(flatten)]
     pub(crate) stats: StatsArgs,
-    /// Most label sets a `detailed_metric` rule creates; request values beyond them are
-    /// counted under the rule's `key2="other"` series.
-    #[arg(long, env = "DETAILED_METRIC_LIMIT", default_value_t = 1_000)]
+    /// Most label sets a `detailed_metric` rule creates, up to 100,000; request values
+    /// beyond them are counted under the rule's `key2="other"` series.
+    #[arg(long, env = "DETAILED_METRIC_LIMIT", default_value_t = 1_000, value_parser = RangedU64ValueParser::<usize>::new().range(0..=100_000))]
     pub(crate) detailed_metric_limit: usize,
     /// On SIGTERM, fail health checks for this long before closing listeners, so load
     /// balancers stop sending first (5s suits Kubernetes).
@@ -494,6 +494,11 @@ pub(crate) struct RlqsArgs {
     /// subscribes again at its next request).
     #[arg(long, env = "RLQS_BUCKET_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_timeout)]
     pub(crate) rlqs_bucket_idle_timeout: Duration,
+    /// Buckets held at most over all RLQS streams, a bucket once per stream reporting it
+    /// (about 1 KiB each); a report that would go past it ends its stream with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "RLQS_MAX_BUCKETS", default_value_t = 100_000, value_parser = RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
+    pub(crate) rlqs_max_buckets: usize,
     /// What a bucket that matches no rule gets: allow (all requests) or deny (all).
     #[arg(
         long,
@@ -520,15 +525,21 @@ pub(crate) struct ConnArgs {
     /// An HTTP/1 request's headers must arrive within this.
     #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
     pub(crate) http_header_read_timeout: Duration,
+    /// Close a connection whose first request (after the TLS handshake and the HTTP/2
+    /// preface) has not arrived this long after it was accepted, so that silent sockets
+    /// cannot hold the connection slots.
+    #[arg(long, env = "CONNECTION_FIRST_REQUEST_TIMEOUT", default_value = "5s", value_parser = parse_timeout)]
+    pub(crate) connection_first_request_timeout: Duration,
     /// Connections open at once per port; more wait until one closes.
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) max_connections: u64,
-    /// Concurrent gRPC calls per connection.
-    #[arg(long, env = "GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 128)]
+    /// Concurrent gRPC calls per connection, 1 to 10,000 (0 would leave every call
+    /// waiting).
+    #[arg(long, env = "GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) grpc_max_concurrent_streams: u32,
-    /// Largest gRPC request accepted, in bytes; with the stream limit it bounds what one
-    /// connection can make Tollgate buffer.
-    #[arg(long, env = "GRPC_MAX_MESSAGE_BYTES", default_value_t = 65_536)]
+    /// Largest gRPC request accepted, in bytes, 1 KiB to 64 MiB; with the stream limit it
+    /// bounds what one connection can make Tollgate buffer.
+    #[arg(long, env = "GRPC_MAX_MESSAGE_BYTES", default_value_t = 65_536, value_parser = RangedU64ValueParser::<usize>::new().range(1_024..=64 << 20))]
     pub(crate) grpc_max_message_bytes: usize,
     /// A gRPC connection older than this is asked to close (HTTP/2 GOAWAY) once its calls
     /// finish, so that clients reconnect and spread over new replicas.
@@ -550,6 +561,7 @@ impl ConnArgs {
         ConnLimits {
             idle: self.connection_idle_timeout,
             header_read: self.http_header_read_timeout,
+            first_request: self.connection_first_request_timeout,
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             lifetime: None,
         }
@@ -904,6 +916,18 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         d if d.is_zero() => Err("a timeout must be longer than zero".into()),
         d => Ok(d),
+    }
+}
+
+/// An xDS response bound: 0 (gRPC's own 4 MiB), or 256 bytes to 1 GiB, since below that
+/// no response with rules fits and every stream would break.
+fn parse_xds_message_size(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n == 0 || (256..=1 << 30).contains(&n) => Ok(n),
+        Ok(_) => Err(format!(
+            "'{text}' is outside 256..=1073741824 bytes (0 keeps gRPC's 4 MiB)"
+        )),
+        Err(_) => Err(format!("'{text}' is not a number of bytes")),
     }
 }
 

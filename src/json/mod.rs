@@ -115,7 +115,21 @@ fn reason(what: &str, rejection: &JsonRejection) -> String {
         Some((preamble, detail)) if preamble.starts_with("Failed to") => detail,
         _ => text.as_str(),
     };
-    format!("invalid {what}: {detail}")
+    format!("invalid {what}: {}", in_our_words(detail))
+}
+
+/// serde_json names a lone UTF-16 surrogate (`"\ud800"` without its pair) by what it
+/// looked for next; a client needs to hear what is wrong with its string.
+fn in_our_words(detail: &str) -> String {
+    const SURROGATE: &str = "a \\u escape that is half of a UTF-16 surrogate pair, not a character";
+    [
+        "unexpected end of hex escape",
+        "lone leading surrogate in hex escape",
+    ]
+    .iter()
+    .fold(detail.to_owned(), |text, phrase| {
+        text.replace(phrase, SURROGATE)
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -551,6 +565,8 @@ mod tests {
             (r#"["domain"]"#, "expected"),
             (r#"{"domain":"d""#, "EOF"),
             (r#"{"domain":"d"} x"#, "trailing"),
+            (r#"{"domain":"\ud800"}"#, "half of a UTF-16 surrogate pair"),
+            (r#"{"domain":"\udc00x"}"#, "half of a UTF-16 surrogate pair"),
             ("", "EOF"),
         ];
         for (body, needle) in cases {

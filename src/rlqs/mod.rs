@@ -31,7 +31,7 @@ use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_core::{Capacity, Clock, Hits, Rules, Store};
+use tollgate_core::{Capacity, Clock, Hits, LogLimit, Rules, Store};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::rls::Rls;
@@ -50,6 +50,8 @@ const BUCKET_LOCKS: usize = 64;
 /// Window ends waiting to be scheduled; past this, a grant is not cut and its usage is
 /// counted again in the next window instead (safe, only less room).
 const CUT_QUEUE: usize = 4096;
+/// Streams refused are logged at most once per this period.
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// Cuts wait this long past a window's end, so that a store whose clock runs a little
 /// behind ours (Redis uses its own) counts in the new window too.
 const CUT_MARGIN: Duration = Duration::from_millis(5);
@@ -63,6 +65,10 @@ pub(crate) struct RlqsConfig {
     pub(crate) no_rule: Strategy,
     /// The global shadow mode: every bucket allowed, usage still counted.
     pub(crate) shadow: bool,
+    /// Largest report accepted (GRPC_MAX_MESSAGE_BYTES), named when one is refused.
+    pub(crate) max_message_bytes: usize,
+    /// Buckets held at most over all streams, a bucket once per stream reporting it.
+    pub(crate) max_buckets: usize,
 }
 
 /// The service: the rate-limit service's rules and store, the subscription table, and the
@@ -83,6 +89,8 @@ pub(crate) struct Rlqs {
     cuts: mpsc::Sender<(u64, BucketKey)>,
     hasher: RandomState,
     next_stream: AtomicU64,
+    /// Streams refused for what their client sent, logged without flooding the log.
+    refusals: LogLimit,
 }
 
 impl Rlqs {
@@ -100,7 +108,7 @@ impl Rlqs {
         let (cuts, due) = mpsc::channel(CUT_QUEUE);
         let rlqs = Arc::new(Self {
             cuts,
-            table: Mutex::new(Table::new(clock.clone(), config.idle)),
+            table: Mutex::new(Table::new(clock.clone(), config.idle, config.max_buckets)),
             parts,
             clock,
             rls,
@@ -111,6 +119,7 @@ impl Rlqs {
                 .collect(),
             hasher: RandomState::new(),
             next_stream: AtomicU64::new(1),
+            refusals: LogLimit::new(REFUSAL_LOG_PERIOD),
         });
         tokio::spawn(sweep(Arc::downgrade(&rlqs)));
         tokio::spawn(follow_rules(Arc::downgrade(&rlqs)));
@@ -293,6 +302,9 @@ impl Rlqs {
     /// Streams left buckets: the demand of buckets no stream reports here any more is
     /// withdrawn from the fleet's, and the streams left get their pushes.
     async fn depart(&self, departures: Departures) {
+        if departures.shrunk {
+            crate::trim::return_freed_memory();
+        }
         let rules = self.rls.limiter.rules();
         if let Some(parts) = &self.parts {
             for bucket in &departures.emptied {
@@ -359,16 +371,34 @@ impl Rlqs {
             let report = match inbound.message().await {
                 Ok(Some(report)) => report,
                 Ok(None) => return Ok(()),
-                Err(status) => {
-                    tracing::debug!(%status, stream, "RLQS stream broke");
-                    return Ok(());
-                }
+                Err(status) => return self.unreadable(stream, &status),
             };
             self.rls.metrics.rlqs.reports.inc();
             let (named, usages) = report::parse(report, domain.as_ref())
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
             domain = Some(named);
             self.handle(stream, usages).await?;
+        }
+    }
+
+    /// A report that could not be read: too large or undecodable is the client's error,
+    /// told to it in our words; anything else is the client going away.
+    fn unreadable(&self, stream: StreamId, status: &Status) -> Result<(), Status> {
+        match status.code() {
+            tonic::Code::OutOfRange => Err(Status::out_of_range(format!(
+                "an RLQS report must be at most {} bytes (GRPC_MAX_MESSAGE_BYTES); report \
+                 fewer buckets per message",
+                self.config.max_message_bytes
+            ))),
+            // tonic's protobuf codec reports undecodable bytes as INTERNAL.
+            tonic::Code::Internal => Err(Status::invalid_argument(format!(
+                "not a RateLimitQuotaUsageReports: {}",
+                status.message()
+            ))),
+            _ => {
+                tracing::debug!(%status, stream, "RLQS stream broke");
+                Ok(())
+            }
         }
     }
 }
@@ -398,7 +428,14 @@ impl RateLimitQuotaService for RlqsService {
             let result = rlqs.serve(stream, inbound).await;
             rlqs.close(stream).await;
             if let Err(status) = result {
-                tracing::info!(%status, stream, "RLQS stream refused");
+                if let Some(held) = rlqs.refusals.admit(rlqs.clock.now_ns()) {
+                    tracing::warn!(
+                        code = ?status.code(),
+                        reason = status.message(),
+                        stream,
+                        "RLQS stream refused ({held} more since the last such line)"
+                    );
+                }
                 let _ = tx.send(Err(status)).await;
             }
         });

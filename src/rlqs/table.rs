@@ -25,6 +25,8 @@ const TTL_INTERVALS: u64 = 3;
 /// Buckets one stream may subscribe to.
 pub(crate) const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 const NS_PER_S: u64 = 1_000_000_000;
+/// Maps this small keep their room.
+const SHRINK_FLOOR: usize = 1_024;
 
 /// How Envoy limits a bucket (the strategies Envoy 1.40 enforces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,12 +112,23 @@ pub(crate) struct Departures {
     pub(crate) sends: Vec<Send>,
     /// Buckets no stream reports any more.
     pub(crate) emptied: Vec<BucketKey>,
+    /// The table gave most of its room back: memory worth returning to the system.
+    pub(crate) shrunk: bool,
 }
 
-/// Why a report was refused.
+/// Why a report was refused: it would subscribe more buckets than a stream, or all
+/// streams together, may hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a stream may report at most {MAX_BUCKETS_PER_STREAM} buckets")]
-pub(crate) struct TooManyBuckets;
+pub(crate) enum TooManyBuckets {
+    #[error("a stream may report at most {MAX_BUCKETS_PER_STREAM} buckets")]
+    Stream,
+    #[error(
+        "Tollgate holds at most {0} RLQS buckets over all its streams (RLQS_MAX_BUCKETS), \
+         and this report would go past it: report fewer buckets, or spread the Envoys \
+         over more replicas"
+    )]
+    Total(usize),
+}
 
 /// Figures for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,16 +143,22 @@ pub(crate) struct Table {
     idle_ns: u64,
     buckets: HashMap<BucketKey, Bucket>,
     streams: HashMap<StreamId, StreamState>,
+    /// Subscriptions held (a bucket once per stream reporting it): what memory grows with.
+    subscriptions: usize,
+    max_subscriptions: usize,
 }
 
 impl Table {
-    /// A table that abandons buckets after `idle` without requests.
-    pub(crate) fn new(clock: Arc<dyn Clock>, idle: Duration) -> Self {
+    /// A table that abandons buckets after `idle` without requests, and holds at most
+    /// `max_subscriptions` over all streams.
+    pub(crate) fn new(clock: Arc<dyn Clock>, idle: Duration, max_subscriptions: usize) -> Self {
         Self {
             clock,
             idle_ns: u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX),
             buckets: HashMap::new(),
             streams: HashMap::new(),
+            subscriptions: 0,
+            max_subscriptions,
         }
     }
 
@@ -179,7 +198,10 @@ impl Table {
         let state = self.streams.entry(stream).or_default();
         if !state.buckets.contains(bucket) {
             if state.buckets.len() >= MAX_BUCKETS_PER_STREAM {
-                return Err(TooManyBuckets);
+                return Err(TooManyBuckets::Stream);
+            }
+            if self.subscriptions >= self.max_subscriptions {
+                return Err(TooManyBuckets::Total(self.max_subscriptions));
             }
             state.buckets.insert(bucket.clone());
         }
@@ -206,6 +228,7 @@ impl Table {
                 }
             }
             None => {
+                self.subscriptions += 1;
                 entry.subs.insert(
                     stream,
                     Sub {
@@ -319,6 +342,7 @@ impl Table {
         for bucket in state.buckets {
             self.unsubscribe(&bucket, stream, &mut out);
         }
+        out.shrunk = self.give_back_room();
         out
     }
 
@@ -348,7 +372,23 @@ impl Table {
             });
             self.unsubscribe(&bucket, stream, &mut out);
         }
+        out.shrunk = self.give_back_room();
         out
+    }
+
+    /// Gives the maps' room back once most of it is empty (streams with many buckets
+    /// closed), so that memory follows what is held rather than its peak; whether it did.
+    fn give_back_room(&mut self) -> bool {
+        let mut shrunk = false;
+        if self.buckets.capacity() > 4 * self.buckets.len().max(SHRINK_FLOOR) {
+            self.buckets.shrink_to(2 * self.buckets.len());
+            shrunk = true;
+        }
+        if self.streams.capacity() > 4 * self.streams.len().max(SHRINK_FLOOR) {
+            self.streams.shrink_to(2 * self.streams.len());
+            shrunk = true;
+        }
+        shrunk
     }
 
     /// The buckets subscribed now, to re-plan after the rules changed.
@@ -377,7 +417,9 @@ impl Table {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return;
         };
-        entry.subs.remove(&stream);
+        if entry.subs.remove(&stream).is_some() {
+            self.subscriptions -= 1;
+        }
         if entry.subs.is_empty() {
             self.buckets.remove(bucket);
             out.emptied.push(bucket.clone());

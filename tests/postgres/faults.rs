@@ -235,3 +235,50 @@ async fn a_promoted_standby_takes_over() {
     });
     assert_ne!(rows, "0", "the counters are in the promoted standby");
 }
+
+/// The counter table dropped while serving: the database still answers its health probe,
+/// but every counter call fails. The store is reported down (503, `tollgate_store_up` 0)
+/// with one line naming the cause, the migration recreates the table on reconnect (held
+/// back here by the migration's lock, so that the outage can be seen), and counting
+/// resumes. Nothing floods the log meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_table_is_reported_down_and_recreated() {
+    let postgres = PostgresServer::start();
+    let server = connected(&postgres, &[]).await;
+    let mut rls = server.client().await;
+    assert_eq!(
+        code(&rls.check(DOMAIN, &[("yearly", "before")]).await),
+        Code::Ok
+    );
+
+    // The lock every migration takes (schema.rs), held until dropped.
+    let migrations = postgres.hold("SELECT pg_advisory_lock(8390043843661231205)");
+    blocking(|| postgres.psql("DROP TABLE tollgate_counters"));
+    for value in ["after-1", "after-2", "after-3"] {
+        rls.check(DOMAIN, &[("yearly", value)]).await;
+    }
+    server.await_store_health(503, RECOVERY).await;
+    assert_eq!(server.metric("tollgate_store_up").await, Some(0.0));
+    let cause = server
+        .stderr()
+        .wait_for(|l| l.contains("counter calls fail"), STDERR_TIMEOUT)
+        .expect("the cause is logged");
+    assert!(cause.contains("tollgate_counters"), "{cause}");
+
+    drop(migrations);
+    server.await_store_health(200, RECOVERY).await;
+    let trips = server.metric("tollgate_store_round_trips_total").await;
+    assert_eq!(
+        code(&rls.check(DOMAIN, &[("yearly", "again")]).await),
+        Code::Ok
+    );
+    assert!(
+        server.metric("tollgate_store_round_trips_total").await > trips,
+        "counted in PostgreSQL again"
+    );
+    let stderr = server.stderr().text();
+    assert!(stderr.contains("schema repaired"), "{stderr}");
+    let causes = stderr.matches("counter calls fail").count();
+    assert!(causes <= 2, "{causes} lines for one cause:\n{stderr}");
+    assert!(!stderr.contains("already exists"), "{stderr}");
+}

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use tollgate_testkit::grpc::{Code, Rls, code};
+use tollgate_testkit::load::{Load, assert_admitted_within};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait::until_async;
@@ -52,6 +53,36 @@ async fn admissions_during_a_freeze_are_charged_when_redis_is_back() {
         YEARLY_LIMIT,
         "admitted {after} more after the freeze"
     );
+}
+
+/// One instance under steady load (400 requests a second on one key of 100 an hour),
+/// Redis frozen for a moment before the limit is reached and thawed: requests keep
+/// coming through the freeze, are decided from the local view, and what they admitted is
+/// charged once Redis is back, so the instance admits no more than the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freeze_under_load_never_admits_past_the_limit() {
+    let _timing = tollgate_testkit::serial::timing().await;
+    let mut redis = RedisServer::start();
+    let server = connected(&redis).await;
+    let clients = vec![server.client().await];
+    let load = Load::on_one_counter(&clients, DOMAIN, "hundred", 400).await;
+    load.await_answers_since(std::time::UNIX_EPOCH, 20, Duration::from_secs(30))
+        .await;
+    blocking(|| redis.freeze());
+    let frozen = std::time::SystemTime::now();
+    load.await_answers_since(frozen, 60, Duration::from_secs(30))
+        .await;
+    blocking(|| redis.thaw());
+    let thawed = std::time::SystemTime::now();
+    load.await_answers_since(thawed, 200, Duration::from_secs(30))
+        .await;
+    let answers = load.finish().await;
+    let fallbacks = server.metric("tollgate_store_fallbacks_total").await;
+    assert!(
+        fallbacks >= Some(30.0),
+        "decided locally while frozen: {fallbacks:?}"
+    );
+    assert_admitted_within(&answers, 100);
 }
 
 /// A fresh counter first seen while Redis is away, and a second instance that never saw

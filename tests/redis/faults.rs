@@ -341,3 +341,66 @@ async fn requests_answered_during_a_stall_are_not_counted_after_it() {
         );
     }
 }
+
+/// Redis turned into a replica (`REPLICAOF`): it answers the health probe but refuses
+/// every counter call (READONLY). Under load it is reported down (503, one line naming
+/// the cause) and stays down without reconnecting again and again, until it is a master
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_replica_is_down_until_it_is_a_master_again() {
+    let redis = RedisServer::start();
+    let master = RedisServer::start();
+    let server = connected(&redis, "local").await;
+    let clients = vec![server.client().await];
+    let load = Load::start(&clients, DOMAIN, "busy", busy_values(), LOAD_PERIOD).await;
+
+    let port = master.port().to_string();
+    blocking(|| redis.query::<()>(&["REPLICAOF", "127.0.0.1", &port]));
+    server.await_store_health(503, HEALTH_RECOVERY).await;
+    let reconnects = server.metric("tollgate_store_reconnects_total").await;
+    load.await_answers_since(SystemTime::now(), OUTAGE_ANSWERS, Duration::from_secs(30))
+        .await;
+    assert_eq!(server.store_health().await, 503, "still down under load");
+    assert_eq!(
+        server.metric("tollgate_store_reconnects_total").await,
+        reconnects,
+        "no reconnect while Redis refuses counter calls"
+    );
+
+    blocking(|| redis.query::<()>(&["REPLICAOF", "NO", "ONE"]));
+    server.await_store_health(200, HEALTH_RECOVERY).await;
+    let answers = load.finish().await;
+    assert_all(answers.iter(), Ok(Code::Ok), "decided locally meanwhile");
+    let stderr = server.stderr().text();
+    let causes = stderr.matches("read only replica").count();
+    assert!((1..=2).contains(&causes), "{causes} lines:\n{stderr}");
+}
+
+/// A counter's key holding a list (something else wrote it): read as an empty counter
+/// and overwritten, logged, and counted in Redis from then on, never a permanent local
+/// fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_key_of_another_type_is_overwritten_and_logged() {
+    let redis = RedisServer::start();
+    let server = connected(&redis, "local").await;
+    let counter = key("", "yearly", "listed");
+    redis.query::<()>(&["RPUSH", &counter, "not a counter"]);
+    let mut rls = server.client().await;
+    let mut admitted = 0;
+    for _ in 0..YEARLY_LIMIT + 2 {
+        let status = rls.check(DOMAIN, &[("yearly", "listed")]).await;
+        admitted += usize::from(code(&status) == Code::Ok);
+    }
+    assert_eq!(admitted, YEARLY_LIMIT, "counted from an empty counter");
+    assert_eq!(redis.key_type(&counter), "string", "overwritten");
+    assert_eq!(
+        server.metric("tollgate_store_fallbacks_total").await,
+        Some(0.0),
+        "decided by Redis"
+    );
+    let line = server
+        .stderr()
+        .wait_for(|l| l.contains("held a list"), HEALTH_RECOVERY)
+        .expect("logged");
+    assert!(line.contains(&counter), "{line}");
+}

@@ -27,6 +27,9 @@ descriptors:
   # read anything in the background.
   - key: yearly
     rate_limit: {unit: year, requests_per_unit: 5}
+  # 100 per hour: a limit a test reaches under load.
+  - key: hundred
+    rate_limit: {unit: hour, requests_per_unit: 100}
   # Never reached: every request for it needs the store.
   - key: busy
     rate_limit: {unit: hour, requests_per_unit: 1000000}
@@ -48,7 +51,7 @@ pub fn key(prefix: &str, rule: &str, value: &str) -> String {
     let shape = match rule {
         "user" => Shape::sliding(Duration::from_secs(60)),
         "fixed" => Shape::Fixed { window: HOUR },
-        "probe" | "busy" => Shape::sliding(HOUR),
+        "probe" | "busy" | "hundred" => Shape::sliding(HOUR),
         "yearly" => Shape::sliding(Duration::from_secs(365 * 86_400)),
         "acc" => Shape::sliding(ACC_WINDOW),
         other => panic!("no rule for `{other}` in RULES"),

@@ -263,9 +263,11 @@ async fn token_bucket_allows_its_burst_then_refills(instance: Instance) {
     assert_eq!(code(&denied), Code::OverLimit);
     // One token per second (3600 per hour): the next fits within a second.
     assert_eq!(until_reset(&denied).as_secs(), 1);
-    // A cost above the burst is never admitted.
+    // A cost above the burst is never admitted; the client is told a full refill (4
+    // tokens at one a second), not to retry at once.
     let s = status(&mut rls, one("bucket", "other", Some(5), false, None)).await;
     assert_eq!(code(&s), Code::OverLimit);
+    assert_eq!(until_reset(&s).as_secs(), 4);
 }
 on_every_store!(token_bucket, token_bucket_allows_its_burst_then_refills);
 
@@ -348,6 +350,32 @@ async fn a_request_override_uses_its_own_limit_and_counter(instance: Instance) {
 on_every_store!(
     limit_override,
     a_request_override_uses_its_own_limit_and_counter
+);
+
+/// As in the reference, an override of the rule's own unit counts on the rule's counter:
+/// the counter is named by the window, not the quota (the README says so).
+async fn an_override_of_the_rules_unit_shares_its_counter(instance: Instance) {
+    let mut rls = instance.client().await;
+    for _ in 0..3 {
+        rls.check("shapes", &[("sliding", "shared")]).await;
+    }
+    let per_hour = RateLimitOverride {
+        requests_per_unit: 10,
+        unit: RateLimitUnit::Hour.into(),
+    };
+    let s = status(
+        &mut rls,
+        one("sliding", "shared", None, false, Some(per_hour)),
+    )
+    .await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 6));
+    // And the rule sees the override's request: 5 - 4.
+    let s = rls.check("shapes", &[("sliding", "shared")]).await;
+    assert_eq!((code(&s), s.limit_remaining), (Code::Ok, 0));
+}
+on_every_store!(
+    override_of_the_same_unit,
+    an_override_of_the_rules_unit_shares_its_counter
 );
 
 async fn hits_zero_checks_and_negative_hits_refund(instance: Instance) {

@@ -192,3 +192,37 @@ async fn precision_and_max_counters_flags_keep_exact_burst_limits() {
     }
     assert_counters_accounted(&server, 10, 31).await;
 }
+
+/// Settings with which no server could answer (every call refused or left waiting) stop
+/// startup with a message naming the setting and its range, instead of serving.
+#[test]
+fn settings_that_cannot_work_stop_startup() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--grpc-max-message-bytes", "0"], "1024..=67108864"),
+        (
+            &["--grpc-max-message-bytes", "1000000000"],
+            "1024..=67108864",
+        ),
+        (&["--grpc-max-concurrent-streams", "0"], "1..=10000"),
+        (&["--xds-max-msg-size", "10"], "256..=1073741824"),
+        (&["--detailed-metric-limit", "100000000"], "0..=100000"),
+    ];
+    for (args, range) in cases {
+        let flag = args[0];
+        let refused = match Serve::rules(RULE).args(args).try_start() {
+            Ok(server) => panic!("{args:?}: served on {:?}", server.addrs),
+            Err(finished) => finished,
+        };
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            refused.stderr
+        );
+        assert!(
+            refused.stderr.contains(flag) && refused.stderr.contains(range),
+            "{args:?}: want {flag} and {range} in\n{}",
+            refused.stderr
+        );
+    }
+}

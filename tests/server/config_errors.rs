@@ -271,6 +271,63 @@ descriptors:
     );
 }
 
+/// What the YAML parser says to a library user (which function to call, which option to
+/// set, a Rust debug value) is said in a rules author's words.
+#[test]
+fn yaml_problems_are_told_in_our_words() {
+    let deep = format!(
+        "domain: d\ndescriptors:\n  - key: k\n    metadata: {}1{}\n",
+        "{a: ".repeat(70),
+        "}".repeat(70)
+    );
+    let cases = [
+        (
+            "two_documents.yaml",
+            "domain: a\ndescriptors: []\n---\ndomain: b\n".to_owned(),
+            "",
+            "more than one YAML document",
+        ),
+        (
+            "twice.yaml",
+            "domain: a\ndomain: b\ndescriptors: []\n".to_owned(),
+            "?",
+            "the key `domain` is given twice",
+        ),
+        (
+            "deep.yaml",
+            deep,
+            &format!("descriptors[0].metadata{}", ".a".repeat(60)),
+            "nested 65 levels deep",
+        ),
+    ];
+    for (file, yaml, path, problem) in cases {
+        let line = if path.is_empty() {
+            // A problem of the whole file has no path: `FILE: PROBLEM`.
+            let dir = ConfigDir::with_file(file, &yaml);
+            let finished = check_config(&dir.file(file));
+            assert_eq!(finished.status.code(), Some(1), "{}", finished.stderr);
+            let wanted = format!("/{file}: {problem}");
+            finished
+                .stderr
+                .lines()
+                .find(|l| l.contains(&wanted))
+                .unwrap_or_else(|| panic!("no `{wanted}` in\n{}", finished.stderr))
+                .to_owned()
+        } else {
+            rejected(file, &yaml, path, problem)
+        };
+        for leak in [
+            "from_str_multiple",
+            "DuplicateKeyPolicy",
+            "Options",
+            "budget",
+            "{ depth",
+        ] {
+            assert!(!line.contains(leak), "{line}");
+        }
+    }
+}
+
 #[test]
 fn a_misspelled_field_does_not_hide_a_bad_unit_before_it() {
     let dir = ConfigDir::with_file(

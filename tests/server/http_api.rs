@@ -330,6 +330,11 @@ async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
             r#"{"domain":"d","descriptors":[{"entries":[{"key":"override","value":"a"}],"limit":{"requestsPerUnit":1,"unit":"UNKNOWN"}}]}"#,
             "unknown unit",
         ),
+        // A lone UTF-16 surrogate is named as such, not by what the parser looked for next.
+        (
+            r#"{"domain":"\ud800","descriptors":[]}"#,
+            "half of a UTF-16 surrogate pair",
+        ),
     ];
     for (body, needle) in cases {
         let reply = post_json(&server, body).await;
@@ -339,6 +344,7 @@ async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
             "{body} -> {:?} should mention {needle:?}",
             reply.body
         );
+        assert!(!reply.body.contains("hex escape"), "{}", reply.body);
     }
     // The server is still answering.
     decide(&server, &one_user("after", 1), 200).await;

@@ -1,12 +1,12 @@
 //! What one client can make Tollgate hold: undecodable and oversized gRPC messages, the
-//! HTTP/2 stream limit, and idle or slow connections on both ports.
+//! HTTP/2 stream limit, and idle, slow or silent connections on both ports.
 
 use std::time::Duration;
 
 use prost::Message as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tollgate_testkit::grpc::request;
+use tollgate_testkit::grpc::{Code, code, request};
 use tollgate_testkit::raw_grpc::{RawGrpc, SHOULD_RATE_LIMIT, frame, frame_head};
 use tollgate_testkit::tollgate::Serve;
 
@@ -155,4 +155,48 @@ async fn idle_and_slow_connections_are_closed_and_free_their_slots() {
     closed_by_server(&mut idle_grpc)
         .await
         .expect("idle gRPC connection");
+}
+
+/// Every slot of both ports held by sockets that never bring a request (no byte, half an
+/// HTTP/2 preface, a preface and nothing more): they are closed once the first-request
+/// timeout passes, long before the idle timeout, so health checks and calls get through.
+#[tokio::test]
+async fn silent_connections_are_closed_after_the_first_request_timeout() {
+    const FIRST_REQUEST: Duration = Duration::from_secs(2);
+    let server = Serve::rules(RULES)
+        .args(["--max-connections", "20"])
+        .args(["--connection-first-request-timeout", "2s"])
+        .start();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut silent = Vec::new();
+    for i in 0..20 {
+        silent.push(
+            TcpStream::connect(server.http_addr())
+                .await
+                .expect("connect"),
+        );
+        let mut grpc = TcpStream::connect(server.grpc_addr())
+            .await
+            .expect("connect");
+        let sent: &[u8] = match i % 3 {
+            0 => b"",
+            1 => &preface[..10],
+            _ => preface,
+        };
+        grpc.write_all(sent).await.expect("write");
+        silent.push(grpc);
+    }
+    let asked = std::time::Instant::now();
+    let health = server.get("/healthcheck").await;
+    assert_eq!(health.status, 200);
+    let waited = asked.elapsed();
+    assert!(
+        waited < FIRST_REQUEST + Duration::from_secs(5),
+        "/healthcheck answered after {waited:?}"
+    );
+    let mut rls = server.client().await;
+    assert_eq!(code(&rls.check("d", &[("k", "v")]).await), Code::Ok);
+    for conn in &mut silent {
+        closed_by_server(conn).await.expect("a silent connection");
+    }
 }

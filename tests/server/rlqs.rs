@@ -2,7 +2,7 @@
 //! assignment and its TTL, the counter shared with ShouldRateLimit, blanket rules, shadow
 //! mode, two
 //! streams dividing one limit, idle buckets abandoned, rule reloads pushed, and malformed
-//! reports refused with a reason.
+//! reports refused with a reason, oversized and undecodable ones too.
 
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::raw_grpc::{RawGrpc, STREAM_RATE_LIMIT_QUOTAS, frame};
 use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
 use tonic::Streaming;
 
@@ -351,4 +352,129 @@ async fn malformed_reports_end_the_stream_with_invalid_argument_and_a_reason() {
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("free", "x")], 1, 0).await;
     assert_eq!(stream.strategy().await, blanket(BlanketRule::AllowAll));
+}
+
+/// Reports that cannot be read end the stream with an error and a reason, as
+/// `ShouldRateLimit` answers them, never with OK: one larger than GRPC_MAX_MESSAGE_BYTES
+/// (an Envoy with thousands of buckets) OUT_OF_RANGE, undecodable bytes INVALID_ARGUMENT;
+/// each refusal is logged.
+#[tokio::test]
+async fn oversized_or_undecodable_reports_end_the_stream_with_an_error() {
+    let server = Serve::rules(RULES).start();
+    let values: Vec<String> = (0..3_000).map(|i| format!("user-{i}")).collect();
+    let buckets: Vec<[(&str, &str); 1]> = values.iter().map(|v| [("user", v.as_str())]).collect();
+    let buckets: Vec<&[(&str, &str)]> = buckets.iter().map(|b| b.as_slice()).collect();
+    let oversized = usage_report("quota", &buckets, 1, 0);
+    assert!(prost::Message::encoded_len(&oversized) > 65_536);
+    let mut stream = QuotaStream::open(&server).await;
+    stream.send(oversized).await;
+    let status = stream.next().await.expect_err("the stream is refused");
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("at most 65536 bytes (GRPC_MAX_MESSAGE_BYTES)"),
+        "{status:?}"
+    );
+
+    let mut raw = RawGrpc::connect(server.grpc_addr()).await;
+    // A field tag of 0 is not protobuf.
+    let ended = raw
+        .call(STREAM_RATE_LIMIT_QUOTAS, frame(&[0, 1, 2]), true)
+        .await;
+    assert_eq!(
+        ended.status,
+        tonic::Code::InvalidArgument as i32,
+        "{ended:?}"
+    );
+    assert!(
+        ended.message.contains("not a RateLimitQuotaUsageReports"),
+        "{ended:?}"
+    );
+    server
+        .stderr()
+        .wait_for(|l| l.contains("RLQS stream refused"), ANSWER)
+        .expect("the refusal is logged");
+}
+
+/// Buckets are bounded over all streams (RLQS_MAX_BUCKETS): a report that would go past
+/// the bound ends its stream with RESOURCE_EXHAUSTED and the reason, and what closed
+/// streams held is given back, in the gauge and in the process's resident memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_are_bounded_over_all_streams_and_given_back_when_they_close() {
+    const STREAMS: usize = 4;
+    const PER_STREAM: usize = 9_000;
+    const PER_REPORT: usize = 1_000;
+    let server = Serve::rules(RULES)
+        .args(["--rlqs-max-buckets", "40000"])
+        .start();
+    let report = |stream: usize, from: usize| {
+        let values: Vec<String> = (from..from + PER_REPORT)
+            .map(|i| format!("stream-{stream}-{i}"))
+            .collect();
+        let buckets: Vec<[(&str, &str); 1]> =
+            values.iter().map(|v| [("free", v.as_str())]).collect();
+        let buckets: Vec<&[(&str, &str)]> = buckets.iter().map(|b| b.as_slice()).collect();
+        usage_report("quota", &buckets, 1, 0)
+    };
+    let held = async |want: f64| {
+        tollgate_testkit::wait::until_async("the bucket gauge", ANSWER * 6, async || {
+            match server.metric("tollgate_rlqs_buckets").await {
+                Some(n) if n == want => Ok(()),
+                other => Err(format!("{other:?} buckets, want {want}")),
+            }
+        })
+        .await
+    };
+    // What serving one stream leaves allocated for good (buffers, thread caches) is in
+    // the baseline.
+    let warm_up = QuotaStream::open(&server).await;
+    warm_up.send(report(STREAMS + 1, 0)).await;
+    held(PER_REPORT as f64).await;
+    drop(warm_up);
+    held(0.0).await;
+    let before = server.rss_bytes();
+    let mut streams = Vec::new();
+    for s in 0..STREAMS {
+        let stream = QuotaStream::open(&server).await;
+        for from in (0..PER_STREAM).step_by(PER_REPORT) {
+            stream.send(report(s, from)).await;
+        }
+        streams.push(stream);
+    }
+    held((STREAMS * PER_STREAM) as f64).await;
+    let peak = server.rss_bytes();
+
+    // 36,000 held: a fifth stream gets 4,000 more, then is refused.
+    let mut past = QuotaStream::open(&server).await;
+    for from in (0..PER_STREAM).step_by(PER_REPORT) {
+        if past.tx.send(report(STREAMS, from)).await.is_err() {
+            break;
+        }
+    }
+    let status = loop {
+        match past.next().await {
+            Ok(_) => continue,
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("RLQS_MAX_BUCKETS"), "{status:?}");
+
+    drop(streams);
+    held(0.0).await;
+    let after = server.rss_bytes();
+    eprintln!(
+        "RSS: {} MiB before, {} MiB with {} buckets, {} MiB after they closed",
+        before >> 20,
+        peak >> 20,
+        STREAMS * PER_STREAM,
+        after >> 20
+    );
+    // The allocator keeps what fragments pin; most of the rest goes back (kept: none of
+    // it, before).
+    assert!(
+        peak.saturating_sub(after) > (peak - before) / 3,
+        "RSS {before} before, {peak} at the peak, {after} once every stream closed"
+    );
 }

@@ -34,6 +34,7 @@ pub mod headers;
 mod key;
 mod limit;
 mod limiter;
+mod log_limit;
 mod request;
 pub mod rules;
 mod stats;
@@ -53,6 +54,7 @@ pub use limit::{
 pub use limiter::{
     DecideError, Explained, Explanation, Limiter, Matched, NoMatch, Options, Recorder,
 };
+pub use log_limit::LogLimit;
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};

@@ -195,6 +195,13 @@ impl Load {
         load
     }
 
+    /// [`Load::start`] on one counter (`key=one`) at `per_second` requests a second: a
+    /// limit reached under steady load.
+    pub async fn on_one_counter(clients: &[Rls], domain: &str, key: &str, per_second: u32) -> Self {
+        let period = Duration::from_secs(1) / per_second.max(1);
+        Self::start(clients, domain, key, vec!["one".to_owned()], period).await
+    }
+
     /// Waits until at least `n` requests sent at or after `since` have been answered.
     pub async fn await_answers_since(&self, since: SystemTime, n: usize, timeout: Duration) {
         let what = format!("{n} answers of the background load");
@@ -325,6 +332,18 @@ pub fn tally<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> BTreeMap<Stri
         *counts.entry(format!("{:?}", a.result)).or_insert(0) += 1;
     }
     counts
+}
+
+/// Asserts that at most `limit` of `answers` were admitted, and at least 90 % of it (the
+/// limit is used, not starved by the store's trouble).
+pub fn assert_admitted_within(answers: &[Answer], limit: usize) {
+    let counts = tally(answers);
+    let ok = answers.iter().filter(|a| a.result == Ok(Code::Ok)).count();
+    assert!(
+        ok <= limit,
+        "{ok} admitted past a limit of {limit}: {counts:?}"
+    );
+    assert!(ok * 10 >= limit * 9, "the limit is used: {counts:?}");
 }
 
 /// The nearest-rank `p` percentile (0 < p ≤ 1) of sorted samples; the default if empty.

@@ -13,6 +13,9 @@ use crate::grpc::TIMEOUT;
 
 /// The path of `ShouldRateLimit`.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+/// The path of RLQS's `StreamRateLimitQuotas`.
+pub const STREAM_RATE_LIMIT_QUOTAS: &str =
+    "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas";
 
 /// How a call ended: its `grpc-status` and `grpc-message`.
 #[derive(Debug, Clone, PartialEq, Eq)]

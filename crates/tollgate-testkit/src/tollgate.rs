@@ -363,6 +363,18 @@ impl Server {
         self.process.pid()
     }
 
+    /// The process's resident memory in bytes (`VmRSS` of `/proc/PID/status`).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .unwrap_or_else(|e| panic!("read the status of tollgate {}: {e}", self.pid()));
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1_024)
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+    }
+
     /// What the server wrote to stderr so far and still writes (its log).
     pub fn stderr(&self) -> &crate::process::Lines {
         self.process.stderr()

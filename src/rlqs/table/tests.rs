@@ -25,7 +25,7 @@ fn counted(remaining: u64) -> Budget {
 }
 
 fn table(clock: &ManualClock) -> Table {
-    Table::new(Arc::new(clock.clone()), Duration::from_secs(30))
+    Table::new(Arc::new(clock.clone()), Duration::from_secs(30), 100_000)
 }
 
 fn stats(streams: usize, buckets: usize) -> TableStats {
@@ -191,6 +191,7 @@ fn idle_buckets_are_abandoned() {
                 action: Action::Abandon,
             }],
             emptied: vec![bucket("a")],
+            shrunk: false,
         }
     );
     assert_eq!(t.stats(), stats(2, 1));
@@ -222,10 +223,41 @@ fn a_stream_may_not_subscribe_to_unbounded_buckets() {
     }
     assert_eq!(
         t.report(1, &bucket("one more"), 1, 0, allow),
-        Err(TooManyBuckets)
+        Err(TooManyBuckets::Stream)
     );
     // Another stream is not affected.
     assert!(t.report(2, &bucket("one more"), 1, 0, allow).is_ok());
+}
+
+#[test]
+fn all_streams_together_hold_at_most_the_global_bound() {
+    let clock = ManualClock::new(100 * S);
+    let mut t = Table::new(Arc::new(clock.clone()), Duration::from_secs(30), 5);
+    let allow = Budget::Fixed(Strategy::AllowAll);
+    for stream in 1..=2 {
+        t.open(stream);
+        for name in ["a", "b"] {
+            t.report(stream, &bucket(name), 1, 0, allow)
+                .expect("under the bound");
+        }
+    }
+    t.open(3);
+    t.report(3, &bucket("a"), 1, 0, allow).expect("the fifth");
+    // A bucket another stream holds counts again for this one.
+    assert_eq!(
+        t.report(3, &bucket("b"), 1, 0, allow),
+        Err(TooManyBuckets::Total(5))
+    );
+    // Reporting what it holds is not refused.
+    assert!(t.report(1, &bucket("a"), 2, 0, allow).is_ok());
+    // A closed stream's buckets make room.
+    t.close(1);
+    assert!(t.report(3, &bucket("b"), 1, 0, allow).is_ok());
+    assert!(t.report(3, &bucket("c"), 1, 0, allow).is_ok());
+    assert_eq!(
+        t.report(2, &bucket("c"), 1, 0, allow),
+        Err(TooManyBuckets::Total(5))
+    );
 }
 
 /// One simulated Envoy: arrivals at a steady rate, its assignment enforced as Envoy 1.40
@@ -303,7 +335,7 @@ async fn simulate_fleet(instances: usize) {
         .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
         .expect("a valid limit")];
     let mut tables: Vec<Table> = (0..instances)
-        .map(|_| Table::new(Arc::new(clock.clone()), Duration::from_secs(60)))
+        .map(|_| Table::new(Arc::new(clock.clone()), Duration::from_secs(60), 100_000))
         .collect();
     // Alone, an instance's part is the whole limit.
     let parts: Vec<Parts> = (0..instances)

@@ -64,8 +64,9 @@ impl Gcra {
         let reset_ns = if Self::span(limit, hits) <= tolerance {
             after - tolerance
         } else {
-            // More than the bucket holds: never admitted; report when it is full again.
-            used
+            // More than the bucket holds: no wait admits it. Never "retry at once": the
+            // whole bucket's refill time, or until it is full again if that is later.
+            used.max(tolerance)
         };
         Decision {
             admitted: false,
@@ -145,7 +146,9 @@ mod tests {
     fn cost_above_capacity_is_never_admitted_and_zero_rate_blocks() {
         let l = limit(bucket(5), 5, SECOND);
         let mut g = Gcra::default();
-        assert!(!offer(&mut g, &l, 0, 6).admitted);
+        let never = offer(&mut g, &l, 0, 6);
+        assert!(!never.admitted);
+        assert_eq!(never.reset_ns, SECOND, "a full refill, not 0");
         let zero = limit(bucket(0), 0, SECOND);
         assert!(!offer(&mut g, &zero, 0, 1).admitted);
     }

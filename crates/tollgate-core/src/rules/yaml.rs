@@ -91,12 +91,7 @@ fn parse_once(origin: &str, text: &str) -> Result<DomainSpec, Failure> {
             .map(|(line, column)| format!(" (line {line} column {column})"))
             .unwrap_or_default();
         let path = if place == "." { String::new() } else { place };
-        let message = match &e {
-            serde_saphyr::Error::Budget { breach, .. } => {
-                format!("the document is too large or too deeply nested to be rules ({breach:?})")
-            }
-            _ => message_of(&e.to_string()).to_owned(),
-        };
+        let message = in_our_words(&e);
         Failure {
             error: ConfigError {
                 origin: origin.to_owned(),
@@ -106,6 +101,30 @@ fn parse_once(origin: &str, text: &str) -> Result<DomainSpec, Failure> {
             at,
         }
     })
+}
+
+/// The problem as a rules author reads it: the parser's own wording where it names the
+/// problem, ours where it would tell a library user what to call instead.
+fn in_our_words(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error;
+    use serde_saphyr::budget::BudgetBreach;
+    match e.without_snippet() {
+        Error::Budget {
+            breach: BudgetBreach::Depth { depth },
+            ..
+        } => format!("nested {depth} levels deep, deeper than rules can be"),
+        Error::Budget { .. } => "the document is too large to be rules".to_owned(),
+        Error::MultipleDocuments { .. } => {
+            "more than one YAML document (`---`) in one file; give each domain a file of its \
+             own"
+            .to_owned()
+        }
+        Error::DuplicateMappingKey { key: Some(key), .. } => {
+            format!("the key `{key}` is given twice")
+        }
+        Error::DuplicateMappingKey { key: None, .. } => "a key is given twice".to_owned(),
+        _ => message_of(&e.to_string()).to_owned(),
+    }
 }
 
 /// The bare message of a YAML error: its first line without the "error: line L column C: "

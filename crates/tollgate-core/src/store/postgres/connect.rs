@@ -5,13 +5,15 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::schema;
 use super::tls::{PgTls, SslMode, client_config};
+use super::{ApplyArgs, schema};
 use crate::store::shared::link::Connector;
+use crate::store::shared::protocol::{PROBE_CALL, PROBE_KEY, probe_limits};
 
 /// Where PostgreSQL is: a `postgres://` URL, its TLS part (`sslmode`, `sslrootcert`,
 /// `sslcert`, `sslkey`) taken out and read here, since libpq's checks are not all in the
@@ -128,8 +130,11 @@ pub(super) struct PgConnector {
     pub(super) pool_size: usize,
     pub(super) statement_timeout: Duration,
     pub(super) unlogged: bool,
-    /// The schema is brought up to date on the first connect of each process.
+    /// The schema is brought up to date on the first connect of each process, and again
+    /// after the probe found it gone (a table dropped).
     pub(super) migrated: AtomicBool,
+    /// Prefix of every key, the probe's too.
+    pub(super) key_prefix: String,
 }
 
 const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10)";
@@ -214,6 +219,34 @@ impl Connector for PgConnector {
     /// A pool whose server restarted or failed over holds dead connections.
     fn reconnect_when_down(&self) -> bool {
         true
+    }
+
+    async fn probe_calls(&self, pool: &Pool) -> Result<(), String> {
+        let limits = probe_limits();
+        let args = ApplyArgs::new(&self.key_prefix, PROBE_KEY, &limits, PROBE_CALL, (0, 0));
+        let conn = pool.pick();
+        let probed = match args.run(conn).await {
+            // The probe leaves no row behind: one row per counter, and none that is not.
+            Ok(_) => conn
+                .client
+                .execute(
+                    "DELETE FROM tollgate_counters WHERE key = $1",
+                    &[&format!("{}{PROBE_KEY}", self.key_prefix)],
+                )
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
+        match probed {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let schema_gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
+                if e.code().is_some_and(|code| schema_gone.contains(code)) {
+                    self.migrated.store(false, Ordering::Relaxed);
+                }
+                Err(describe(&e))
+            }
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use self::connect::{PgConnector, describe};
+use self::connect::{PgConnector, PooledConn, describe};
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
 use super::shared::resets::{Subscribe, announcement};
@@ -74,6 +74,7 @@ impl SharedStore {
                 statement_timeout: config.statement_timeout,
                 unlogged: config.unlogged,
                 migrated: AtomicBool::new(false),
+                key_prefix: config.key_prefix.clone(),
             };
             let link = Link::start(connector, time);
             tokio::spawn(sweeper(Arc::downgrade(&link), sweep_interval));
@@ -98,6 +99,7 @@ pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, String> {
         statement_timeout: Duration::ZERO,
         unlogged,
         migrated: AtomicBool::new(false),
+        key_prefix: String::new(),
     };
     let mut client = connector.open().await?;
     schema::migrate(&mut client, unlogged).await
@@ -164,34 +166,84 @@ impl PgBackend {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
-        let (mode, n) = mode(hits);
-        let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
-        let key = format!("{}{key}", self.key_prefix);
-        let deadline_us = signed(deadline_ns / NANOS_PER_MICRO);
+        let args = ApplyArgs::new(
+            &self.key_prefix,
+            key,
+            limits,
+            (debt, hits),
+            (deadline_ns, around_ns),
+        );
         let link = self.link.clone();
         Box::pin(async move {
-            let conn = pool.pick();
-            let row = conn
-                .client
-                .query_one(
-                    &conn.check,
-                    &[
-                        &key,
-                        &mode,
-                        &signed(n),
-                        &signed(debt),
-                        &deadline_us,
-                        &kinds,
-                        &windows,
-                        &params,
-                        &rpus,
-                        &bounds,
-                    ],
-                )
+            let row = args
+                .run(pool.pick())
                 .await
                 .map_err(|e| classify(&link, e))?;
             row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
         })
+    }
+}
+
+/// The arguments of one `tollgate_apply`, owned, so that a call can outlive its request.
+struct ApplyArgs {
+    key: String,
+    mode: &'static str,
+    hits: i64,
+    debt: i64,
+    deadline_us: i64,
+    kinds: String,
+    windows: Vec<i64>,
+    params: Vec<i64>,
+    rpus: Vec<i64>,
+    bounds: Vec<i64>,
+}
+
+impl ApplyArgs {
+    /// `debt` then `hits` under `limits` on counter `key` (after `prefix`); nothing
+    /// changes if the database runs it after `deadline_ns` (0: no deadline); `around_ns`
+    /// is the database time expected, which places calendar windows' boundaries.
+    fn new(
+        prefix: &str,
+        key: &str,
+        limits: &[Limit],
+        (debt, hits): (u64, Hits),
+        (deadline_ns, around_ns): (u64, u64),
+    ) -> Self {
+        let (mode, n) = mode(hits);
+        let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
+        Self {
+            key: format!("{prefix}{key}"),
+            mode,
+            hits: signed(n),
+            debt: signed(debt),
+            deadline_us: signed(deadline_ns / NANOS_PER_MICRO),
+            kinds,
+            windows,
+            params,
+            rpus,
+            bounds,
+        }
+    }
+
+    /// The call on `conn`: its one row.
+    async fn run(&self, conn: &PooledConn) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+        conn.client
+            .query_one(
+                &conn.check,
+                &[
+                    &self.key,
+                    &self.mode,
+                    &self.hits,
+                    &self.debt,
+                    &self.deadline_us,
+                    &self.kinds,
+                    &self.windows,
+                    &self.params,
+                    &self.rpus,
+                    &self.bounds,
+                ],
+            )
+            .await
     }
 }
 

@@ -6,6 +6,9 @@
 //! Versions: 1 `tollgate_check_and_count`; 2 `tollgate_apply`, which charges a debt before
 //! the hits (1's function stays, for the instances of a rolling upgrade); 3 calendar
 //! windows: `tollgate_apply` takes their boundaries (2's signature calls it without).
+//!
+//! A database at the current version whose counter table or function is gone (dropped by
+//! hand) is repaired: the file is run again.
 
 use tokio_postgres::Client;
 
@@ -17,6 +20,11 @@ const SCHEMA: &str = include_str!("schema.sql");
 /// The version this Tollgate writes and reads.
 pub const SCHEMA_VERSION: i32 = 3;
 
+/// Whether the counter table and the counting function are there.
+const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
+     AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+     bigint[], bigint[], bigint[])') IS NOT NULL";
+
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
 
@@ -25,6 +33,10 @@ const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
 pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, String> {
     let db = |e: tokio_postgres::Error| format!("migrating the schema: {}", describe(&e));
     let tx = client.transaction().await.map_err(db)?;
+    // `IF NOT EXISTS` on what exists is a NOTICE; the log has no use for it.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")
+        .await
+        .map_err(db)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(db)?;
@@ -46,6 +58,7 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
              ({SCHEMA_VERSION}); run a Tollgate at least as new"
         ));
     }
+    let complete: bool = tx.query_one(COMPLETE, &[]).await.map_err(db)?.get(0);
     if found < SCHEMA_VERSION {
         tx.batch_execute(SCHEMA).await.map_err(db)?;
         tx.execute(
@@ -55,6 +68,12 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
         .await
         .map_err(db)?;
         tracing::info!("postgres schema migrated from version {found} to {SCHEMA_VERSION}");
+    } else if !complete {
+        tx.batch_execute(SCHEMA).await.map_err(db)?;
+        tracing::warn!(
+            "postgres schema repaired: version {found}, but tollgate_counters or \
+             tollgate_apply was missing (dropped?), so it was created again"
+        );
     }
     let is_unlogged: bool = tx
         .query_one(

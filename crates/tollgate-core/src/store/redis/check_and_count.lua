@@ -27,7 +27,9 @@
 --          cost a third of the script's time.
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing,
 --           the debt included), now_us, the stored state as it was before this call,
---           before its debt too ('' if there was none)}
+--           before its debt too ('' if there was none), and if the key held another
+--           type than a string (read as no state, replaced if this call writes), the key
+--           and that type, as text ('' otherwise)}
 --
 -- Each Lua operation costs here what a few dozen arithmetic instructions do, and each
 -- call into a library function more: the loops below are written for the fewest of both
@@ -43,7 +45,7 @@ if now == 0 then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
-if deadline > 0 and now > deadline then return { -1, now, '' } end
+if deadline > 0 and now > deadline then return { -1, now, '', '' } end
 
 local floor, max, min = math.floor, math.max, math.min
 -- 2^53: below it every integer is exact. Stored numbers stay below it (a count or an
@@ -96,7 +98,14 @@ end
 -- v[3] on. A stored value this layout cannot have written (not MessagePack, too long,
 -- another count, anything but integers in 0 .. 2^53) reads as no state: past 2^53 a loop
 -- counter stops moving, and a loop over it would never end.
-local raw = redis.call('GET', key)
+local raw = redis.pcall('GET', key)
+local foreign = ''
+if type(raw) == 'table' then
+  -- WRONGTYPE: a list, a hash... put there by something else. Read as no state, and
+  -- overwritten by the SET below, rather than failing every call on this counter.
+  foreign = key .. ' held a ' .. redis.call('TYPE', key).ok
+  raw = false
+end
 local v
 if raw and #raw <= 9 * size then
   v = { pcall(cmsgpack.unpack_limit, raw, size, 0) }
@@ -259,4 +268,4 @@ if expiry then
   end
 end
 
-return { admitted and 1 or 0, now, raw or '' }
+return { admitted and 1 or 0, now, raw or '', foreign }

@@ -1,6 +1,7 @@
 //! Connections to Redis (single node, Cluster or Sentinel): where Redis is, how to reach
 //! it, and how the supervisor of [`super::super::shared::link`] connects and probes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -9,8 +10,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 
+use super::script;
 use crate::limit::UnknownName;
 use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
+use crate::store::shared::protocol::{PROBE_CALL, PROBE_KEY, probe_limits};
 
 /// A login to Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,6 +316,9 @@ impl Conn {
 pub(super) struct RedisConnector {
     pub(super) target: RedisTarget,
     pub(super) tls: RedisTls,
+    /// The check-and-count script and the keys' prefix, for the counter-call probe.
+    pub(super) script: Arc<redis::Script>,
+    pub(super) key_prefix: String,
 }
 
 impl Connector for RedisConnector {
@@ -337,6 +343,33 @@ impl Connector for RedisConnector {
     /// the master, which only a fresh resolution finds.
     fn reconnect_when_down(&self) -> bool {
         matches!(self.target, RedisTarget::Sentinel { .. })
+    }
+
+    async fn probe_calls(&self, conn: &Conn) -> Result<(), String> {
+        let limits = probe_limits();
+        let (debt, hits) = PROBE_CALL;
+        let check = script::Check {
+            key: PROBE_KEY,
+            limits: &limits,
+            hits,
+            debt,
+            deadline_ns: 0,
+            now_ns: 0,
+            around_ns: 0,
+        };
+        let call = script::call(&self.script, &self.key_prefix, &check);
+        let mut conn = conn.clone();
+        let reply: script::ScriptReply = conn
+            .eval(&call, &self.script)
+            .await
+            .map_err(|e| e.to_string())?;
+        script::numbers(reply).map_err(|e| e.to_string())?;
+        // The probe leaves no key behind: one key per counter, and none that is not.
+        let mut del = redis::cmd("DEL");
+        del.arg(script::redis_key(&self.key_prefix, PROBE_KEY));
+        conn.query::<()>(&del)
+            .await
+            .map_err(|e| format!("DEL of the probe's key: {e}"))
     }
 }
 

@@ -72,7 +72,7 @@ fn huge_charges_still_deny() {
             };
             let reply: Result<ScriptReply, _> =
                 script::call(&script, "differential", &check).query(&mut conn);
-            reply.map(|(flag, _, _)| flag).map_err(|e| e.to_string())
+            reply.map(|(flag, _, _, _)| flag).map_err(|e| e.to_string())
         };
         // Counted, though far over the limit.
         assert!(flag(Hits::Charge(1 << 50), now_ns).is_ok(), "{algorithm:?}");

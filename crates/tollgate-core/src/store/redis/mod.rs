@@ -25,6 +25,7 @@ use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
+use crate::log_limit::LogLimit;
 
 /// How a Redis store is set up.
 #[derive(Debug, Clone)]
@@ -45,24 +46,33 @@ impl SharedStore {
     pub fn redis(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
         let behaviour = config.behaviour;
         let backend = |time| {
+            let script = Arc::new(script::script());
             let connector = RedisConnector {
                 target: config.target.clone(),
                 tls: config.tls.clone(),
+                script: script.clone(),
+                key_prefix: config.key_prefix.clone(),
             };
             Backend::Redis(RedisBackend {
                 link: Link::start(connector, time),
-                script: Arc::new(script::script()),
+                script,
                 resets: format!("{}tollgate-reset", config.key_prefix),
                 key_prefix: config.key_prefix,
+                foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
                 subscriber: Arc::new(RedisConnector {
                     target: config.target,
                     tls: config.tls,
+                    script: Arc::new(script::script()),
+                    key_prefix: String::new(),
                 }),
             })
         };
         Self::start(backend, behaviour, clock, sweep_period)
     }
 }
+
+/// Counter keys found holding another type are logged at most once per this period.
+const FOREIGN_KEY_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 /// One script call per round trip over the supervised connection.
 pub(crate) struct RedisBackend {
@@ -73,6 +83,8 @@ pub(crate) struct RedisBackend {
     resets: String,
     /// Where subscriptions connect, on connections of their own.
     subscriber: Arc<RedisConnector>,
+    /// Counter keys that held something else (a list, a hash), which the script replaced.
+    foreign_keys: Arc<LogLimit>,
 }
 
 impl RedisBackend {
@@ -105,11 +117,22 @@ impl RedisBackend {
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let (script, link) = (self.script.clone(), self.link.clone());
+        let foreign_keys = self.foreign_keys.clone();
         Box::pin(async move {
             let reply: script::ScriptReply = conn
                 .eval(&call, &script)
                 .await
                 .map_err(|e| classify(&link, e))?;
+            let (_, now_us, _, held) = &reply;
+            if !held.is_empty()
+                && let Some(more) =
+                    foreign_keys.admit(u64::try_from(*now_us).unwrap_or(0).saturating_mul(1_000))
+            {
+                tracing::warn!(
+                    "redis counter {held}, not a counter: read as an empty counter and \
+                     overwritten when counted ({more} more such since the last line)"
+                );
+            }
             script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
@@ -170,12 +193,14 @@ impl RedisBackend {
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn classify(link: &Link<RedisConnector>, e: redis::RedisError) -> TripError {
-    let lost = e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-    if lost {
-        // Gone, or a former master after a failover: reconnect (and re-resolve).
+    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+        // A replica, or a former master after a failover: the supervisor's counter-call
+        // probe confirms it and takes the store down (reconnecting a Sentinel set) until
+        // counter calls work again.
+        link.health.report_call_failed();
+        return TripError::Lost(Arc::new(e));
+    }
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         link.health.report_down(&e);
         TripError::Lost(Arc::new(e))
     } else {

@@ -95,9 +95,12 @@ impl ReferenceStore {
     /// Connects in the background (on the current tokio runtime); requests get
     /// `on_error`'s answer until Redis answers.
     pub fn start(config: ReferenceConfig, clock: Arc<dyn Clock>) -> Arc<Self> {
+        // Health is probed as for the Redis store, on a probe counter of its own.
         let connector = RedisConnector {
             target: config.target.clone(),
             tls: config.tls.clone(),
+            script: Arc::new(super::script::script()),
+            key_prefix: config.key_prefix.clone(),
         };
         let link = Link::start(connector, Box::new(|_| {}));
         let over = (config.local_cache_bytes > 0).then(|| OverCache::new(config.local_cache_bytes));

@@ -18,9 +18,10 @@ pub(super) fn script() -> redis::Script {
     redis::Script::new(include_str!("check_and_count.lua"))
 }
 
-/// The script's reply: the flag, Redis' clock in microseconds, and the state as stored
-/// (MessagePack integers; empty for a new counter).
-pub(super) type ScriptReply = (i64, i64, Vec<u8>);
+/// The script's reply: the flag, Redis' clock in microseconds, the state as stored
+/// (MessagePack integers; empty for a new counter), and "KEY held a TYPE" when the key
+/// held another type than a string (empty otherwise).
+pub(super) type ScriptReply = (i64, i64, Vec<u8>, String);
 
 /// A stored state that is not a run of MessagePack unsigned integers below 2^63.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,7 @@ pub(super) type ScriptReply = (i64, i64, Vec<u8>);
 pub(super) struct BadState(usize);
 
 /// `reply` as the numbers of [`crate::store::shared::protocol::decode`].
-pub(super) fn numbers((flag, now_us, state): ScriptReply) -> Result<Vec<i64>, BadState> {
+pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>, BadState> {
     let mut numbers = Vec::with_capacity(2 + state.len());
     numbers.extend([flag, now_us]);
     let mut at = 0;
@@ -67,11 +68,6 @@ pub(super) struct Check<'a> {
     pub(super) around_ns: u64,
 }
 
-/// The Redis key of counter `key` (what [`call`] writes in place).
-pub(super) fn redis_key(prefix: &str, key: &str) -> String {
-    format!("{prefix}{{{key}}}{LAYOUT}")
-}
-
 /// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
 /// as the Cluster hash tag, and the layout; the rest of the call is one argument of
 /// MessagePack values, which the script reads with one unpack.
@@ -100,6 +96,12 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
     cmd.write_arg_fmt(format_args!("{prefix}{{{}}}{LAYOUT}", check.key));
     cmd.arg(args.0.as_slice());
     cmd
+}
+
+/// The Redis key of counter `key`: the prefix, the counter key as the Cluster hash tag,
+/// and the layout.
+pub(super) fn redis_key(prefix: &str, key: &str) -> String {
+    format!("{prefix}{{{key}}}{LAYOUT}")
 }
 
 /// MessagePack values, written in the shortest form `cmsgpack` reads.
@@ -166,7 +168,7 @@ mod tests {
         for n in edges {
             packed.number(n);
         }
-        let read = numbers((0, 0, packed.0)).ok();
+        let read = numbers((0, 0, packed.0, String::new())).ok();
         let mut expected = vec![0, 0];
         expected.extend(edges.map(|n| n as i64));
         assert_eq!(read, Some(expected));
@@ -183,10 +185,13 @@ mod tests {
             0, 0, 0, 0,
         ];
         assert_eq!(
-            numbers((1, 7, state)).ok(),
+            numbers((1, 7, state, String::new())).ok(),
             Some(vec![1, 7, 5, 200, 300, 100_000, 1 << 32])
         );
-        assert_eq!(numbers((0, 7, Vec::new())).ok(), Some(vec![0, 7]));
+        assert_eq!(
+            numbers((0, 7, Vec::new(), String::new())).ok(),
+            Some(vec![0, 7])
+        );
         // A negative number, a float, a cut-off integer, a number past i64.
         for state in [
             vec![0xff],
@@ -194,7 +199,10 @@ mod tests {
             vec![0x01, 0xcd, 0x01],
             vec![0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0],
         ] {
-            assert!(numbers((1, 7, state.clone())).is_err(), "{state:?}");
+            assert!(
+                numbers((1, 7, state.clone(), String::new())).is_err(),
+                "{state:?}"
+            );
         }
     }
 }

@@ -1,6 +1,12 @@
 //! The supervised connection to a shared store, kept alive by a task of its own, so that
 //! requests never wait for a connect and learn at once when the store is down. What a
 //! connection is and how it is made belong to the store ([`Connector`]).
+//!
+//! Up means counter calls work, not only that the store answers: a store that comes up,
+//! or whose counter calls a request saw fail, is probed with one counter call before it
+//! is (again) taken as up, so a dropped table or a read-only replica is reported down
+//! once, with its cause, instead of flapping between up and down with every request.
+//! Attempts while it is down are backed off.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,8 +20,13 @@ use tokio::sync::Notify;
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// Probe period while the store answers; a request error wakes the supervisor sooner.
 const HEALTHY_PROBE: Duration = Duration::from_secs(1);
-/// Retry period while the store is down: recovery is noticed within this.
+/// First retry period while the store is down; it doubles with each failed attempt.
 pub(crate) const DOWN_RETRY: Duration = Duration::from_millis(100);
+/// Longest retry period while the store is down: recovery is noticed within this.
+const MAX_DOWN_RETRY: Duration = Duration::from_millis(500);
+/// How long the counter-call probe may take; past it, the probe is tried again at the
+/// next period without taking the store down (a slow store is not a broken one).
+const CALL_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How a store's connections are made and probed.
 pub(crate) trait Connector: Send + Sync + 'static {
@@ -38,6 +49,10 @@ pub(crate) trait Connector: Send + Sync + 'static {
     /// Whether a store that stops answering is connected afresh (its address may have
     /// moved, or its connections died with it), rather than left to recover on its own.
     fn reconnect_when_down(&self) -> bool;
+
+    /// One counter call that writes, on a counter no request uses
+    /// ([`super::protocol::PROBE_KEY`]): whether counter calls work.
+    fn probe_calls(&self, conn: &Self::Conn) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// Told the store's time whenever a probe reads it.
@@ -53,6 +68,9 @@ pub(crate) struct Health {
     /// Notified whenever the link comes up.
     connected: Notify,
     reconnects: AtomicU64,
+    /// A request's counter call failed: the supervisor probes one before trusting the
+    /// store again.
+    calls_suspect: AtomicBool,
     /// How long the last successful probe took, in nanoseconds (0: none yet).
     probe_ns: AtomicU64,
     /// Why the link last went down or failed to connect, for the operator.
@@ -67,6 +85,7 @@ impl Health {
             wake: Notify::new(),
             connected: Notify::new(),
             reconnects: AtomicU64::new(0),
+            calls_suspect: AtomicBool::new(false),
             probe_ns: AtomicU64::new(0),
             last_error: std::sync::Mutex::new(None),
         }
@@ -121,6 +140,13 @@ impl Health {
         self.wake.notify_one();
     }
 
+    /// A request's counter call failed in a way that may be the store's, not the
+    /// counter's: have the supervisor probe a counter call now.
+    pub(crate) fn report_call_failed(&self) {
+        self.calls_suspect.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
     /// A request was slow: have the supervisor probe now.
     pub(crate) fn report_slow(&self) {
         self.wake.notify_one();
@@ -138,11 +164,11 @@ impl Health {
         // Each new reason once at warn level; the same failure repeating only at debug.
         if was || last.as_deref() != Some(why.as_str()) {
             tracing::warn!(
-                "{} unreachable: {why}; deciding per --on-store-error until it is back",
+                "{} down: {why}; deciding per --on-store-error until it is back",
                 self.name
             );
         } else {
-            tracing::debug!("{} still unreachable: {why}", self.name);
+            tracing::debug!("{} still down: {why}", self.name);
         }
         *last = Some(why);
     }
@@ -176,6 +202,7 @@ impl<C: Connector> Link<C> {
 }
 
 async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, time: TimeSink) {
+    let mut retry = DOWN_RETRY;
     loop {
         let Some(strong) = link.upgrade() else { return };
         let mut failure = None;
@@ -208,8 +235,26 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
             },
             None => false,
         };
+        let suspect = strong.health.calls_suspect.swap(false, Ordering::Relaxed);
+        let healthy = match (healthy, strong.current.load_full()) {
+            (true, Some(conn)) if suspect || !strong.health.is_up() => {
+                match tokio::time::timeout(CALL_PROBE_TIMEOUT, connector.probe_calls(&conn)).await {
+                    Ok(Ok(())) => true,
+                    Ok(Err(e)) => {
+                        failure = Some(format!("counter calls fail: {e}"));
+                        false
+                    }
+                    Err(_) => {
+                        strong.health.calls_suspect.store(true, Ordering::Relaxed);
+                        strong.health.is_up()
+                    }
+                }
+            }
+            (healthy, _) => healthy,
+        };
         strong.health.set_up(healthy, failure);
         if healthy {
+            retry = DOWN_RETRY;
             // Holding `strong` here delays dropping the link by at most one probe period.
             tokio::select! {
                 _ = strong.health.wake.notified() => {}
@@ -217,7 +262,8 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
             }
         } else {
             drop(strong);
-            tokio::time::sleep(DOWN_RETRY).await;
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(MAX_DOWN_RETRY);
         }
     }
 }

@@ -360,18 +360,20 @@ impl SharedStore {
             bump(&self.counts.local_denials);
             return Ok((denied, DecidedBy::LocalView));
         }
-        if !self.debts.is_empty() && self.debts.uncertain(key) > 0 {
-            // Units this instance admitted are on their way in calls not heard from: the
-            // store would check this request without them, the view holds them.
-            bump(&self.counts.fallbacks);
+        // Units admitted while this counter's calls are still out (a late call, a charge
+        // being sent) are unknown to the store, whose check would admit past them; until
+        // those calls are heard from, the view, which holds them, decides as for a store
+        // that did not answer, leaving room for the calls in flight.
+        if self.behaviour.on_error == OnStoreError::Local
+            && !self.debts.is_empty()
+            && self.debts.uncertain(key) > 0
+        {
             let pending = self.in_flight.units(key);
-            let how = Fallback::Local;
-            let verdict = self
-                .local
-                .fall_back(key, limits, now, (hits, pending), how, |verdict| {
-                    let decided = counted(hits, verdict.decision.admitted);
-                    self.debts.owe(key, limits, decided, now);
-                });
+            let timeout = StoreError::Timeout;
+            let verdict = self.fall_back(key, limits, (hits, pending), now, timeout, |v| {
+                let decided = counted(hits, v.decision.admitted);
+                self.debts.owe(key, limits, decided, now);
+            })?;
             return Ok((verdict, DecidedBy::Fallback));
         }
         let debt = match self.debts.is_empty() {
@@ -511,6 +513,7 @@ impl SharedStore {
             }
             Err(TripError::Failed(e)) => {
                 bump(&self.counts.script_errors);
+                self.backend.health().report_call_failed();
                 return Err(StoreError::Failed(e));
             }
             Ok(raw) => raw,
@@ -532,6 +535,7 @@ impl SharedStore {
             }
             Err(why) => {
                 bump(&self.counts.script_errors);
+                self.backend.health().report_call_failed();
                 Err(StoreError::Failed(Arc::new(why)))
             }
         }

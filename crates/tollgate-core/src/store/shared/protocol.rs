@@ -12,6 +12,17 @@ use crate::limit::{Algorithm, Limit};
 /// The stores count time in microseconds.
 pub(crate) use crate::clock::NANOS_PER_MICRO;
 
+/// The counter the health probe counts on, to learn whether counter calls work (a table
+/// dropped, a read-only replica): no counter's key, since every counter key has a `#`.
+pub(crate) const PROBE_KEY: &str = "tollgate-health-probe";
+/// The probe's call: one unit, so that the store writes, as a request's would.
+pub(crate) const PROBE_CALL: (u64, Hits) = (0, Hits::Consume(1));
+
+/// The probe's limit: never reached, and a window of a second, so its counter expires.
+pub(crate) fn probe_limits() -> [Limit; 1] {
+    [Limit::new(u32::MAX, crate::unit::Unit::Second)]
+}
+
 /// The mode letter and hit count for `hits`: `c` consume, `p` charge (counted even past
 /// the limit), `k` check, `r` refund.
 pub(crate) fn mode(hits: Hits) -> (&'static str, u64) {
