@@ -28,6 +28,7 @@
 
 mod algo;
 mod clock;
+mod counter;
 mod decision;
 pub mod headers;
 mod key;
@@ -41,8 +42,8 @@ mod unit;
 
 pub use algo::Hits;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use counter::{Counter, Found, Reading};
 pub use decision::{Decision, Limited, Outcome};
-pub use key::counter_key;
 pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };

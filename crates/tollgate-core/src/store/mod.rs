@@ -161,7 +161,7 @@ pub struct SharedStats {
 
 impl Store {
     /// Applies `hits` to the counter `key` under `limits` (all or nothing).
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         key: &str,
         limits: &[Limit],
