@@ -56,6 +56,12 @@ impl Parts {
         let demand = counter.companion(DEMAND_TAG, &self.demand);
         let everyone = counted(demand.charge(store, requests).await?.remaining);
         let mine = counted(demand.charge(&self.mine, requests).await?.remaining);
+        // Each instance asks right after counting its own latest report, which the others
+        // count only at some point of their own interval: half of it on average. So half
+        // of it is left out here, or every instance would count itself ahead of the rest
+        // and their parts add up to more than the whole.
+        let ahead = requests / 2;
+        let (everyone, mine) = (everyone.saturating_sub(ahead), mine.saturating_sub(ahead));
         Ok(match everyone {
             0 => 1.0,
             _ => (mine as f64 / everyone as f64).min(1.0),
@@ -107,12 +113,13 @@ mod tests {
         };
         assert_eq!(fraction(&a, 0).await, 1.0, "no demand anywhere");
         assert_eq!(fraction(&a, 30).await, 1.0, "alone so far");
-        assert_eq!(fraction(&b, 90).await, 0.75);
+        // Half of b's own report is left out: (90 - 45) of (120 - 45).
+        assert_eq!(fraction(&b, 90).await, 0.6);
         assert_eq!(fraction(&a, 0).await, 0.25);
         // b's Envoys leave: a has the whole demand at once.
         b.withdraw(&shared, &counter).await.expect("memory");
         assert_eq!(fraction(&a, 0).await, 1.0);
-        assert_eq!(fraction(&b, 10).await, 0.25, "b's old demand is gone");
+        assert_eq!(fraction(&b, 10).await, 5.0 / 35.0, "b's old demand is gone");
         // The demand ages out with its window: a alone again.
         clock.advance(u64::from(DEMAND_WINDOW_S) * 2 * S);
         assert_eq!(fraction(&a, 10).await, 1.0);

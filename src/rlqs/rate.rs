@@ -15,6 +15,10 @@ const MAX_FILL_S: u64 = 366 * 86_400;
 const BURST_WINDOWS: f64 = 0.25;
 /// ...and at most this many seconds of it.
 const BURST_MAX_S: f64 = 1.0;
+/// Tokens a bucket holds at least: with one, a token that is full waits for the next
+/// request while its refill goes to waste, and an Envoy whose rate is a request or two
+/// a second admits a fifth less than its rate.
+const MIN_BURST: f64 = 2.0;
 const NS_PER_S: f64 = 1e9;
 
 /// A stream's demand (requests per second) after a report of `observed` per second: an
@@ -34,7 +38,7 @@ pub(crate) fn burst_s(window_ns: u64) -> f64 {
 }
 
 /// Envoy's token bucket for at most `rate` tokens per second with `burst_s` seconds of it
-/// to spend at once (at least one token), or a denial when no whole token fits. The rate
+/// to spend at once (at least [`MIN_BURST`] tokens), or a denial when no whole token fits. The rate
 /// is rounded down, so that parts never add up to more than their whole.
 pub(crate) fn token_bucket(rate: f64, burst_s: f64) -> Strategy {
     if !(rate.is_finite() && rate > 0.0) {
@@ -45,7 +49,7 @@ pub(crate) fn token_bucket(rate: f64, burst_s: f64) -> Strategy {
     if tokens_per_fill < 1.0 {
         return Strategy::DenyAll;
     }
-    let max_tokens = (rate * burst_s).ceil().max(1.0);
+    let max_tokens = (rate * burst_s).ceil().max(MIN_BURST);
     Strategy::TokenBucket {
         max_tokens: max_tokens.min(f64::from(u32::MAX)) as u32,
         tokens_per_fill: tokens_per_fill.min(f64::from(u32::MAX)) as u32,
@@ -96,9 +100,9 @@ mod tests {
         let slow = token_bucket(10.0 / 3.0, burst_s(60 * S));
         assert!(matches!(slow, Strategy::TokenBucket { max_tokens: 4, .. }));
         assert!(rate_of(slow) <= 10.0 / 3.0 && rate_of(slow) > 0.99 * 10.0 / 3.0);
-        // A thousand a day: one token at a time, refilled every 87 s or so.
+        // A thousand a day: two tokens at most, one refilled every 87 s or so.
         let daily = token_bucket(1_000.0 / 86_400.0, burst_s(86_400 * S));
-        assert!(matches!(daily, Strategy::TokenBucket { max_tokens: 1, .. }));
+        assert!(matches!(daily, Strategy::TokenBucket { max_tokens: 2, .. }));
         assert!(rate_of(daily) <= 1_000.0 / 86_400.0);
         assert_eq!(token_bucket(0.0, 1.0), Strategy::DenyAll);
         assert_eq!(token_bucket(f64::NAN, 1.0), Strategy::DenyAll);

@@ -26,8 +26,8 @@ const TTL_INTERVALS: u64 = 3;
 /// bucket whose settings change (full, a burst more), so small drifts of demand must not.
 const KEEP_WITHIN: f64 = 0.05;
 /// Another stream is pushed a new rate without waiting for its report when it may admit
-/// at least this much more.
-const PUSH_ABOVE: f64 = 1.25;
+/// at least this many times as much.
+const PUSH_ABOVE: f64 = 1.1;
 /// Buckets one stream may subscribe to.
 pub(crate) const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 const NS_PER_S: u64 = 1_000_000_000;

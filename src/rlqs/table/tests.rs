@@ -1,9 +1,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::ManualClock;
+use tollgate_core::{Capacity, Counter, Limit, ManualClock, MemoryStore, Store, Unit};
 
 use super::*;
+use crate::rlqs::part::Parts;
 
 const S: u64 = 1_000_000_000;
 
@@ -234,4 +235,338 @@ fn a_stream_may_not_subscribe_to_unbounded_buckets() {
     );
     // Another stream is not affected.
     assert!(t.report(2, &bucket("one more"), 1, 0, allow).is_ok());
+}
+
+/// One simulated Envoy: requests at a steady rate, reports on its own timer, and its
+/// assignment enforced as Envoy 1.40 does: a fresh token bucket starts full, an unchanged
+/// one carries on, and tokens refill continuously.
+struct Envoy {
+    demand: f64,
+    interval_ns: u64,
+    instance: usize,
+    arrivals: f64,
+    strategy: Option<Strategy>,
+    tokens: f64,
+    allowed: u64,
+    denied: u64,
+    subscribed_ns: Option<u64>,
+}
+
+impl Envoy {
+    /// One request now, `dt_s` after the last tick: admitted?
+    fn admit(&mut self) -> bool {
+        match self.strategy {
+            None | Some(Strategy::AllowAll) => true,
+            Some(Strategy::DenyAll) => false,
+            Some(Strategy::TokenBucket { .. }) => {
+                let ok = self.tokens >= 1.0;
+                if ok {
+                    self.tokens -= 1.0;
+                }
+                ok
+            }
+        }
+    }
+
+    fn refill(&mut self, dt_s: f64) {
+        if let Some(bucket @ Strategy::TokenBucket { max_tokens, .. }) = self.strategy {
+            self.tokens = (self.tokens + dt_s * rate_of(bucket)).min(f64::from(max_tokens));
+        }
+    }
+
+    fn burst(&self) -> u64 {
+        match self.strategy {
+            Some(Strategy::TokenBucket { max_tokens, .. }) => u64::from(max_tokens),
+            _ => 0,
+        }
+    }
+}
+
+/// A simulated fleet: Envoys with their demand (requests per second) and reporting
+/// intervals, spread over `instances` Tollgates on one store, under a limit of `limit`
+/// per `window_s` seconds; half-way the demand shifts (each Envoy takes another's).
+struct Fleet {
+    limit: u32,
+    window_s: u32,
+    demand: Vec<f64>,
+    intervals_s: Vec<u64>,
+    instances: usize,
+    seconds: u64,
+}
+
+/// What a simulated fleet admitted per window, after every Envoy's first answer.
+struct Measured {
+    admitted: Vec<u64>,
+    /// The stated bound of each window: the limit's rate over the window (as assigned:
+    /// the sum of the Envoys' rates), plus the tokens held at its start, plus every
+    /// bucket started full within it.
+    bounds: Vec<f64>,
+    /// Per Envoy, what it admitted over the measured windows before and after the shift.
+    by_envoy: Vec<(u64, u64)>,
+    /// The largest sum of the rates assigned at once, over the limit's rate, once the
+    /// instances' parts are measured.
+    most_assigned: f64,
+}
+
+async fn simulate(fleet: &Fleet) -> Measured {
+    const TICK_NS: u64 = 10_000_000;
+    // Instances' parts are measured over 20 s of demand: until then they may overlap.
+    const DEMAND_SETTLED_NS: u64 = 20 * S;
+    let window_ns = u64::from(fleet.window_s) * S;
+    // Just after a window starts, at no round second.
+    let start = 1_000 * window_ns + 300_000_000;
+    let clock = ManualClock::new(start);
+    let store = Store::Memory(MemoryStore::new(
+        Capacity::default(),
+        Arc::new(clock.clone()),
+    ));
+    let limit = Limit::new(fleet.limit, Unit::Second)
+        .with_multiplier(fleet.window_s)
+        .expect("a valid limit");
+    let per_s = f64::from(fleet.limit) / f64::from(fleet.window_s);
+    let counter = Counter::for_limits("d", [("k", "a")], &[limit]);
+    let mut tables: Vec<Table> = (0..fleet.instances)
+        .map(|_| Table::new(Arc::new(clock.clone()), Duration::from_secs(600)))
+        .collect();
+    // Alone, an instance's part is the whole limit.
+    let parts: Vec<Parts> = (0..fleet.instances)
+        .filter(|_| fleet.instances > 1)
+        .map(|_| Parts::new(Arc::new(clock.clone()), Capacity::default()))
+        .collect();
+    let mut envoys: Vec<Envoy> = fleet
+        .demand
+        .iter()
+        .zip(&fleet.intervals_s)
+        .enumerate()
+        .map(|(i, (demand, interval_s))| Envoy {
+            demand: *demand,
+            interval_ns: interval_s * S,
+            instance: i % fleet.instances,
+            arrivals: 0.5,
+            strategy: None,
+            tokens: 0.0,
+            allowed: 0,
+            denied: 0,
+            subscribed_ns: None,
+        })
+        .collect();
+    let windows = usize::try_from(fleet.seconds * S / window_ns).expect("a few windows");
+    let mut admitted = vec![0u64; windows + 1];
+    let mut bounds = vec![0f64; windows + 1];
+    let mut by_envoy = vec![(0, 0); envoys.len()];
+    let mut answered_ns = 0;
+    let mut most_assigned = 0f64;
+    let shift_ns = start + fleet.seconds * S / 2;
+    for tick in 0..(fleet.seconds * S / TICK_NS) {
+        let now = start + tick * TICK_NS;
+        clock.advance(now - clock.now_ns());
+        let window = usize::try_from((now - start) / window_ns).expect("a few windows");
+        if now == shift_ns {
+            let mut shifted: Vec<f64> = envoys.iter().map(|e| e.demand).collect();
+            shifted.rotate_left(1);
+            for (e, demand) in envoys.iter_mut().zip(shifted) {
+                e.demand = demand;
+            }
+        }
+        if (now - start).is_multiple_of(window_ns) {
+            bounds[window] += envoys.iter().map(|e| e.tokens).sum::<f64>();
+        }
+        let assigned: f64 = envoys.iter().filter_map(|e| e.strategy).map(rate_of).sum();
+        if answered_ns > 0 && now >= answered_ns + DEMAND_SETTLED_NS {
+            most_assigned = most_assigned.max(assigned / per_s);
+        }
+        bounds[window] += assigned.min(f64::MAX) * TICK_NS as f64 / S as f64;
+        for i in 0..envoys.len() {
+            let e = &mut envoys[i];
+            e.refill(TICK_NS as f64 / S as f64);
+            e.arrivals += e.demand * TICK_NS as f64 / S as f64;
+            let mut subscribe = false;
+            while e.arrivals >= 1.0 {
+                e.arrivals -= 1.0;
+                if e.admit() {
+                    e.allowed += 1;
+                    admitted[window] += 1;
+                    if answered_ns > 0 && now >= answered_ns {
+                        let half = if now < shift_ns {
+                            &mut by_envoy[i].0
+                        } else {
+                            &mut by_envoy[i].1
+                        };
+                        *half += 1;
+                    }
+                } else {
+                    e.denied += 1;
+                }
+                if e.subscribed_ns.is_none() {
+                    e.subscribed_ns = Some(now);
+                    subscribe = true;
+                }
+            }
+            let on_timer = e
+                .subscribed_ns
+                .is_some_and(|at| now > at && (now - at).is_multiple_of(e.interval_ns));
+            if !(subscribe || on_timer) {
+                continue;
+            }
+            let (allowed, denied) = (e.allowed, e.denied);
+            (e.allowed, e.denied) = (0, 0);
+            let instance = e.instance;
+            let id = i as StreamId + 1;
+            let t = &mut tables[instance];
+            let fraction = match parts.get(instance) {
+                Some(part) => part
+                    .fraction(&store, &counter, allowed + denied)
+                    .await
+                    .expect("memory store"),
+                None => 1.0,
+            };
+            let budget = Budget::Rate {
+                per_s: per_s * fraction,
+                window_ns,
+            };
+            let sends = t
+                .report(id, &bucket("a"), allowed, denied, budget)
+                .expect("under the cap");
+            for send in sends {
+                let Action::Assign {
+                    strategy, fresh, ..
+                } = send.action
+                else {
+                    continue;
+                };
+                let e = &mut envoys[send.stream as usize - 1];
+                e.strategy = Some(strategy);
+                if fresh {
+                    e.tokens = e.burst() as f64;
+                    bounds[window] += e.tokens;
+                }
+            }
+            if envoys.iter().all(|e| e.strategy.is_some()) && answered_ns == 0 {
+                answered_ns = now;
+            }
+        }
+    }
+    // Whole windows after every Envoy's first answer (and before the end).
+    let first = usize::try_from(answered_ns.saturating_sub(start).div_ceil(window_ns))
+        .expect("a few windows");
+    Measured {
+        admitted: admitted[first..windows].to_vec(),
+        bounds: bounds[first..windows].to_vec(),
+        by_envoy,
+        most_assigned,
+    }
+}
+
+/// Runs `fleet` and asserts the bound in every window, a use of at least 90 % of the limit
+/// on average (the demand is well over it), and shares that follow demand.
+async fn holds(fleet: Fleet) {
+    let measured = simulate(&fleet).await;
+    let limit = u64::from(fleet.limit);
+    let what = format!(
+        "{} Envoys reporting every {:?} s on {} Tollgate(s), {} per {} s",
+        fleet.demand.len(),
+        fleet.intervals_s,
+        fleet.instances,
+        fleet.limit,
+        fleet.window_s
+    );
+    println!(
+        "{what}: admitted {:?}, bounds {:?}, by Envoy {:?}, most assigned {:.3} of the rate",
+        measured.admitted,
+        measured
+            .bounds
+            .iter()
+            .map(|b| b.floor())
+            .collect::<Vec<_>>(),
+        measured.by_envoy,
+        measured.most_assigned
+    );
+    assert!(
+        measured.admitted.len() >= 4,
+        "{what}: too few windows measured"
+    );
+    for (w, (n, bound)) in measured.admitted.iter().zip(&measured.bounds).enumerate() {
+        assert!(
+            *n as f64 <= bound.floor() + 1.0,
+            "{what}: window {w} admitted {n} > {bound}"
+        );
+    }
+    // One Tollgate never assigns more than the limit's rate in all; several keep within
+    // it up to how far their parts' sum strays while demand moves.
+    let slack = if fleet.instances == 1 { 1.0 } else { 1.25 };
+    assert!(
+        measured.most_assigned <= slack + 1e-9,
+        "{what}: {} of the rate assigned at once",
+        measured.most_assigned
+    );
+    let over_limit = measured
+        .bounds
+        .iter()
+        .map(|b| b - limit as f64)
+        .fold(0f64, f64::max);
+    println!("{what}: the bound's largest excess over the limit {over_limit:.1}");
+    let mean = measured.admitted.iter().sum::<u64>() as f64 / measured.admitted.len() as f64;
+    assert!(
+        mean >= 0.9 * limit as f64,
+        "{what}: {mean} admitted per window on average"
+    );
+    // Shares follow demand: before the shift, the busiest Envoy admitted the most.
+    let busiest = fleet
+        .demand
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i);
+    let most = measured.by_envoy.iter().map(|(before, _)| *before).max();
+    assert_eq!(
+        Some(measured.by_envoy[busiest].0),
+        most,
+        "{what}: the busiest Envoy's share"
+    );
+}
+
+/// Demand of `n` Envoys, 2.5 times `per_s` together, split unevenly (1 : 2 : … : n).
+fn uneven(n: usize, per_s: f64) -> Vec<f64> {
+    let weights: f64 = (1..=n).map(|w| w as f64).sum();
+    (1..=n).map(|w| 2.5 * per_s * w as f64 / weights).collect()
+}
+
+#[tokio::test]
+async fn simulated_fleets_hold_a_per_second_limit_and_use_it() {
+    let cases: [(usize, &[u64]); 6] = [
+        (1, &[1]),
+        (1, &[10]),
+        (2, &[5, 5]),
+        (2, &[1, 10]),
+        (4, &[2, 3, 7, 10]),
+        (16, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 5, 5, 5, 5, 1, 10]),
+    ];
+    for (n, intervals) in cases {
+        for instances in [1, 2].into_iter().filter(|i| *i <= n) {
+            holds(Fleet {
+                limit: 20,
+                window_s: 1,
+                demand: uneven(n, 20.0),
+                intervals_s: intervals.to_vec(),
+                instances,
+                seconds: 120,
+            })
+            .await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn simulated_fleets_hold_a_per_minute_limit_and_use_it() {
+    for instances in [1, 2] {
+        holds(Fleet {
+            limit: 600,
+            window_s: 60,
+            demand: uneven(3, 10.0),
+            intervals_s: vec![5, 5, 10],
+            instances,
+            seconds: 600,
+        })
+        .await;
+    }
 }
