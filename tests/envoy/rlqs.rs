@@ -119,14 +119,14 @@ fn bound(limit: usize, window: Duration, envoys: usize, parts: f64) -> usize {
 }
 
 /// Two Envoys, 2.5 times each limit offered, 70 % through a and 30 % through b: after the
-/// first report (with several Tollgates, once their parts are measured), no second
-/// admits more than the bound of 20 per second nor any minute more than that of 600 per
-/// minute, at least 90 % of each limit is used, and a's share is about its demand's. Then b
+/// first report (with several Tollgates, once their parts are measured: `settle`, and
+/// what they may add up to: `parts`), no second admits more than the bound of 20 per
+/// second nor any minute more than that of 600 per minute, at least 90 % of each limit is used, and a's share is about its demand's. Then b
 /// goes, and a alone gets the whole limit.
 async fn two_envoys_hold_per_second_and_per_minute_limits(
     a: Envoy,
     b: Envoy,
-    settle: Duration,
+    (settle, parts): (Duration, f64),
     what: &str,
 ) {
     let start = SystemTime::now();

@@ -13,11 +13,11 @@ const S: u64 = 1_000_000_000;
 const RULES: &str = r#"
 domain: d
 descriptors:
-  - key: user
+  - key: client
     descriptors:
-      - key: path
-        rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: free
+      - key: route
+        rate_limit: {unit: hour, requests_per_unit: 3, algorithm: fixed_window}
+  - key: open
     rate_limit: {unlimited: true}
 "#;
 
@@ -38,9 +38,9 @@ fn limited(found: Found) -> Counter {
 async fn a_bucket_in_any_order_finds_the_counter_should_rate_limit_counts_on() {
     let clock = ManualClock::new(600 * S);
     let limiter = limiter(&clock);
-    let descriptor = Descriptor::new([("user", "ann"), ("path", "/a")]);
+    let descriptor = Descriptor::new([("client", "c1"), ("route", "/r")]);
     let by_descriptor = limited(limiter.find_descriptor("d", &descriptor));
-    let by_bucket = limited(limiter.find_bucket("d", &[("path", "/a"), ("user", "ann")]));
+    let by_bucket = limited(limiter.find_bucket("d", &[("route", "/r"), ("client", "c1")]));
     assert_eq!(by_bucket, by_descriptor);
     let store = limiter.store();
     by_bucket.charge(store, 2).await.expect("memory store");
@@ -56,7 +56,7 @@ fn unlimited_and_unmatched_entries_have_no_counter() {
     let clock = ManualClock::new(600 * S);
     let limiter = limiter(&clock);
     assert!(matches!(
-        limiter.find_bucket("d", &[("free", "x")]),
+        limiter.find_bucket("d", &[("open", "x")]),
         Found::Unlimited(_)
     ));
     assert!(matches!(
@@ -64,10 +64,10 @@ fn unlimited_and_unmatched_entries_have_no_counter() {
         Found::NoRule
     ));
     assert!(matches!(
-        limiter.find_bucket("other", &[("free", "x")]),
+        limiter.find_bucket("other", &[("open", "x")]),
         Found::NoRule
     ));
-    let half = Descriptor::new([("path", "/a")]);
+    let half = Descriptor::new([("route", "/r")]);
     assert!(matches!(limiter.find_descriptor("d", &half), Found::NoRule));
 }
 
@@ -113,7 +113,7 @@ async fn every_operation_counts_as_it_says() {
 async fn a_companion_is_a_counter_of_its_own() {
     let clock = ManualClock::new(600 * S);
     let limiter = limiter(&clock);
-    let counter = limited(limiter.find_bucket("d", &[("user", "ann"), ("path", "/a")]));
+    let counter = limited(limiter.find_bucket("d", &[("client", "c1"), ("route", "/r")]));
     let wide = Limit::new(100, Unit::Minute);
     let demand = counter.companion("demand", std::slice::from_ref(&wide));
     assert_ne!(demand.key(), counter.key());
