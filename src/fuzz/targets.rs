@@ -248,7 +248,7 @@ pub(super) fn counter_keys(input: &[u8]) -> Result<String, String> {
     if key.contains(['{', '}']) {
         return Err(format!("a brace in the key {key:?}"));
     }
-    let decoded = decode_key(&key).ok_or_else(|| format!("undecodable key {key:?}"))?;
+    let decoded = decode_key(key).ok_or_else(|| format!("undecodable key {key:?}"))?;
     let original = (
         domain.to_owned(),
         entries
