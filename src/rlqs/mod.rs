@@ -382,7 +382,8 @@ async fn follow_rules(rlqs: std::sync::Weak<Rlqs>) {
     }
 }
 
-/// Why a step through a bucket gave no answer.
+/// Why a step through a bucket gave no answer: the store failed (Envoy keeps what it has),
+/// or the stream reports more buckets than it may (the stream ends).
 #[derive(Debug, thiserror::Error)]
 enum Step {
     /// The counter store failed.

@@ -17,7 +17,8 @@ const DEMAND_WINDOW_S: u32 = 20;
 /// The demand counter's name beside the bucket's counter.
 const DEMAND_TAG: &str = "rlqs-demand";
 
-/// This instance's demand, per bucket counter.
+/// This instance's demand per bucket counter, in local memory, beside the fleet's on the
+/// shared store.
 pub(crate) struct Parts {
     memory: MemoryStore,
     mine: Store,

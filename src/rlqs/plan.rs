@@ -15,7 +15,8 @@ use super::table::Strategy;
 /// not overall).
 const MAX_PLANS: usize = 100_000;
 
-/// What the rules say about one bucket.
+/// What the rules say about one bucket: a fixed answer, or the counter its usage is
+/// charged on and the rate its streams divide.
 #[derive(Debug)]
 pub(crate) enum Plan {
     /// No rule matches: the configured default.
@@ -71,13 +72,15 @@ pub(crate) fn plan<R: Recorder>(limiter: &Limiter<R>, bucket: &BucketKey) -> Pla
     }
 }
 
-/// Each bucket's plan under the rules in force, made at its first use; forgotten when
-/// rules are installed.
+/// Each bucket's plan under the rules in force, made at its first use and kept until
+/// rules are installed or the bucket's last stream leaves.
 #[derive(Default)]
 pub(crate) struct Plans {
     inner: Mutex<Cached>,
 }
 
+/// The plans and the rule set they were made under, behind one lock so that a plan made
+/// under rules replaced meanwhile is never kept.
 #[derive(Default)]
 struct Cached {
     /// Counts rule sets: a plan made under an older one is not kept.

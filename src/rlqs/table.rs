@@ -32,7 +32,8 @@ const PUSH_ABOVE: f64 = 1.1;
 pub(crate) const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 const NS_PER_S: u64 = 1_000_000_000;
 
-/// How Envoy limits a bucket (the strategies Envoy 1.40 enforces).
+/// How Envoy limits a bucket: the strategies Envoy 1.40 enforces (it ignores
+/// `requests_per_time_unit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Strategy {
     AllowAll,
@@ -46,7 +47,8 @@ pub(crate) enum Strategy {
     },
 }
 
-/// What one bucket of one stream is told.
+/// What one bucket of one stream is told: an assignment to enforce until its time to
+/// live ends, or to forget the bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Enforce `strategy` for `ttl_s` whole seconds (Envoy reads only the seconds);
@@ -68,7 +70,8 @@ pub(crate) struct Send {
     pub(crate) action: Action,
 }
 
-/// What the rules and the store say about a bucket now.
+/// What the rules and the store say about a bucket now: an answer for every stream, or
+/// the rate this instance's streams divide.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Budget {
     /// The same answer whatever is counted: no rule, unlimited, a limit of 0, shadow mode.

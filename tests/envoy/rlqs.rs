@@ -49,7 +49,8 @@ async fn rlqs_envoy(upstream: &Upstream, tollgate: &Server) -> Envoy {
     .await
 }
 
-/// One answer through an Envoy.
+/// One answer through an Envoy: when the request was sent, and its status (200, or 429
+/// from the filter).
 struct Sent {
     at: SystemTime,
     status: u16,

@@ -26,7 +26,8 @@ pub struct Counter {
     limits: Box<[Limit]>,
 }
 
-/// What the rules say about one descriptor or bucket.
+/// What the rules say about one descriptor or bucket: whether a rule applies, and if it
+/// limits, the counter its limits are counted on for these entries.
 #[derive(Debug, Clone)]
 pub enum Found {
     /// No rule of the domain applies (or there is no such domain).
@@ -42,7 +43,8 @@ pub enum Found {
     },
 }
 
-/// What a counter answered to one operation, about its tightest limit.
+/// What a counter answered to one operation, about its tightest limit: of the denying
+/// limits the one with the longest wait, else the one with the fewest units left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reading {
     /// Whether the units fit every limit (a consume counted them; a charge counted them

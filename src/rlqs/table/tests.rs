@@ -253,7 +253,7 @@ struct Envoy {
 }
 
 impl Envoy {
-    /// One request now, `dt_s` after the last tick: admitted?
+    /// One request now: admitted?
     fn admit(&mut self) -> bool {
         match self.strategy {
             None | Some(Strategy::AllowAll) => true,
@@ -294,7 +294,8 @@ struct Fleet {
     seconds: u64,
 }
 
-/// What a simulated fleet admitted per window, after every Envoy's first answer.
+/// What a simulated fleet admitted per window after every Envoy's first answer, against
+/// the bound of each window, and how far the assigned rates strayed.
 struct Measured {
     admitted: Vec<u64>,
     /// The stated bound of each window: the limit's rate over the window (as assigned:
