@@ -316,12 +316,12 @@ impl RlqsMetrics {
         );
         r.register(
             "tollgate_rlqs_over_limit_total",
-            "Reported admissions beyond their grants that did not fit the limit when counted, per rule",
+            "Reported admissions that did not fit the limit when charged, per rule",
             self.over_limit.clone(),
         );
         r.register(
             "tollgate_rlqs_limit_gap",
-            "Room neither counted nor granted at the rule's latest report",
+            "Room left on the rule's counter at its latest report",
             self.gap.clone(),
         );
     }

@@ -10,8 +10,8 @@ use prost::Message as _;
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::rules::RulesBuilder;
 use tollgate_core::{
-    Capacity, DecideError, Defaults, Limit, Limiter, MemoryStore, Options, Rules, Store,
-    SystemClock, Unit, counter_key,
+    Capacity, Counter, DecideError, Defaults, Limit, Limiter, MemoryStore, Options, Rules, Store,
+    SystemClock, Unit,
 };
 
 use super::signature;
@@ -243,11 +243,12 @@ pub(super) fn counter_keys(input: &[u8]) -> Result<String, String> {
         .map(|pair| (pair[0], pair.get(1).copied().unwrap_or_default()))
         .collect();
     let limit = Limit::new(1, Unit::Minute);
-    let key = counter_key(domain, entries.iter().copied(), &[limit]);
+    let counter = Counter::for_limits(domain, entries.iter().copied(), &[limit]);
+    let key = counter.key();
     if key.contains(['{', '}']) {
         return Err(format!("a brace in the key {key:?}"));
     }
-    let decoded = decode_key(&key).ok_or_else(|| format!("undecodable key {key:?}"))?;
+    let decoded = decode_key(key).ok_or_else(|| format!("undecodable key {key:?}"))?;
     let original = (
         domain.to_owned(),
         entries

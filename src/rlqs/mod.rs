@@ -1,18 +1,18 @@
 //! The Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3`): Envoys report each
-//! bucket's usage every reporting interval; the usage is counted on the same counters as
-//! `ShouldRateLimit`, and what is left of each limit is divided among the streams that
-//! report the bucket, as token buckets reserved in the counter until reported. The logic
-//! lives in plain modules (`report`, `plan`, `share`, `table`, `reserve`); this one is the
-//! stream adapter.
+//! bucket's usage every reporting interval; the usage is charged on the counter
+//! `ShouldRateLimit` uses (through the core's counter API), and each limit's rate is
+//! divided among the streams that report the bucket by their demand, as token buckets.
+//! The logic lives in plain modules (`report`, `plan`, `rate`, `table`, `part`); this one
+//! is the stream adapter, and every path through it (a report, a departure, new rules)
+//! is the same few steps: plan, lock the bucket, charge and read, update the table, send.
 
 mod part;
 mod plan;
+mod rate;
 mod report;
-mod reserve;
-mod share;
 mod table;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,30 +31,23 @@ use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_core::{Capacity, Clock, Hits, LogLimit, Rules, Store};
+use tollgate_core::{Capacity, Clock, LogLimit, Store, StoreError};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::rls::Rls;
-use part::{Parts, settle_report};
-use plan::{Plan, plan};
+use part::Parts;
+use plan::{Plan, Plans};
 use report::{BucketKey, Usage};
-use reserve::{Counter, reserve_grants};
 pub(crate) use table::Strategy;
-use table::{Action, Budget, Departures, Reservation, Send, StreamId, Table};
+use table::{Action, Budget, Departures, Send, StreamId, Table, TooManyBuckets};
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
 const STREAM_QUEUE: usize = 256;
 /// Buckets are serialised (count, then divide) through this many locks.
 const BUCKET_LOCKS: usize = 64;
-/// Window ends waiting to be scheduled; past this, a grant is not cut and its usage is
-/// counted again in the next window instead (safe, only less room).
-const CUT_QUEUE: usize = 4096;
 /// Streams refused are logged at most once per this period.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
-/// Cuts wait this long past a window's end, so that a store whose clock runs a little
-/// behind ours (Redis uses its own) counts in the new window too.
-const CUT_MARGIN: Duration = Duration::from_millis(5);
 
 /// What the settings decide.
 #[derive(Debug, Clone, Copy)]
@@ -75,9 +68,9 @@ pub(crate) struct RlqsConfig {
 /// open streams' outboxes.
 pub(crate) struct Rlqs {
     rls: Arc<Rls>,
-    /// The table's clock: when grants were reserved.
-    clock: Arc<dyn Clock>,
     config: RlqsConfig,
+    /// Each bucket's rule and counter, made once per rule set.
+    plans: Plans,
     /// This instance's part of each limit, when other instances share the store.
     parts: Option<Parts>,
     table: Mutex<Table>,
@@ -85,12 +78,11 @@ pub(crate) struct Rlqs {
     /// Held from counting a bucket's usage to recording its division, so that each
     /// division sees every count before it.
     locks: Box<[tokio::sync::Mutex<()>]>,
-    /// Fixed-window ends at which a bucket's grants are to be cut.
-    cuts: mpsc::Sender<(u64, BucketKey)>,
     hasher: RandomState,
     next_stream: AtomicU64,
     /// Streams refused for what their client sent, logged without flooding the log.
     refusals: LogLimit,
+    clock: Arc<dyn Clock>,
 }
 
 impl Rlqs {
@@ -105,12 +97,11 @@ impl Rlqs {
         if let Some(parts) = &parts {
             parts.spawn_sweeper();
         }
-        let (cuts, due) = mpsc::channel(CUT_QUEUE);
         let rlqs = Arc::new(Self {
-            cuts,
             table: Mutex::new(Table::new(clock.clone(), config.idle, config.max_buckets)),
-            parts,
             clock,
+            parts,
+            plans: Plans::default(),
             rls,
             config,
             outboxes: Mutex::default(),
@@ -123,7 +114,6 @@ impl Rlqs {
         });
         tokio::spawn(sweep(Arc::downgrade(&rlqs)));
         tokio::spawn(follow_rules(Arc::downgrade(&rlqs)));
-        tokio::spawn(cut_at_window_ends(Arc::downgrade(&rlqs), due));
         rlqs
     }
 
@@ -138,81 +128,93 @@ impl Rlqs {
 
     /// Counts one report's usages and answers them (plus pushes to other streams).
     async fn handle(&self, stream: StreamId, usages: Vec<Usage>) -> Result<(), Status> {
-        let rules = self.rls.limiter.rules();
         let mut sends = Vec::new();
         for usage in usages {
-            let plan = plan(&rules, &usage.bucket);
-            let _serial = self.lock_for(&usage.bucket).lock().await;
-            let reservations = self.table().take_reservations(stream, &usage.bucket);
-            let budget = match self.budget(&plan, &reservations, &usage).await {
-                Ok(budget) => budget,
-                Err(e) => {
+            let (allowed, denied) = (usage.allowed, usage.denied);
+            let answer = self
+                .step(
+                    &usage.bucket,
+                    Some(stream),
+                    (allowed, denied),
+                    |table, budget| table.report(stream, &usage.bucket, allowed, denied, budget),
+                )
+                .await;
+            match answer {
+                Ok(more) => sends.extend(more),
+                Err(Step::Store(e)) => {
                     // No answer: Envoy keeps its assignment until the TTL, then falls back.
                     tracing::warn!(error = %e, "RLQS usage not counted: the counter store failed");
-                    continue;
                 }
-            };
-            tracing::debug!(stream, ?usage, ?budget, "RLQS report");
-            let more = self
-                .table()
-                .report(stream, &usage.bucket, usage.allowed, usage.denied, budget)
-                .map_err(|e| Status::resource_exhausted(e.to_string()))?;
-            sends.extend(self.reserve(&rules, more).await);
+                Err(Step::Refused(e)) => return Err(Status::resource_exhausted(e.to_string())),
+            }
         }
         self.deliver(sends);
         Ok(())
     }
 
-    /// Settles `usage` on the plan's counter and says what is left.
+    /// The one way through a bucket: its plan; its lock, held from counting to dividing
+    /// so that each division sees every count before it; `usage` reported by `stream`
+    /// charged on its counter and the budget read; then `op` on the table with that
+    /// budget, which says what to send.
+    async fn step(
+        &self,
+        bucket: &BucketKey,
+        stream: Option<StreamId>,
+        usage: (u64, u64),
+        op: impl FnOnce(&mut Table, Budget) -> Result<Vec<Send>, TooManyBuckets>,
+    ) -> Result<Vec<Send>, Step> {
+        let plan = self.plans.get(&self.rls.limiter, bucket);
+        let _serial = self.lock_for(bucket).lock().await;
+        let period_ns = stream.and_then(|s| self.table().period_ns(s, bucket));
+        let budget = self.budget(&plan, usage, period_ns).await?;
+        tracing::debug!(stream, bucket = ?bucket.entries, ?usage, ?budget, "RLQS budget");
+        Ok(op(&mut self.table(), budget)?)
+    }
+
+    /// Charges `(allowed, denied)`, reported for the last `period_ns`, on the plan's
+    /// counter and says what the bucket's streams here may admit now.
     async fn budget(
         &self,
-        plan: &Plan<'_>,
-        reservations: &[Reservation],
-        usage: &Usage,
-    ) -> Result<Budget, tollgate_core::StoreError> {
-        let (rule, counter) = match plan {
+        plan: &Plan,
+        (allowed, denied): (u64, u64),
+        period_ns: Option<u64>,
+    ) -> Result<Budget, StoreError> {
+        let (rule, counter, per_s, window_ns, shortest_ns) = match plan {
             Plan::NoRule => return Ok(self.shadowed(Budget::Fixed(self.config.no_rule))),
             Plan::Fixed(strategy) => return Ok(self.shadowed(Budget::Fixed(*strategy))),
-            Plan::Counted { rule, key, limits } => (rule, Counter { key, limits }),
+            Plan::Counted {
+                rule,
+                counter,
+                per_s,
+                window_ns,
+                shortest_ns,
+            } => (rule, counter, *per_s, *window_ns, *shortest_ns),
         };
         let store = self.rls.limiter.store();
-        let (settled, remaining) = settle_report(
-            store,
-            &counter,
-            self.parts.as_ref(),
-            reservations,
-            (usage.allowed, usage.denied),
-            self.clock.now_ns(),
-        )
-        .await?;
-        self.rls.metrics.rlqs.usage(
-            rule,
-            usage.allowed,
-            usage.denied,
-            settled.over,
-            settled.remaining,
-        );
+        let charged = in_window(allowed, period_ns, shortest_ns);
+        let reading = counter.charge(store, charged).await?;
+        let (over, gap) = match reading.admitted {
+            true => (0, reading.remaining),
+            false => (charged.saturating_sub(reading.remaining), 0),
+        };
+        self.rls
+            .metrics
+            .rlqs
+            .usage(rule, allowed, denied, over, gap);
+        let fraction = match &self.parts {
+            Some(parts) => {
+                let requests = allowed.saturating_add(denied);
+                parts.fraction(store, counter, requests).await?
+            }
+            None => 1.0,
+        };
         if rule.shadow_mode() {
             return Ok(Budget::Fixed(Strategy::AllowAll));
         }
-        Ok(self.shadowed(Budget::Counted {
-            remaining,
-            window_ns: settled.window_ns,
+        Ok(self.shadowed(Budget::Rate {
+            per_s: per_s * fraction,
+            window_ns,
         }))
-    }
-
-    /// What is left for `bucket` now, with no usage to settle.
-    async fn read_budget(
-        &self,
-        plan: &Plan<'_>,
-        bucket: &BucketKey,
-    ) -> Result<Budget, tollgate_core::StoreError> {
-        let read = Usage {
-            bucket: bucket.clone(),
-            allowed: 0,
-            denied: 0,
-        };
-        self.budget(plan, &[], &read).await
     }
 
     /// `budget`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
@@ -222,32 +224,6 @@ impl Rlqs {
             true => Budget::Fixed(Strategy::AllowAll),
             false => budget,
         }
-    }
-
-    /// Reserves the token buckets among `sends` in their counters.
-    async fn reserve(&self, rules: &Rules, sends: Vec<Send>) -> Vec<Send> {
-        let counter_of = |bucket: &BucketKey| match plan(rules, bucket) {
-            Plan::Counted { key, limits, .. } => Some((key, limits)),
-            Plan::NoRule | Plan::Fixed(_) => None,
-        };
-        let now = self.clock.now_ns();
-        let reserved = |bucket: &BucketKey, counter: &Counter<'_>, tokens| {
-            if let Some(parts) = &self.parts {
-                parts.mirror(counter, Hits::Charge(tokens));
-            }
-            if let Some(end) = counter.window_end(now)
-                && self.cuts.try_send((end, bucket.clone())).is_err()
-            {
-                tracing::debug!(
-                    "RLQS window end not scheduled; the grant's usage will be counted again"
-                );
-            }
-        };
-        let shrink = |stream, bucket: &BucketKey, tokens| {
-            self.table().shrink(stream, bucket, tokens);
-        };
-        let store = self.rls.limiter.store();
-        reserve_grants(store, sends, counter_of, reserved, shrink).await
     }
 
     /// Sends each stream its bucket actions, in order, as one response.
@@ -305,59 +281,35 @@ impl Rlqs {
         if departures.shrunk {
             crate::trim::return_freed_memory();
         }
-        let rules = self.rls.limiter.rules();
-        if let Some(parts) = &self.parts {
-            for bucket in &departures.emptied {
-                let Plan::Counted { key, limits, .. } = plan(&rules, bucket) else {
-                    continue;
-                };
-                let counter = Counter { key: &key, limits };
-                if let Err(e) = parts.withdraw(self.rls.limiter.store(), &counter).await {
-                    tracing::warn!(error = %e, "RLQS demand not withdrawn: the counter store failed");
-                }
+        for bucket in &departures.emptied {
+            if let Some(parts) = &self.parts
+                && let Plan::Counted { counter, .. } = &*self.plans.get(&self.rls.limiter, bucket)
+                && let Err(e) = parts.withdraw(self.rls.limiter.store(), counter).await
+            {
+                tracing::warn!(error = %e, "RLQS demand not withdrawn: the counter store failed");
             }
+            self.plans.forget(bucket);
         }
-        let sends = self.reserve(&rules, departures.sends).await;
-        self.deliver(sends);
+        self.deliver(departures.sends);
     }
 
     /// New rules: every bucket is planned again and its streams told what changed.
     async fn replan(&self) {
-        let rules = self.rls.limiter.rules();
+        self.plans.invalidate();
         let buckets = self.table().buckets();
         let mut sends = Vec::new();
         for bucket in buckets {
-            let plan = plan(&rules, &bucket);
-            let _serial = self.lock_for(&bucket).lock().await;
-            match self.read_budget(&plan, &bucket).await {
-                Ok(budget) => {
-                    let more = self.table().replan(&bucket, budget);
-                    sends.extend(self.reserve(&rules, more).await);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "RLQS bucket not re-planned: the counter store failed")
-                }
+            let replanned = self
+                .step(&bucket, None, (0, 0), |table, budget| {
+                    Ok(table.replan(&bucket, budget))
+                })
+                .await;
+            match replanned {
+                Ok(more) => sends.extend(more),
+                Err(e) => tracing::warn!(error = %e, "RLQS bucket not re-planned"),
             }
         }
         self.deliver(sends);
-    }
-
-    /// The fixed window of `bucket` that ended at `end_ns`: streams holding a grant of it
-    /// get a new assignment from the new window.
-    async fn cut(&self, bucket: &BucketKey, end_ns: u64) {
-        let rules = self.rls.limiter.rules();
-        let plan = plan(&rules, bucket);
-        let _serial = self.lock_for(bucket).lock().await;
-        match self.read_budget(&plan, bucket).await {
-            Ok(budget) => {
-                let more = self.table().cut(bucket, end_ns, budget);
-                let sends = self.reserve(&rules, more).await;
-                self.deliver(sends);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "RLQS grants not cut at their window's end: the counter store failed")
-            }
-        }
     }
 
     /// Reads one stream until it ends or sends something invalid.
@@ -458,51 +410,6 @@ async fn sweep(rlqs: std::sync::Weak<Rlqs>) {
     }
 }
 
-/// Cuts each bucket's grants at the ends of their fixed windows (`due`: end and bucket,
-/// sent as grants are reserved), a few ms late (see [`CUT_MARGIN`]).
-async fn cut_at_window_ends(
-    rlqs: std::sync::Weak<Rlqs>,
-    mut due: mpsc::Receiver<(u64, BucketKey)>,
-) {
-    let Some(clock) = rlqs.upgrade().map(|r| r.clock.clone()) else {
-        return;
-    };
-    let margin = u64::try_from(CUT_MARGIN.as_nanos()).unwrap_or(0);
-    let mut pending: BTreeMap<u64, HashSet<BucketKey>> = BTreeMap::new();
-    loop {
-        let next = pending.keys().next().map(|end| {
-            let at = end.saturating_add(margin);
-            Duration::from_nanos(at.saturating_sub(clock.now_ns()))
-        });
-        tokio::select! {
-            scheduled = due.recv() => match scheduled {
-                Some((end, bucket)) => {
-                    pending.entry(end).or_default().insert(bucket);
-                }
-                None => return,
-            },
-            () = sleep_or_never(next) => {
-                let now = clock.now_ns();
-                let later = pending.split_off(&now.saturating_sub(margin).saturating_add(1));
-                let ended = std::mem::replace(&mut pending, later);
-                let Some(rlqs) = rlqs.upgrade() else { return };
-                for (end, buckets) in ended {
-                    for bucket in buckets {
-                        rlqs.cut(&bucket, end).await;
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn sleep_or_never(wait: Option<Duration>) {
-    match wait {
-        Some(wait) => tokio::time::sleep(wait).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Re-plans every bucket whenever rules are installed.
 async fn follow_rules(rlqs: std::sync::Weak<Rlqs>) {
     let Some(mut changes) = rlqs.upgrade().map(|r| r.rls.status.subscribe()) else {
@@ -511,6 +418,32 @@ async fn follow_rules(rlqs: std::sync::Weak<Rlqs>) {
     while changes.changed().await.is_ok() {
         let Some(rlqs) = rlqs.upgrade() else { return };
         rlqs.replan().await;
+    }
+}
+
+/// Why a step through a bucket gave no answer: the store failed (Envoy keeps what it has),
+/// or the stream reports more buckets than it may (the stream ends).
+#[derive(Debug, thiserror::Error)]
+enum Step {
+    /// The counter store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stream may not subscribe to the bucket.
+    #[error(transparent)]
+    Refused(#[from] TooManyBuckets),
+}
+
+/// The part of `allowed`, reported for the last `period_ns`, that falls in the current
+/// window of `window_ns` if it was spread evenly over the period: all of it when the window
+/// is the longer (or the period unknown), so that a report of 5 s does not fill a 1 s
+/// window five times over.
+fn in_window(allowed: u64, period_ns: Option<u64>, window_ns: u64) -> u64 {
+    match period_ns {
+        Some(period) if period > window_ns => {
+            let part = u128::from(allowed) * u128::from(window_ns) / u128::from(period);
+            u64::try_from(part).unwrap_or(u64::MAX)
+        }
+        _ => allowed,
     }
 }
 
@@ -525,10 +458,12 @@ fn kind(action: &Action) -> &'static str {
     }
 }
 
-/// The bucket actions that carry `action`. A token bucket goes after a deny-all for the
-/// same bucket in the same response: Envoy 1.40 starts a full token bucket only when the
-/// bucket's current strategy is not a token bucket (a token bucket replacing one keeps
-/// the old one's emptiness), and applies the actions in order before requests see them.
+/// The bucket actions that carry `action`. Envoy 1.40 keeps the token bucket it holds
+/// (tokens and all) when sent one it deems the same, comparing only the sub-second part
+/// of the fill interval; so a fresh token bucket goes after a deny-all for the same
+/// bucket in the same response, which makes Envoy start it full (it applies a response's
+/// actions in order before requests see them), and an unchanged one is sent alone, so
+/// that it carries on as it is.
 fn bucket_actions(bucket: &BucketKey, action: Action) -> Vec<BucketAction> {
     let assign = |strategy: ProtoStrategy, ttl_s: u64| BucketAction {
         bucket_id: Some(bucket.to_proto()),
@@ -545,7 +480,11 @@ fn bucket_actions(bucket: &BucketKey, action: Action) -> Vec<BucketAction> {
             bucket_id: Some(bucket.to_proto()),
             bucket_action: Some(Kind::AbandonAction(AbandonAction {})),
         }],
-        Action::Assign { strategy, ttl_s } => match strategy {
+        Action::Assign {
+            strategy,
+            ttl_s,
+            fresh,
+        } => match strategy {
             Strategy::AllowAll => vec![assign(
                 ProtoStrategy::BlanketRule(BlanketRule::AllowAll as i32),
                 ttl_s,
@@ -553,14 +492,20 @@ fn bucket_actions(bucket: &BucketKey, action: Action) -> Vec<BucketAction> {
             Strategy::DenyAll => vec![assign(deny_all, ttl_s)],
             Strategy::TokenBucket {
                 max_tokens,
+                tokens_per_fill,
                 fill_interval_s,
             } => {
                 let bucket = ProtoStrategy::TokenBucket(TokenBucket {
                     max_tokens,
-                    tokens_per_fill: Some(UInt32Value { value: 1 }),
+                    tokens_per_fill: Some(UInt32Value {
+                        value: tokens_per_fill,
+                    }),
                     fill_interval: Some(seconds(fill_interval_s)),
                 });
-                vec![assign(deny_all, ttl_s), assign(bucket, ttl_s)]
+                match fresh {
+                    true => vec![assign(deny_all, ttl_s), assign(bucket, ttl_s)],
+                    false => vec![assign(bucket, ttl_s)],
+                }
             }
         },
     }

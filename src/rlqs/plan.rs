@@ -1,55 +1,128 @@
-//! From a bucket to the domain's rules: which rule it falls under and which counter it
-//! shares with `ShouldRateLimit`.
+//! From a bucket to the domain's rules: which rule it falls under, the counter it shares
+//! with `ShouldRateLimit` (found by the core, `Limiter::find_bucket`), and the limit's
+//! rate. Each bucket is planned once per rule set.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use tollgate_core::rules::Policy;
-use tollgate_core::{Limit, Rule, Rules, counter_key};
+use tollgate_core::{Counter, Found, Limiter, Recorder, Rule};
 
 use super::report::BucketKey;
 use super::table::Strategy;
 
-/// What the rules say about one bucket.
+/// Plans kept at most; past this the cache starts again (buckets are bounded per stream,
+/// not overall).
+const MAX_PLANS: usize = 100_000;
+
+/// What the rules say about one bucket: a fixed answer, or the counter its usage is
+/// charged on and the rate its streams divide.
 #[derive(Debug)]
-pub(crate) enum Plan<'r> {
+pub(crate) enum Plan {
     /// No rule matches: the configured default.
     NoRule,
     /// Unlimited (allow all) or a limit of 0 (deny all): nothing to count.
     Fixed(Strategy),
-    /// Counted on `key`, the counter `ShouldRateLimit` uses for the same entries.
+    /// Counted on `counter`, the one `ShouldRateLimit` uses for the same entries.
     Counted {
-        rule: &'r Rule,
-        key: String,
-        limits: &'r [Limit],
+        rule: Rule,
+        counter: Counter,
+        /// The limits' rate: the lowest of requests per second of each.
+        per_s: f64,
+        /// The window of the limit that sets the rate.
+        window_ns: u64,
+        /// The shortest window of the limits.
+        shortest_ns: u64,
     },
 }
 
-/// The plan of `bucket` under `rules`: its entries are placed in the order the rules nest
-/// (`Domain::find_unordered`), so the counter is the one of the descriptor
-/// `ShouldRateLimit` would get with those entries in that order.
-pub(crate) fn plan<'r>(rules: &'r Rules, bucket: &BucketKey) -> Plan<'r> {
-    let pairs = bucket.pairs();
-    let Some((ordered, rule)) = rules
-        .domain(&bucket.domain)
-        .and_then(|d| d.find_unordered(&pairs))
-    else {
-        return Plan::NoRule;
+/// The plan of `bucket` under the limiter's rules.
+pub(crate) fn plan<R: Recorder>(limiter: &Limiter<R>, bucket: &BucketKey) -> Plan {
+    let (rule, counter) = match limiter.find_bucket(&bucket.domain, &bucket.pairs()) {
+        Found::NoRule => return Plan::NoRule,
+        Found::Unlimited(_) => return Plan::Fixed(Strategy::AllowAll),
+        Found::Limited { rule, counter } => (rule, counter),
     };
-    match rule.policy() {
-        Policy::Unlimited { .. } => Plan::Fixed(Strategy::AllowAll),
-        // A shadow-mode rule never denies: it is counted like any other.
-        Policy::Limited { limits, .. }
-            if !rule.shadow_mode() && limits.iter().any(|l| l.requests_per_unit() == 0) =>
-        {
-            Plan::Fixed(Strategy::DenyAll)
-        }
-        Policy::Limited { limits, .. } => {
-            let entries = ordered.into_iter().enumerate();
-            let entries = entries.map(|(i, (k, v))| (k, rule.key_value(i, v)));
-            Plan::Counted {
-                rule,
-                key: counter_key(&bucket.domain, entries, limits),
-                limits,
+    let limits = match rule.policy() {
+        Policy::Limited { limits, .. } => limits,
+        Policy::Unlimited { .. } => return Plan::Fixed(Strategy::AllowAll),
+    };
+    // A shadow-mode rule never denies: it is counted like any other.
+    if !rule.shadow_mode() && limits.iter().any(|l| l.requests_per_unit() == 0) {
+        return Plan::Fixed(Strategy::DenyAll);
+    }
+    let window_ns = |l: &tollgate_core::Limit| {
+        u64::try_from(l.window().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    };
+    let per_s_of =
+        |l: &tollgate_core::Limit| f64::from(l.requests_per_unit()) * 1e9 / window_ns(l) as f64;
+    let binding = limits
+        .iter()
+        .min_by(|a, b| per_s_of(a).total_cmp(&per_s_of(b)));
+    let (per_s, window) = binding.map_or((0.0, 1), |l| (per_s_of(l), window_ns(l)));
+    let shortest_ns = limits.iter().map(window_ns).min().unwrap_or(window);
+    Plan::Counted {
+        rule,
+        counter,
+        per_s,
+        window_ns: window,
+        shortest_ns,
+    }
+}
+
+/// Each bucket's plan under the rules in force, made at its first use and kept until
+/// rules are installed or the bucket's last stream leaves.
+#[derive(Default)]
+pub(crate) struct Plans {
+    inner: Mutex<Cached>,
+}
+
+/// The plans and the rule set they were made under, behind one lock so that a plan made
+/// under rules replaced meanwhile is never kept.
+#[derive(Default)]
+struct Cached {
+    /// Counts rule sets: a plan made under an older one is not kept.
+    generation: u64,
+    plans: HashMap<BucketKey, Arc<Plan>>,
+}
+
+impl Plans {
+    /// The plan of `bucket`, made now if it has none.
+    pub(crate) fn get<R: Recorder>(&self, limiter: &Limiter<R>, bucket: &BucketKey) -> Arc<Plan> {
+        let generation = {
+            let cached = self.lock();
+            if let Some(plan) = cached.plans.get(bucket) {
+                return plan.clone();
             }
+            cached.generation
+        };
+        let plan = Arc::new(plan(limiter, bucket));
+        let mut cached = self.lock();
+        if cached.generation == generation {
+            if cached.plans.len() >= MAX_PLANS {
+                cached.plans.clear();
+            }
+            cached.plans.insert(bucket.clone(), plan.clone());
         }
+        plan
+    }
+
+    /// Rules were installed: every plan is made again at its next use.
+    pub(crate) fn invalidate(&self) {
+        let mut cached = self.lock();
+        cached.generation = cached.generation.wrapping_add(1);
+        cached.plans.clear();
+    }
+
+    /// No stream reports `bucket` any more.
+    pub(crate) fn forget(&self, bucket: &BucketKey) {
+        self.lock().plans.remove(bucket);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -57,7 +130,7 @@ pub(crate) fn plan<'r>(rules: &'r Rules, bucket: &BucketKey) -> Plan<'r> {
 mod tests {
     use std::sync::Arc;
 
-    use tollgate_core::{Descriptor, Limiter, MemoryStore, Request, Store};
+    use tollgate_core::{Descriptor, MemoryStore, Request, Rules, Store};
 
     use super::*;
 
@@ -72,6 +145,8 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: banned
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: fast
+    rate_limit: {unit: second, requests_per_unit: 20}
 "#;
 
     fn bucket(pairs: &[(&str, &str)]) -> BucketKey {
@@ -86,41 +161,48 @@ descriptors:
         }
     }
 
+    fn limiter(yaml: &str) -> Limiter {
+        let rules = Rules::from_yaml("r.yaml", yaml).expect("rules");
+        Limiter::new(rules, Store::Memory(MemoryStore::default()))
+    }
+
     #[test]
     fn unlimited_zero_and_unmatched_buckets_need_no_counter() {
-        let rules = Rules::from_yaml("r.yaml", RULES).expect("rules");
+        let limiter = limiter(RULES);
+        let plan = |pairs: &[(&str, &str)]| plan(&limiter, &bucket(pairs));
         assert!(matches!(
-            plan(&rules, &bucket(&[("free", "x")])),
+            plan(&[("free", "x")]),
             Plan::Fixed(Strategy::AllowAll)
         ));
         assert!(matches!(
-            plan(&rules, &bucket(&[("banned", "x")])),
+            plan(&[("banned", "x")]),
             Plan::Fixed(Strategy::DenyAll)
         ));
-        assert!(matches!(
-            plan(&rules, &bucket(&[("nope", "x")])),
-            Plan::NoRule
-        ));
+        assert!(matches!(plan(&[("nope", "x")]), Plan::NoRule));
         let other_domain = BucketKey {
             domain: Arc::from("e"),
             ..bucket(&[("free", "x")])
         };
-        assert!(matches!(plan(&rules, &other_domain), Plan::NoRule));
+        assert!(matches!(super::plan(&limiter, &other_domain), Plan::NoRule));
+        let Plan::Counted {
+            per_s, window_ns, ..
+        } = plan(&[("fast", "x")])
+        else {
+            panic!("a counted bucket");
+        };
+        assert_eq!((per_s, window_ns), (20.0, 1_000_000_000));
     }
 
     #[tokio::test]
     async fn a_bucket_counts_on_the_counter_should_rate_limit_uses() {
-        let rules = Rules::from_yaml("r.yaml", RULES).expect("rules");
-        let Plan::Counted { key, limits, .. } =
-            plan(&rules, &bucket(&[("path", "/a"), ("user", "ann")]))
+        let limiter = limiter(RULES);
+        let Plan::Counted { counter, .. } =
+            plan(&limiter, &bucket(&[("path", "/a"), ("user", "ann")]))
         else {
             panic!("the bucket should be counted");
         };
-        let (key, limits) = (key.clone(), limits.to_vec());
-        let store = Store::Memory(MemoryStore::default());
-        let limiter = Limiter::new(rules, store.clone());
-        store
-            .apply(&key, &limits, tollgate_core::Hits::Charge(2))
+        counter
+            .charge(limiter.store(), 2)
             .await
             .expect("memory store");
         let request = Request::new(
@@ -130,5 +212,26 @@ descriptors:
         let decision = limiter.decide(&request).await.expect("decided");
         assert!(!decision.over_limit, "the third of 3 fits");
         assert!(limiter.decide(&request).await.expect("decided").over_limit);
+    }
+
+    #[test]
+    fn a_bucket_is_planned_once_per_rule_set() {
+        let limiter = limiter(RULES);
+        let plans = Plans::default();
+        let fast = bucket(&[("fast", "x")]);
+        let first = plans.get(&limiter, &fast);
+        assert!(Arc::ptr_eq(&first, &plans.get(&limiter, &fast)));
+        limiter.install(Rules::from_yaml("r.yaml", &RULES.replace("20}", "0}")).expect("rules"));
+        assert!(
+            Arc::ptr_eq(&first, &plans.get(&limiter, &fast)),
+            "until invalidated"
+        );
+        plans.invalidate();
+        assert!(matches!(
+            *plans.get(&limiter, &fast),
+            Plan::Fixed(Strategy::DenyAll)
+        ));
+        plans.forget(&fast);
+        assert!(plans.lock().plans.is_empty());
     }
 }

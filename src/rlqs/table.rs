@@ -1,7 +1,7 @@
-//! Who reports which bucket, what each was granted, and what to send: the RLQS state
-//! machine, on plain types with an injected clock. The stream adapter feeds it reports,
-//! closed streams, rule reloads and idle sweeps, reserves the grants it returns in the
-//! counter store (`reserve.rs`), and sends them.
+//! Who reports which bucket, at what rate each may admit, and what to send: the RLQS state
+//! machine, on plain types with an injected clock. The stream adapter feeds it reports
+//! (with the bucket's budget: this instance's part of the limit's rate), closed streams,
+//! rule reloads and idle sweeps, and sends what it returns.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tollgate_core::Clock;
 
+use super::rate::{burst_s, rate_of, smooth, token_bucket};
 use super::report::BucketKey;
-use super::share::{Split, smooth};
 
 /// Identifies one open `StreamRateLimitQuotas` call.
 pub(crate) type StreamId = u64;
@@ -22,30 +22,44 @@ const MIN_REPORTING_INTERVAL_NS: u64 = 100_000_000;
 const DEFAULT_REPORTING_INTERVAL_NS: u64 = 5_000_000_000;
 /// Assignments live this many reporting intervals.
 const TTL_INTERVALS: u64 = 3;
+/// An assigned rate within this fraction of the one due is kept: Envoy restarts a token
+/// bucket whose settings change (full, a burst more), so small drifts of demand must not.
+const KEEP_WITHIN: f64 = 0.05;
+/// Another stream is pushed a new rate without waiting for its report when it may admit
+/// at least this many times as much.
+const PUSH_ABOVE: f64 = 1.1;
 /// Buckets one stream may subscribe to.
 pub(crate) const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 const NS_PER_S: u64 = 1_000_000_000;
 /// Maps this small keep their room.
 const SHRINK_FLOOR: usize = 1_024;
 
-/// How Envoy limits a bucket (the strategies Envoy 1.40 enforces).
+/// How Envoy limits a bucket: the strategies Envoy 1.40 enforces (it ignores
+/// `requests_per_time_unit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Strategy {
     AllowAll,
     DenyAll,
-    /// `max_tokens` to spend, sent so that Envoy starts a full bucket; it refills one token
-    /// per `fill_interval_s` (whole seconds: Envoy reads only the seconds).
+    /// Envoy's token bucket: `max_tokens` at most, refilled continuously at
+    /// `tokens_per_fill` per `fill_interval_s` (whole seconds: Envoy reads only those).
     TokenBucket {
         max_tokens: u32,
+        tokens_per_fill: u32,
         fill_interval_s: u64,
     },
 }
 
-/// What one bucket of one stream is told.
+/// What one bucket of one stream is told: an assignment to enforce until its time to
+/// live ends, or to forget the bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
-    /// Enforce `strategy` for `ttl_s` whole seconds (Envoy reads only the seconds).
-    Assign { strategy: Strategy, ttl_s: u64 },
+    /// Enforce `strategy` for `ttl_s` whole seconds (Envoy reads only the seconds);
+    /// `fresh`: a token bucket other than the one the stream holds, to be started full.
+    Assign {
+        strategy: Strategy,
+        ttl_s: u64,
+        fresh: bool,
+    },
     /// Forget the bucket and stop reporting it.
     Abandon,
 }
@@ -58,31 +72,21 @@ pub(crate) struct Send {
     pub(crate) action: Action,
 }
 
-/// What the rules and the counter say about a bucket now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the rules and the store say about a bucket now: an answer for every stream, or
+/// the rate this instance's streams divide.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Budget {
     /// The same answer whatever is counted: no rule, unlimited, a limit of 0, shadow mode.
     Fixed(Strategy),
-    /// A limit: `remaining` units neither counted nor reserved, in a window of `window_ns`.
-    Counted { remaining: u64, window_ns: u64 },
-}
-
-/// Tokens granted to a stream and reserved in the counter (counted as if spent) until the
-/// stream reports what it did with them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reservation {
-    pub(crate) at_ns: u64,
-    pub(crate) tokens: u64,
-    /// Its fixed window ended and the stream was given a new assignment then: nothing of
-    /// it was spent after the end. Counted in the window that ended, not in the new one.
-    pub(crate) cut: bool,
+    /// A limit: this instance's streams may admit `per_s` requests per second together;
+    /// the limit's window is `window_ns`.
+    Rate { per_s: f64, window_ns: u64 },
 }
 
 /// One stream's part in one bucket.
 #[derive(Debug)]
 struct Sub {
-    /// Granted since its last report.
-    reservations: Vec<Reservation>,
+    /// Requests per second, smoothed; meaningful once `measured`.
     demand: f64,
     /// Reported since it subscribed: its demand is a rate, not the request that
     /// subscribed it.
@@ -167,25 +171,15 @@ impl Table {
         self.streams.entry(stream).or_default();
     }
 
-    /// What `stream` was granted in `bucket` since its last report, handed over to be
-    /// settled against the report's usage (the unused part given back) before
-    /// [`Table::report`].
-    pub(crate) fn take_reservations(
-        &mut self,
-        stream: StreamId,
-        bucket: &BucketKey,
-    ) -> Vec<Reservation> {
-        self.buckets
-            .get_mut(bucket)
-            .and_then(|b| b.subs.get_mut(&stream))
-            .map(|sub| std::mem::take(&mut sub.reservations))
-            .unwrap_or_default()
+    /// How long the report `stream` is making for `bucket` covers: since its last report
+    /// of it, if it reported it before.
+    pub(crate) fn period_ns(&self, stream: StreamId, bucket: &BucketKey) -> Option<u64> {
+        let sub = self.buckets.get(bucket)?.subs.get(&stream)?;
+        Some(self.clock.now_ns().saturating_sub(sub.last_report_ns))
     }
 
-    /// One bucket's usage report from `stream`, with the budget once its usage was
-    /// settled: the answer for it, then pushes to the bucket's other streams that the
-    /// change entitles to more. Every token bucket returned is a new grant, to be reserved
-    /// in the counter (or [`Table::shrink`]ed).
+    /// One bucket's usage report from `stream`, with the bucket's budget now: the answer
+    /// for it, then pushes to the bucket's other streams that the change entitles to more.
     pub(crate) fn report(
         &mut self,
         stream: StreamId,
@@ -217,12 +211,14 @@ impl Table {
         match entry.subs.get_mut(&stream) {
             Some(sub) => {
                 let gap = now.saturating_sub(sub.last_report_ns);
+                // A report right after another (a new bucket's own) is counted with the next.
                 if gap >= MIN_REPORTING_INTERVAL_NS {
                     state.interval_ns = Some(gap);
+                    let observed = requests as f64 * NS_PER_S as f64 / gap as f64;
+                    sub.demand = smooth(sub.measured.then_some(sub.demand), observed);
+                    sub.measured = true;
+                    sub.last_report_ns = now;
                 }
-                sub.demand = smooth(Some(sub.demand), requests);
-                sub.measured = true;
-                sub.last_report_ns = now;
                 if requests > 0 {
                     sub.last_active_ns = now;
                 }
@@ -232,8 +228,7 @@ impl Table {
                 entry.subs.insert(
                     stream,
                     Sub {
-                        reservations: Vec::new(),
-                        demand: smooth(None, requests),
+                        demand: 0.0,
                         measured: false,
                         last_report_ns: now,
                         last_active_ns: now,
@@ -244,96 +239,21 @@ impl Table {
         }
         let ttl_s = ttl_s(state.interval_ns);
         let strategy = entry.candidate(stream);
-        entry.assign(stream, strategy, now);
+        let fresh = entry.assign(stream, strategy);
         let mut out = vec![Send {
             stream,
             bucket: bucket.clone(),
-            action: Action::Assign { strategy, ttl_s },
+            action: Action::Assign {
+                strategy,
+                ttl_s,
+                fresh,
+            },
         }];
-        out.extend(self.rebalance(bucket, Some(stream), false));
+        out.extend(self.rebalance(bucket, Some(stream)));
         Ok(out)
     }
 
-    /// The counter had room for only `tokens` of the grant last sent to `stream` (another
-    /// instance took the rest first): that much is its grant, a denial if none, until its
-    /// next report.
-    pub(crate) fn shrink(&mut self, stream: StreamId, bucket: &BucketKey, tokens: u64) {
-        let Some(entry) = self.buckets.get_mut(bucket) else {
-            return;
-        };
-        if let Budget::Counted { remaining, .. } = &mut entry.budget {
-            *remaining = 0;
-        }
-        let Some(sub) = entry.subs.get_mut(&stream) else {
-            return;
-        };
-        let Some(last) = sub.reservations.last_mut() else {
-            return;
-        };
-        last.tokens = tokens;
-        sub.assigned = match (sub.assigned, u32::try_from(tokens)) {
-            (
-                Some(Strategy::TokenBucket {
-                    fill_interval_s, ..
-                }),
-                Ok(max_tokens),
-            ) if max_tokens > 0 => Some(Strategy::TokenBucket {
-                max_tokens,
-                fill_interval_s,
-            }),
-            _ => {
-                sub.reservations.pop();
-                Some(Strategy::DenyAll)
-            }
-        };
-    }
-
-    /// The fixed window of `bucket` that grants made before `end_ns` were reserved in has
-    /// ended: each stream still holding one of them is given a new assignment from
-    /// `budget` (the new window's) at once, which replaces its token bucket, so that it
-    /// spends nothing more of the old grant.
-    pub(crate) fn cut(&mut self, bucket: &BucketKey, end_ns: u64, budget: Budget) -> Vec<Send> {
-        let Some(entry) = self.buckets.get_mut(bucket) else {
-            return Vec::new();
-        };
-        entry.budget = budget;
-        let mut holders: Vec<StreamId> = Vec::new();
-        for (id, sub) in &mut entry.subs {
-            let mut held = false;
-            for r in sub
-                .reservations
-                .iter_mut()
-                .filter(|r| !r.cut && r.at_ns < end_ns)
-            {
-                r.cut = true;
-                held = true;
-            }
-            if held {
-                holders.push(*id);
-            }
-        }
-        holders.sort_unstable();
-        let now = self.clock.now_ns();
-        let mut out = Vec::new();
-        for id in holders {
-            let strategy = entry.candidate(id);
-            entry.assign(id, strategy, now);
-            let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
-            out.push(Send {
-                stream: id,
-                bucket: bucket.clone(),
-                action: Action::Assign {
-                    strategy,
-                    ttl_s: ttl_s(interval),
-                },
-            });
-        }
-        out
-    }
-
-    /// `stream` is gone: its buckets are shared among the streams left. What it was
-    /// granted stays reserved (it may have been spent) until the counter's window forgets
-    /// it.
+    /// `stream` is gone: its rate goes to the streams left.
     pub(crate) fn close(&mut self, stream: StreamId) -> Departures {
         let mut out = Departures::default();
         let Some(state) = self.streams.remove(&stream) else {
@@ -396,13 +316,38 @@ impl Table {
         self.buckets.keys().cloned().collect()
     }
 
-    /// New rules give `bucket` a new budget: every stream whose assignment changes is told.
+    /// New rules give `bucket` a new budget: its rate is divided again from nothing, and
+    /// every stream whose assignment changes is told.
     pub(crate) fn replan(&mut self, bucket: &BucketKey, budget: Budget) -> Vec<Send> {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return Vec::new();
         };
         entry.budget = budget;
-        self.rebalance(bucket, None, true)
+        let mut held: Vec<(StreamId, Option<Strategy>)> = entry
+            .subs
+            .iter_mut()
+            .map(|(id, sub)| (*id, sub.assigned.take()))
+            .collect();
+        held.sort_unstable_by_key(|(id, _)| *id);
+        let mut out = Vec::new();
+        for (id, old) in held {
+            let strategy = entry.candidate(id);
+            entry.assign(id, strategy);
+            if old == Some(strategy) {
+                continue;
+            }
+            let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
+            out.push(Send {
+                stream: id,
+                bucket: bucket.clone(),
+                action: Action::Assign {
+                    strategy,
+                    ttl_s: ttl_s(interval),
+                    fresh: matches!(strategy, Strategy::TokenBucket { .. }),
+                },
+            });
+        }
+        out
     }
 
     pub(crate) fn stats(&self) -> TableStats {
@@ -412,7 +357,7 @@ impl Table {
         }
     }
 
-    /// Takes `stream` out of `bucket`: its share goes to the streams left.
+    /// Takes `stream` out of `bucket`: its rate goes to the streams left.
     fn unsubscribe(&mut self, bucket: &BucketKey, stream: StreamId, out: &mut Departures) {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return;
@@ -424,20 +369,15 @@ impl Table {
             self.buckets.remove(bucket);
             out.emptied.push(bucket.clone());
         } else {
-            out.sends.extend(self.rebalance(bucket, None, false));
+            out.sends.extend(self.rebalance(bucket, None));
         }
     }
 
-    /// Pushes to the streams of `bucket` (but `except`) whose assignment should change:
-    /// after new rules (`replan`) any change; otherwise only more room — a denied stream
-    /// that may now admit, or a grant that has at least doubled. Taking room back needs no
-    /// push: every report shrinks a grant that its stream's demand no longer justifies.
-    fn rebalance(
-        &mut self,
-        bucket: &BucketKey,
-        except: Option<StreamId>,
-        replan: bool,
-    ) -> Vec<Send> {
+    /// Pushes to the streams of `bucket` (but `except`) that may admit more now — a denied stream
+    /// that may now admit, or a rate that grows by a quarter or more. Taking rate back
+    /// needs no push: every report lowers a rate that its stream's demand no longer
+    /// justifies, and no stream is given rate another still holds.
+    fn rebalance(&mut self, bucket: &BucketKey, except: Option<StreamId>) -> Vec<Send> {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return Vec::new();
         };
@@ -450,25 +390,19 @@ impl Table {
         ids.sort_unstable();
         let mut out = Vec::new();
         for id in ids {
-            let Some(assigned) = entry.subs.get(&id).and_then(|s| s.assigned) else {
+            let Some(sub) = entry.subs.get(&id) else {
                 continue;
             };
             let candidate = entry.candidate(id);
-            let push = match (assigned, candidate) {
-                _ if replan => candidate != assigned,
-                (Strategy::DenyAll, Strategy::TokenBucket { .. }) => true,
-                (
-                    Strategy::TokenBucket {
-                        max_tokens: old, ..
-                    },
-                    Strategy::TokenBucket {
-                        max_tokens: new, ..
-                    },
-                ) => u64::from(new) >= 2 * u64::from(old),
+            let push = match (sub.assigned, candidate) {
+                (Some(Strategy::DenyAll), Strategy::TokenBucket { .. }) => true,
+                (Some(old @ Strategy::TokenBucket { .. }), Strategy::TokenBucket { .. }) => {
+                    rate_of(candidate) >= PUSH_ABOVE * rate_of(old)
+                }
                 _ => false,
             };
             if push {
-                entry.assign(id, candidate, self.clock.now_ns());
+                let fresh = entry.assign(id, candidate);
                 let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
                 out.push(Send {
                     stream: id,
@@ -476,6 +410,7 @@ impl Table {
                     action: Action::Assign {
                         strategy: candidate,
                         ttl_s: ttl_s(interval),
+                        fresh,
                     },
                 });
             }
@@ -485,68 +420,77 @@ impl Table {
 }
 
 impl Bucket {
-    /// Tokens reserved for the subscribed streams, not reported yet, and still counted.
-    fn reserved(&self) -> u64 {
-        self.subs
-            .values()
-            .flat_map(|s| &s.reservations)
-            .filter(|r| !r.cut)
-            .fold(0, |sum, r| sum.saturating_add(r.tokens))
-    }
-
-    /// What `stream` would be assigned now.
+    /// What `stream` would be assigned now: its part of the budget's rate by demand, but
+    /// no more than the other streams leave, so that the rates assigned here never add up
+    /// to more than the budget; the rate it holds if that is close enough.
     fn candidate(&self, stream: StreamId) -> Strategy {
-        let (remaining, window_ns) = match self.budget {
+        let (per_s, window_ns) = match self.budget {
             Budget::Fixed(strategy) => return strategy,
-            Budget::Counted {
-                remaining,
-                window_ns,
-            } => (remaining, window_ns),
+            Budget::Rate { per_s, window_ns } => (per_s, window_ns),
         };
         let Some(sub) = self.subs.get(&stream) else {
             return Strategy::DenyAll;
         };
-        // The streams' reservations are theirs to divide again; the rest of the limit is
-        // not (other instances' grants, ShouldRateLimit's counts).
-        let reserved = self.reserved();
-        // A stream that has only subscribed showed one request, not a rate: it is granted
-        // as if an equal newcomer followed, so that the first Envoy of a bucket does not
-        // take the whole window before the others have subscribed.
-        let newcomer = !sub.measured;
-        let split = Split {
-            remaining: remaining.saturating_add(reserved),
-            outstanding: reserved,
-            demand: sub.demand,
-            total_demand: self.subs.values().map(|s| s.demand).sum::<f64>()
-                + if newcomer { sub.demand } else { 0.0 },
-            streams: self.subs.len() + usize::from(newcomer),
+        let others: f64 = self
+            .subs
+            .iter()
+            .filter(|(id, _)| **id != stream)
+            .filter_map(|(_, s)| s.assigned)
+            .map(rate_of)
+            .filter(|rate| rate.is_finite())
+            .sum();
+        let room = (per_s - others).max(0.0);
+        let held = sub.assigned.map_or(0.0, rate_of);
+        let due = self.fair(stream).min(room);
+        if let Some(held_bucket @ Strategy::TokenBucket { .. }) = sub.assigned
+            && held <= room
+            && (due - held).abs() <= KEEP_WITHIN * held
+        {
+            return held_bucket;
+        }
+        token_bucket(due, burst_s(window_ns))
+    }
+
+    /// `stream`'s part of the budget's rate, by demand. A stream that has only subscribed
+    /// showed one request, not a rate: it counts as the others do on average, and twice,
+    /// as if an equal newcomer followed, so that the first Envoy of a bucket does not take
+    /// the whole rate before the others have subscribed.
+    fn fair(&self, stream: StreamId) -> f64 {
+        let Budget::Rate { per_s, .. } = self.budget else {
+            return 0.0;
         };
-        match split.grant() {
-            0 => Strategy::DenyAll,
-            grant => Strategy::TokenBucket {
-                max_tokens: u32::try_from(grant).unwrap_or(u32::MAX),
-                fill_interval_s: window_ns.div_ceil(NS_PER_S).max(1),
-            },
+        let measured: Vec<f64> = self
+            .subs
+            .values()
+            .filter(|s| s.measured)
+            .map(|s| s.demand)
+            .collect();
+        let typical = match measured.len() {
+            0 => 1.0,
+            n => (measured.iter().sum::<f64>() / n as f64).max(f64::MIN_POSITIVE),
+        };
+        let demand = |s: &Sub| if s.measured { s.demand } else { typical };
+        let Some(sub) = self.subs.get(&stream) else {
+            return 0.0;
+        };
+        let newcomer = if sub.measured { 0.0 } else { typical };
+        let total = self.subs.values().map(demand).sum::<f64>() + newcomer;
+        match total > 0.0 {
+            true => per_s * demand(sub) / total,
+            false => per_s / self.subs.len().max(1) as f64,
         }
     }
 
-    /// Records that `stream` was told `strategy`; a token bucket's tokens are reserved.
-    fn assign(&mut self, stream: StreamId, strategy: Strategy, now_ns: u64) {
+    /// Records that `stream` was told `strategy`; whether it is a token bucket other than
+    /// the one it held (Envoy starts it full).
+    fn assign(&mut self, stream: StreamId, strategy: Strategy) -> bool {
         let Some(sub) = self.subs.get_mut(&stream) else {
-            return;
+            return false;
         };
-        if let Strategy::TokenBucket { max_tokens, .. } = strategy {
-            let tokens = u64::from(max_tokens);
-            sub.reservations.push(Reservation {
-                at_ns: now_ns,
-                tokens,
-                cut: false,
-            });
-            if let Budget::Counted { remaining, .. } = &mut self.budget {
-                *remaining = remaining.saturating_sub(tokens);
-            }
-        }
+        let fresh =
+            matches!(strategy, Strategy::TokenBucket { .. }) && sub.assigned != Some(strategy);
         sub.assigned = Some(strategy);
+        fresh
     }
 }
 

@@ -5,20 +5,6 @@
 //! separator (or as a Redis hash-tag brace) is percent-escaped inside them, so the key can
 //! be split back into its components in exactly one way: the encoding is injective.
 
-use crate::limit::Limit;
-
-/// The key of the counter that `limits` share for these entries in `domain`: what the
-/// memory store indexes by and what sits inside the Redis key's hash tag.
-pub fn counter_key<'a>(
-    domain: &str,
-    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
-    limits: &[Limit],
-) -> String {
-    let mut out = String::new();
-    write_counter_key(&mut out, domain, entries, &Limit::shape_of(limits));
-    out
-}
-
 /// Writes the key of a counter into `out` (cleared first); `shape` is the limits' shape.
 pub(crate) fn write_counter_key<'a>(
     out: &mut String,

@@ -29,6 +29,7 @@
 mod algo;
 mod calendar;
 mod clock;
+mod counter;
 mod decision;
 pub mod headers;
 mod key;
@@ -46,8 +47,8 @@ pub use calendar::{Calendar, CalendarError, MAX_CALENDAR_YEARS};
 pub use clock::{
     Clock, ManualClock, NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, SystemClock,
 };
+pub use counter::{Counter, Found, Reading};
 pub use decision::{Decision, Limited, Outcome};
-pub use key::counter_key;
 pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };

@@ -11,8 +11,8 @@ use futures_util::future::join_all;
 
 use crate::algo::Hits;
 use crate::algo::Verdict;
+use crate::counter::write_key;
 use crate::decision::{Decision, Limited, Outcome};
-use crate::key::{write_counter_key, write_reference_key};
 use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Domain, Policy, Rule, Rules};
@@ -435,12 +435,8 @@ impl<R: Recorder> Limiter<R> {
             }
         }
         let mut key = String::new();
-        let entries = descriptor.pairs().enumerate();
-        let entries = entries.map(|(i, (k, v))| (k, rule.map_or(v, |r| r.key_value(i, v))));
-        match self.store.key_layout() {
-            KeyLayout::Tollgate => write_counter_key(&mut key, domain, entries, &shape),
-            KeyLayout::Reference => write_reference_key(&mut key, domain, entries),
-        }
+        let layout = self.store.key_layout();
+        write_key(&mut key, layout, domain, descriptor.pairs(), rule, &shape);
         let charged = self.options.quota_mode || rule.is_some_and(|r| r.charged);
         let hits = match descriptor.hits {
             Hits::Consume(n) if charged => Hits::Charge(n),

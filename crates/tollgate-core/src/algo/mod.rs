@@ -40,14 +40,14 @@ impl Hits {
 
 /// The answer of one limit at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// Whether the units fit.
-    pub admitted: bool,
+    pub(crate) admitted: bool,
     /// Units left after this request (for a denial: left now).
-    pub remaining: u64,
+    pub(crate) remaining: u64,
     /// Admitted: until the counted units are forgotten. Denied: until the same request
     /// would be admitted, assuming no other traffic.
-    pub reset_ns: u64,
+    pub(crate) reset_ns: u64,
 }
 
 /// The state of one limit of one counter.
@@ -116,11 +116,11 @@ impl LimitState {
 
 /// The decision reported for a counter with several limits, and the limit it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// Index of the reported limit among the counter's limits.
-    pub limit_index: usize,
+    pub(crate) limit_index: usize,
     /// That limit's decision.
-    pub decision: Decision,
+    pub(crate) decision: Decision,
 }
 
 /// Applies `hits` to the states of all `limits` of one counter, all or nothing: consumed

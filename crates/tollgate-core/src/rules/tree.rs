@@ -76,7 +76,7 @@ impl Domain {
     /// Keys are tried in sorted order and the walk backtracks when a choice leaves an entry
     /// without a level; each node of the tree is entered at most once, so the cost is bounded
     /// by the size of the tree.
-    pub fn find_unordered<'e>(
+    pub(crate) fn find_unordered<'e>(
         &self,
         entries: &[(&'e str, &'e str)],
     ) -> Option<(Vec<(&'e str, &'e str)>, &Rule)> {

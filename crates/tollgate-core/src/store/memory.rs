@@ -63,7 +63,7 @@ impl MemoryStore {
 
     /// Applies `hits` to counter `key`, creating it if needed: [`crate::Store::apply`]
     /// without the wait, for callers that know their store is in memory.
-    pub fn apply(&self, key: &str, limits: &[Limit], hits: Hits) -> Verdict {
+    pub(crate) fn apply(&self, key: &str, limits: &[Limit], hits: Hits) -> Verdict {
         let now = self.clock.now_ns();
         let mut slot = self.counters.lock(key);
         if let Some(counter) = slot.get_mut() {

@@ -188,7 +188,7 @@ pub struct SharedStats {
 
 impl Store {
     /// Applies `hits` to the counter `key` under `limits` (all or nothing).
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         key: &str,
         limits: &[Limit],
@@ -200,7 +200,7 @@ impl Store {
     }
 
     /// [`Store::apply`], and where the verdict came from.
-    pub async fn decide(
+    pub(crate) async fn decide(
         &self,
         key: &str,
         limits: &[Limit],
