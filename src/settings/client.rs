@@ -1,0 +1,72 @@
+//! Settings of the command-line clients: `tollgate client`, `explain` and `reset`.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Settings of `tollgate client`.
+#[derive(Debug, Args)]
+pub(crate) struct ClientArgs {
+    /// Tollgate's gRPC address.
+    #[arg(long, env = "TOLLGATE_ADDR", default_value = "127.0.0.1:8081")]
+    pub(crate) addr: String,
+    #[command(flatten)]
+    pub(crate) request: RequestArgs,
+    /// Hits to count (request-level hits_addend), for descriptors without ;hits=N.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) hits: u32,
+    #[command(flatten)]
+    pub(crate) tls: ClientTlsArgs,
+}
+
+/// Settings of `tollgate explain` and `tollgate reset`: a request for the HTTP port.
+#[derive(Debug, Args)]
+pub(crate) struct AdminArgs {
+    /// Tollgate's HTTP address (plain HTTP).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) http_addr: String,
+    #[command(flatten)]
+    pub(crate) request: RequestArgs,
+}
+
+/// The request the client commands send: a domain and its descriptors.
+#[derive(Debug, Args)]
+pub(crate) struct RequestArgs {
+    /// Rate-limit domain.
+    #[arg(long)]
+    pub(crate) domain: String,
+    /// A descriptor as key=value[,key2=value2…], ending in ;hits=N for its own
+    /// hits_addend (0: check without counting); repeat for several.
+    #[arg(long, required = true)]
+    pub(crate) descriptor: Vec<String>,
+}
+
+/// TLS of `tollgate client`: on when any of these is given.
+#[derive(Debug, Args)]
+pub(crate) struct ClientTlsArgs {
+    /// Connect over TLS, trusting the system's root certificates (or --tls-ca).
+    #[arg(long, env = "TOLLGATE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) tls: bool,
+    /// TLS, trusting only this CA (PEM) for the server's certificate.
+    #[arg(long, env = "TOLLGATE_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
+    /// TLS, presenting this client certificate chain (PEM) for mutual TLS; with --tls-key.
+    #[arg(long, env = "TOLLGATE_TLS_CERT", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM); with --tls-cert.
+    #[arg(long, env = "TOLLGATE_TLS_KEY", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// TLS, checking that the server's certificate carries this name [default: the host
+    /// of --addr].
+    #[arg(long, env = "TOLLGATE_TLS_SERVER_NAME")]
+    pub(crate) tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// Whether the client connects over TLS.
+    pub(crate) fn enabled(&self) -> bool {
+        self.tls
+            || self.tls_ca.is_some()
+            || self.tls_cert.is_some()
+            || self.tls_server_name.is_some()
+    }
+}
