@@ -1,0 +1,138 @@
+//! The store's own figures (counters, round trips, debts, health), read from its snapshot
+//! at every scrape.
+
+use super::types::{encode_histogram, encode_plain_counter};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::ConstGauge;
+use tollgate_core::Store;
+
+/// Store internals, read when scraped.
+#[derive(Debug)]
+pub(super) struct StoreCollector(pub(super) Store);
+
+impl prometheus_client::collector::Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauge = |encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64| {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(metric)
+        };
+        let counter = |encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64| {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            encode_plain_counter(value, metric)
+        };
+        let stats = self.0.stats();
+        let entries = i64::try_from(stats.counters).unwrap_or(i64::MAX);
+        gauge(
+            &mut encoder,
+            "tollgate_counters",
+            "Counters held in memory (the local view for a shared store)",
+            entries,
+        )?;
+        gauge(
+            &mut encoder,
+            "tollgate_counter_bytes",
+            "Bytes the counters take in memory (bounded by --max-counter-memory)",
+            i64::try_from(stats.bytes).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            &mut encoder,
+            "tollgate_counter_evictions_total",
+            "Counters evicted to stay under --max-counters and --max-counter-memory",
+            stats.evictions,
+        )?;
+        counter(
+            &mut encoder,
+            "tollgate_counters_expired_total",
+            "Counters dropped after their windows passed",
+            stats.expired,
+        )?;
+        gauge(
+            &mut encoder,
+            "tollgate_store_up",
+            "1 while the counter store answers",
+            i64::from(stats.up),
+        )?;
+        let Some(s) = stats.shared else {
+            return Ok(());
+        };
+        for (name, help, value) in [
+            (
+                "tollgate_store_round_trips_total",
+                "Requests decided by a round trip to the shared store",
+                s.round_trips,
+            ),
+            (
+                "tollgate_local_denials_total",
+                "Requests denied from the local view, without a round trip",
+                s.local_denials,
+            ),
+            (
+                "tollgate_store_fallbacks_total",
+                "Requests decided per --on-store-error",
+                s.fallbacks,
+            ),
+            (
+                "tollgate_store_refreshes_total",
+                "Background reads of counters the local view denies",
+                s.refreshes,
+            ),
+            (
+                "tollgate_store_reconnects_total",
+                "Times the store connection came up",
+                s.reconnects,
+            ),
+            (
+                "tollgate_store_disagreements_total",
+                "Round trips where the store and the local algorithm decided differently (the store decided)",
+                s.disagreements,
+            ),
+            (
+                "tollgate_store_debt_charged_total",
+                "Units admitted without the store that were then counted in it",
+                s.debt_charged,
+            ),
+            (
+                "tollgate_store_debt_forgiven_total",
+                "Units admitted without the store and never counted in it: their windows passed first, or too many counters owed at once",
+                s.debt_forgiven,
+            ),
+        ] {
+            counter(&mut encoder, name, help, value)?;
+        }
+        gauge(
+            &mut encoder,
+            "tollgate_store_debts",
+            "Counters owing the store units admitted without it",
+            i64::try_from(s.debts).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut encoder,
+            "tollgate_store_debt_units",
+            "Units admitted without the store and not yet counted in it",
+            i64::try_from(s.debt_units).unwrap_or(i64::MAX),
+        )?;
+        let mut metric = encoder.encode_descriptor(
+            "tollgate_store_errors_total",
+            "Store failures by kind",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, value) in [
+            ("timeout", s.timeouts),
+            ("connection", s.connection_errors),
+            ("script", s.script_errors),
+        ] {
+            let labels = [("kind", kind)];
+            let family = metric.encode_family(&labels)?;
+            encode_plain_counter(value, family)?;
+        }
+        let metric = encoder.encode_descriptor(
+            "tollgate_store_round_trip_seconds",
+            "Latency of round trips to the shared store",
+            None,
+            MetricType::Histogram,
+        )?;
+        encode_histogram(&s.latency, metric)
+    }
+}
