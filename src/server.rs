@@ -62,113 +62,29 @@ enum Origin {
     Xds(Box<XdsConfig>),
 }
 
-/// Runs the server until a signal stops it.
+/// Runs the server until a signal stops it: what it starts, in order.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let refused = compat::refusals(|name| std::env::var(name).ok());
-    anyhow::ensure!(refused.is_empty(), "{}", refused.join("; "));
-    for warning in compat::warnings(|name| std::env::var(name).ok()) {
-        tracing::warn!("{warning}");
-    }
+    check_reference_settings()?;
     let statsd = args.ops.stats.statsd()?;
-    let origin = match args.source.config_type {
-        ConfigType::File => {
-            let path = args.config_path();
-            let rules = reload::load(&path, args.rules.builder()).await?;
-            tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
-            Origin::Files { path, rules }
-        }
-        ConfigType::GrpcXdsSotw => {
-            anyhow::ensure!(
-                args.config.is_none(),
-                "--config (TOLLGATE_CONFIG) names rules files, but CONFIG_TYPE=GRPC_XDS_SOTW \
-                 takes rules from the xDS server only; unset one of them"
-            );
-            let (config, warnings) = XdsConfig::new(&args.source.xds, &args.rules)?;
-            for warning in warnings {
-                tracing::warn!("{warning}");
-            }
-            Origin::Xds(Box::new(config))
-        }
-    };
-
+    let origin = rules_origin(&args).await?;
     // Before anything else starts: a bad certificate or key stops startup here.
     let server_tls = match args.tls.files()? {
         Some(files) => Some(ServerTls::load(files)?),
         None => None,
     };
     let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
-
-    let store = open_store(&args)?;
-    let first_connect = args.store.store_startup_wait;
-    let unreachable = match &store {
-        Store::Shared(shared) if !shared.wait_up(first_connect).await => Some(shared.last_error()),
-        Store::Reference(reference) if !reference.wait_up(first_connect).await => {
-            Some(reference.last_error())
-        }
-        _ => None,
-    };
-    if let Some(why) = unreachable {
-        let why = why.unwrap_or_else(|| "no answer".into());
-        tracing::warn!(
-            "{} not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is",
-            args.store.backend().name()
-        );
-    }
-    let (mut metrics, rule_metrics) = Metrics::new(
-        args.answers.near_limit_ratio,
-        args.ops.detailed_metric_limit,
-    );
-    metrics.watch_store(store.clone());
+    let store = connect_store(&args).await?;
     let xds_stats = Arc::new(XdsStats::default());
-    if let Origin::Xds(_) = origin {
-        metrics.watch_xds(xds_stats.clone());
-    }
-    let options = Options {
-        defaults: args.rules.defaults(),
-        global_shadow_mode: args.answers.shadow_mode,
-        quota_mode: args.answers.quota_mode,
-        all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
-    };
-    let rls = Arc::new(Rls {
-        limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),
-        metrics: Arc::new(metrics),
-        headers: header_style(&args),
-        header_names: HeaderNames {
-            limit: args.answers.limit_limit_header.clone(),
-            remaining: args.answers.limit_remaining_header.clone(),
-            reset: args.answers.limit_reset_header.clone(),
-        },
-        dynamic_metadata: args.answers.response_dynamic_metadata,
-        status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
-    });
-    let (reload, xds_server) = match origin {
-        Origin::Files { path, rules } => {
-            rls.install(rules, Source::Files { path: path.clone() });
-            let settings = Arc::new(args.rules.clone());
-            (Some(Reload::new(rls.clone(), path, settings)), None)
-        }
-        Origin::Xds(config) => {
-            let server = config.server.clone();
-            tokio::spawn(xds::run(*config, rls.clone(), xds_stats));
-            (None, Some(server))
-        }
-    };
+    let watched_xds = matches!(origin, Origin::Xds(_)).then(|| xds_stats.clone());
+    let rls = service(&args, store, watched_xds);
+    let (reload, xds_server) = start_rules(&args, &rls, origin, xds_stats);
     let _watch = reload.clone().map(reload::watch).transpose()?;
     // The reference has no RLQS: in reference mode its calls get UNIMPLEMENTED, as there.
     let rlqs = (!args.rules.reference_mode)
         .then(|| Rlqs::start(rls.clone(), Arc::new(SystemClock), rlqs_config(&args)));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
     let (draining_tx, draining) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_rx_grace = stop_rx.clone();
-    // Health is answered from the first connection on: set it before anything is served.
-    set_health(&health, serving_status(rls.status.readiness(), false)).await;
-    tokio::spawn(report_health(
-        health,
-        rls.status.subscribe(),
-        draining.clone(),
-    ));
     tokio::spawn(handle_signals(
         reload,
         draining_tx,
@@ -185,26 +101,190 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
 
-    let grpc = bind(args.grpc_addr(), "gRPC").await?;
-    let http = bind(args.http_addr(), "HTTP").await?;
-    let prometheus = match args.ops.use_prometheus {
-        true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
-        false => None,
-    };
-    let debug = match args.ops.debug_port.0 {
-        Some(port) => bind_debug(SocketAddr::new(args.ops.debug_host, port)).await,
-        None => None,
-    };
-    let grpc_addr = grpc.local_addr()?;
-    let http_addr = http.local_addr()?;
-    // Tests and scripts wait for this line; with port 0 it is how they learn the ports.
-    println!("tollgate listening grpc={grpc_addr} http={http_addr}");
-    tracing::info!(%grpc_addr, %http_addr, "listening");
+    let ports = Ports::bind(&args).await?;
     if let Some(statsd) = statsd {
         tracing::info!(target = %statsd.target, dog = statsd.dog, "sending stats to statsd");
         statsd::spawn(statsd, rls.metrics.clone());
     }
+    let services = Services {
+        rls,
+        rlqs,
+        draining,
+    };
+    serve(&args, ports, services, server_tls, stop_rx).await
+}
 
+/// Settings of the reference's that cannot be honoured stop startup; those that change
+/// nothing here are warned about.
+fn check_reference_settings() -> anyhow::Result<()> {
+    let refused = compat::refusals(|name| std::env::var(name).ok());
+    anyhow::ensure!(refused.is_empty(), "{}", refused.join("; "));
+    for warning in compat::warnings(|name| std::env::var(name).ok()) {
+        tracing::warn!("{warning}");
+    }
+    Ok(())
+}
+
+/// Where the rules come from: files, loaded now, or an xDS server, contacted later.
+async fn rules_origin(args: &ServeArgs) -> anyhow::Result<Origin> {
+    match args.source.config_type {
+        ConfigType::File => {
+            let path = args.config_path();
+            let rules = reload::load(&path, args.rules.builder()).await?;
+            tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
+            Ok(Origin::Files { path, rules })
+        }
+        ConfigType::GrpcXdsSotw => {
+            anyhow::ensure!(
+                args.config.is_none(),
+                "--config (TOLLGATE_CONFIG) names rules files, but CONFIG_TYPE=GRPC_XDS_SOTW \
+                 takes rules from the xDS server only; unset one of them"
+            );
+            let (config, warnings) = XdsConfig::new(&args.source.xds, &args.rules)?;
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
+            Ok(Origin::Xds(Box::new(config)))
+        }
+    }
+}
+
+/// The counter store, given `STORE_STARTUP_WAIT` to answer a first time.
+async fn connect_store(args: &ServeArgs) -> anyhow::Result<Store> {
+    let store = open_store(args)?;
+    let first_connect = args.store.store_startup_wait;
+    let unreachable = match &store {
+        Store::Shared(shared) if !shared.wait_up(first_connect).await => Some(shared.last_error()),
+        Store::Reference(reference) if !reference.wait_up(first_connect).await => {
+            Some(reference.last_error())
+        }
+        _ => None,
+    };
+    if let Some(why) = unreachable {
+        let why = why.unwrap_or_else(|| "no answer".into());
+        tracing::warn!(
+            "{} not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is",
+            args.store.backend().name()
+        );
+    }
+    Ok(store)
+}
+
+/// The rate-limit service on `store`, with its metrics (and the xDS stream's, if any).
+fn service(args: &ServeArgs, store: Store, xds: Option<Arc<XdsStats>>) -> Arc<Rls> {
+    let (mut metrics, rule_metrics) = Metrics::new(
+        args.answers.near_limit_ratio,
+        args.ops.detailed_metric_limit,
+    );
+    metrics.watch_store(store.clone());
+    if let Some(stats) = xds {
+        metrics.watch_xds(stats);
+    }
+    let options = Options {
+        defaults: args.rules.defaults(),
+        global_shadow_mode: args.answers.shadow_mode,
+        quota_mode: args.answers.quota_mode,
+        all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
+    };
+    Arc::new(Rls {
+        limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),
+        metrics: Arc::new(metrics),
+        headers: header_style(args),
+        header_names: HeaderNames {
+            limit: args.answers.limit_limit_header.clone(),
+            remaining: args.answers.limit_remaining_header.clone(),
+            reset: args.answers.limit_reset_header.clone(),
+        },
+        dynamic_metadata: args.answers.response_dynamic_metadata,
+        status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
+    })
+}
+
+/// Rules in force: files installed now and reloaded on change, or the xDS client
+/// started; the reload handle and the xDS server, whichever applies.
+fn start_rules(
+    args: &ServeArgs,
+    rls: &Arc<Rls>,
+    origin: Origin,
+    xds_stats: Arc<XdsStats>,
+) -> (Option<Reload>, Option<String>) {
+    match origin {
+        Origin::Files { path, rules } => {
+            rls.install(rules, Source::Files { path: path.clone() });
+            let settings = Arc::new(args.rules.clone());
+            (Some(Reload::new(rls.clone(), path, settings)), None)
+        }
+        Origin::Xds(config) => {
+            let server = config.server.clone();
+            tokio::spawn(xds::run(*config, rls.clone(), xds_stats));
+            (None, Some(server))
+        }
+    }
+}
+
+/// The listeners, bound.
+struct Ports {
+    grpc: TcpListener,
+    http: TcpListener,
+    prometheus: Option<TcpListener>,
+    debug: Option<TcpListener>,
+}
+
+impl Ports {
+    /// Binds every port the settings ask for and prints the line tests and scripts wait
+    /// for (with port 0 it is how they learn the ports).
+    async fn bind(args: &ServeArgs) -> anyhow::Result<Self> {
+        let grpc = bind(args.grpc_addr(), "gRPC").await?;
+        let http = bind(args.http_addr(), "HTTP").await?;
+        let prometheus = match args.ops.use_prometheus {
+            true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
+            false => None,
+        };
+        let debug = match args.ops.debug_port.0 {
+            Some(port) => bind_debug(SocketAddr::new(args.ops.debug_host, port)).await,
+            None => None,
+        };
+        let grpc_addr = grpc.local_addr()?;
+        let http_addr = http.local_addr()?;
+        println!("tollgate listening grpc={grpc_addr} http={http_addr}");
+        tracing::info!(%grpc_addr, %http_addr, "listening");
+        Ok(Self {
+            grpc,
+            http,
+            prometheus,
+            debug,
+        })
+    }
+}
+
+/// What the ports serve, and whether the server is draining (health fails meanwhile).
+struct Services {
+    rls: Arc<Rls>,
+    rlqs: Option<Arc<Rlqs>>,
+    draining: watch::Receiver<bool>,
+}
+
+/// Serves every port until `stop` says so, then gives calls in flight a grace period.
+async fn serve(
+    args: &ServeArgs,
+    ports: Ports,
+    services: Services,
+    server_tls: Option<Arc<ServerTls>>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let Services {
+        rls,
+        rlqs,
+        draining,
+    } = services;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    // Health is answered from the first connection on: set it before anything is served.
+    set_health(&health, serving_status(rls.status.readiness(), false)).await;
+    tokio::spawn(report_health(
+        health,
+        rls.status.subscribe(),
+        draining.clone(),
+    ));
     let admin = Admin {
         rls: rls.clone(),
         draining,
@@ -234,24 +314,21 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .max_decoding_message_size(args.conn.grpc_max_message_bytes)
         }))
         .serve_with_incoming_shutdown(
-            Acceptor::new(grpc, args.conn.grpc_limits(), grpc_tls).incoming(),
-            stopped(stop_rx.clone()),
+            Acceptor::new(ports.grpc, args.conn.grpc_limits(), grpc_tls).incoming(),
+            stopped(stop.clone()),
         );
-    let http_stop = stopped(stop_rx.clone());
-    let http_acceptor = Acceptor::new(http, limits, http_tls.clone());
-    let http_server = async {
-        listen::serve_http(http_acceptor, admin::router(admin), http_stop).await;
-        Ok::<(), anyhow::Error>(())
-    };
+    let http_acceptor = Acceptor::new(ports.http, limits, http_tls.clone());
+    let http_server =
+        listen::serve_http(http_acceptor, admin::router(admin), stopped(stop.clone()));
     let debug_server = async {
-        if let Some(listener) = debug {
+        if let Some(listener) = ports.debug {
             let acceptor = Acceptor::new(listener, limits, None);
             let router = debug_port::router(rls.clone());
-            listen::serve_http(acceptor, router, stopped(stop_rx.clone())).await;
+            listen::serve_http(acceptor, router, stopped(stop.clone())).await;
         }
     };
     let prometheus_server = async {
-        if let Some(listener) = prometheus {
+        if let Some(listener) = ports.prometheus {
             let router = axum::Router::new()
                 .route(
                     &args.ops.prometheus_path,
@@ -259,27 +336,22 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 )
                 .with_state(rls.clone());
             let acceptor = Acceptor::new(listener, limits, http_tls);
-            listen::serve_http(acceptor, router, stopped(stop_rx.clone())).await;
+            listen::serve_http(acceptor, router, stopped(stop.clone())).await;
         }
-        Ok::<(), anyhow::Error>(())
     };
     let servers = async {
-        let (grpc, http, prometheus, ()) =
+        let (grpc, (), (), ()) =
             tokio::join!(grpc_server, http_server, prometheus_server, debug_server);
-        (grpc, http, prometheus)
+        grpc
     };
     // Envoy keeps its HTTP/2 connections open for good: once the listeners are closed, give
     // calls in flight a grace period, then stop whatever is still connected.
     let grace_over = async {
-        stopped(stop_rx_grace).await;
+        stopped(stop.clone()).await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     tokio::select! {
-        (grpc_result, http_result, prometheus_result) = servers => {
-            grpc_result.context("gRPC server failed")?;
-            http_result.context("HTTP server failed")?;
-            prometheus_result.context("Prometheus server failed")
-        }
+        grpc_result = servers => grpc_result.context("gRPC server failed"),
         () = grace_over => {
             tracing::info!("closing connections still open after {SHUTDOWN_GRACE:?}");
             Ok(())
