@@ -4,6 +4,7 @@
 //! recorder), so the request path only increments atomics; the store's figures are read
 //! from its snapshot at scrape time.
 
+mod detailed;
 mod rlqs;
 mod rules;
 mod store;

@@ -1,12 +1,11 @@
 //! Per-rule series: the reference's per-descriptor counters, recorded by [`RuleMetrics`],
 //! the core's recorder, through handles resolved when rules are installed.
 
+use super::detailed::ByValue;
 use super::types::PlainCounter;
 use crate::unmatched::Unmatched;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
-use std::collections::HashMap;
-use std::sync::Mutex;
 use tollgate_core::{Descriptor, Limited, NoMatch, Recorder, Rule};
 
 /// The reference's per-descriptor labels.
@@ -103,7 +102,7 @@ impl DescriptorStats {
 pub(crate) enum RuleStats {
     Fixed(DescriptorStats),
     Detailed {
-        by_value: Mutex<HashMap<DescriptorLabels, DescriptorStats>>,
+        by_value: ByValue<DescriptorStats>,
         overflow: DescriptorStats,
     },
 }
@@ -130,7 +129,7 @@ impl Recorder for RuleMetrics {
             ..labels
         };
         RuleStats::Detailed {
-            by_value: Mutex::default(),
+            by_value: ByValue::new(self.detailed_cap),
             overflow: self.families.stats(&overflow),
         }
     }
@@ -145,21 +144,16 @@ impl Recorder for RuleMetrics {
         match stats {
             RuleStats::Fixed(s) => s.record(outcome, rule.charged(), self.near_ratio),
             RuleStats::Detailed { by_value, overflow } => {
-                let names: Vec<String> = descriptor
-                    .pairs()
-                    .enumerate()
-                    .map(|(i, (k, v))| format!("{k}_{}", rule.key_value(i, v)))
-                    .collect();
-                let labels = DescriptorLabels::new(rule.domain(), &names);
-                let mut seen = by_value.lock().unwrap_or_else(|p| p.into_inner());
-                let room = seen.len() < self.detailed_cap;
-                let stats = match seen.get(&labels) {
-                    Some(s) => s,
-                    None if room => seen
-                        .entry(labels.clone())
-                        .or_insert_with(|| self.families.stats(&labels)),
-                    None => overflow,
+                let names = || {
+                    let pairs = descriptor.pairs().enumerate();
+                    pairs.map(|(i, (k, v))| (k, rule.key_value(i, v)))
                 };
+                let make = || {
+                    let names: Vec<String> = names().map(|(k, v)| format!("{k}_{v}")).collect();
+                    self.families
+                        .stats(&DescriptorLabels::new(rule.domain(), &names))
+                };
+                let stats = by_value.get(names, make).unwrap_or(overflow);
                 stats.record(outcome, rule.charged(), self.near_ratio);
             }
         }
