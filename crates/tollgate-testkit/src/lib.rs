@@ -9,7 +9,7 @@
 //! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
 //!   send, and [`keys`]: where counters live in Redis;
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
-//!   behind;
+//!   behind, and [`shared_store`]: the limits the Redis and PostgreSQL suites share;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
 //! - [`serial`]: the lock that keeps timing-sensitive tests apart, and [`rng`]: seeded
@@ -45,6 +45,7 @@ pub mod redis;
 pub mod reference;
 pub mod rng;
 pub mod serial;
+pub mod shared_store;
 pub mod statsd_exporter;
 pub mod tls;
 pub mod tollgate;

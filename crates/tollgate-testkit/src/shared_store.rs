@@ -1,0 +1,53 @@
+//! What the Redis and PostgreSQL suites have in common: the limits they serve, one per
+//! purpose, and the figures their tests count against.
+
+use std::time::Duration;
+
+/// A rules file for `domain` with the limits every shared-store suite uses, then `extra`
+/// descriptors (YAML list entries, two spaces in): a string literal, so that a suite's
+/// rules stay a `const`.
+#[macro_export]
+macro_rules! shared_store_rules {
+    ($domain:literal, $extra:literal) => {
+        concat!(
+            "domain: ",
+            $domain,
+            "
+descriptors:
+  # 5 per minute, the default sliding window (precision 10).
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  # 4 per hour: recovery probes, a fresh value per round.
+  - key: probe
+    rate_limit: {unit: hour, requests_per_unit: 4}
+  # 5 per year: no sub-window closes while a test runs, so the store has no reason to
+  # read anything in the background.
+  - key: yearly
+    rate_limit: {unit: year, requests_per_unit: 5}
+  # 100 per hour: a limit a test reaches under load.
+  - key: hundred
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  # Never reached: every request for it needs the store.
+  - key: busy
+    rate_limit: {unit: hour, requests_per_unit: 1000000}
+  # Accuracy runs: 200 per 2-second window (sub-windows of 200 ms).
+  - key: acc
+    rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 200}
+",
+            $extra
+        )
+    };
+}
+
+/// `user`'s limit.
+pub const USER_LIMIT: usize = 5;
+/// `probe`'s limit.
+pub const PROBE_LIMIT: usize = 4;
+/// `yearly`'s limit.
+pub const YEARLY_LIMIT: usize = 5;
+/// `acc`'s limit, window and sub-window.
+pub const ACC_LIMIT: u64 = 200;
+/// See [`ACC_LIMIT`].
+pub const ACC_WINDOW: Duration = Duration::from_secs(2);
+/// See [`ACC_LIMIT`].
+pub const ACC_SUB_WINDOW: Duration = Duration::from_millis(200);
