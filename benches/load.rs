@@ -61,6 +61,10 @@ struct Args {
     /// requests_per_unit (per second) of the `user` rule.
     #[arg(long, default_value_t = 1_000_000_000)]
     limit: u32,
+    /// Make the `user` rule a `detailed_metric` one (a series per request value, up to
+    /// DETAILED_METRIC_LIMIT), to measure what recording costs.
+    #[arg(long)]
+    detailed_metric: bool,
     /// Fraction (0..=1) of requests sent to the over-limit `hot` keys.
     #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
     over_limit_fraction: f64,
@@ -319,7 +323,8 @@ fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<Ser
         )
         .into());
     }
-    let rules = tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit));
+    let rules =
+        tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit, args.detailed_metric));
     let mut extra = args.tollgate_args.clone();
     extra.extend(store.tollgate_args());
     let server = tollgate::Serve::with_binary(binary, &rules.file("rules.yaml"))
@@ -342,7 +347,7 @@ fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<Ser
 async fn start_reference(args: &Args, redis: &RedisServer) -> Result<ServerProcess> {
     let installed = reference::installed()?;
     let rules = RuntimeRoot::new();
-    rules.write("rules.yaml", &rules_yaml(args.limit));
+    rules.write("rules.yaml", &rules_yaml(args.limit, args.detailed_metric));
     let mut env = reference::plain_env(&redis.host_port(), &rules);
     env.extend(args.reference_env.iter().cloned());
     let server = Reference::try_start(installed, &env).await?;
@@ -352,13 +357,14 @@ async fn start_reference(args: &Args, redis: &RedisServer) -> Result<ServerProce
     })
 }
 
-/// `user` gets the configured limit; `hot` allows 1/s so hot traffic is
-/// almost always over limit.
-fn rules_yaml(limit: u32) -> String {
+/// `user` gets the configured limit (and a series per value when `detailed`); `hot`
+/// allows 1/s so hot traffic is almost always over limit.
+fn rules_yaml(limit: u32, detailed: bool) -> String {
     [
         "domain: bench".to_owned(),
         "descriptors:".to_owned(),
         "  - key: user".to_owned(),
+        format!("    detailed_metric: {detailed}"),
         format!("    rate_limit: {{unit: second, requests_per_unit: {limit}}}"),
         "  - key: hot".to_owned(),
         "    rate_limit: {unit: second, requests_per_unit: 1}".to_owned(),
