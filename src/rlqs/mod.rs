@@ -39,7 +39,7 @@ use part::Parts;
 use plan::{Plan, Plans};
 use report::{BucketKey, Usage};
 pub(crate) use table::Strategy;
-use table::{Action, Budget, Departures, Send, StreamId, Table, TooManyBuckets};
+use table::{Action, Budget, Departures, Message, StreamId, Table, TooManyBuckets};
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
@@ -161,8 +161,8 @@ impl Rlqs {
         bucket: &BucketKey,
         stream: Option<StreamId>,
         usage: (u64, u64),
-        op: impl FnOnce(&mut Table, Budget) -> Result<Vec<Send>, TooManyBuckets>,
-    ) -> Result<Vec<Send>, Step> {
+        op: impl FnOnce(&mut Table, Budget) -> Result<Vec<Message>, TooManyBuckets>,
+    ) -> Result<Vec<Message>, Step> {
         let plan = self.plans.get(&self.rls.limiter, bucket);
         let _serial = self.lock_for(bucket).lock().await;
         let period_ns = stream.and_then(|s| self.table().period_ns(s, bucket));
@@ -227,7 +227,7 @@ impl Rlqs {
     }
 
     /// Sends each stream its bucket actions, in order, as one response.
-    fn deliver(&self, sends: Vec<Send>) {
+    fn deliver(&self, sends: Vec<Message>) {
         let mut by_stream: Vec<(StreamId, Vec<BucketAction>)> = Vec::new();
         for send in sends {
             let metrics = &self.rls.metrics.rlqs;

@@ -66,7 +66,7 @@ pub(crate) enum Action {
 
 /// A message for a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Send {
+pub(crate) struct Message {
     pub(crate) stream: StreamId,
     pub(crate) bucket: BucketKey,
     pub(crate) action: Action,
@@ -113,7 +113,7 @@ struct StreamState {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Departures {
     /// Abandons, and pushes to the streams left.
-    pub(crate) sends: Vec<Send>,
+    pub(crate) sends: Vec<Message>,
     /// Buckets no stream reports any more.
     pub(crate) emptied: Vec<BucketKey>,
     /// The table gave most of its room back: memory worth returning to the system.
@@ -187,7 +187,7 @@ impl Table {
         allowed: u64,
         denied: u64,
         budget: Budget,
-    ) -> Result<Vec<Send>, TooManyBuckets> {
+    ) -> Result<Vec<Message>, TooManyBuckets> {
         let now = self.clock.now_ns();
         let state = self.streams.entry(stream).or_default();
         if !state.buckets.contains(bucket) {
@@ -240,7 +240,7 @@ impl Table {
         let ttl_s = ttl_s(state.interval_ns);
         let strategy = entry.candidate(stream);
         let fresh = entry.assign(stream, strategy);
-        let mut out = vec![Send {
+        let mut out = vec![Message {
             stream,
             bucket: bucket.clone(),
             action: Action::Assign {
@@ -285,7 +285,7 @@ impl Table {
             if let Some(state) = self.streams.get_mut(&stream) {
                 state.buckets.remove(&bucket);
             }
-            out.sends.push(Send {
+            out.sends.push(Message {
                 stream,
                 bucket: bucket.clone(),
                 action: Action::Abandon,
@@ -318,7 +318,7 @@ impl Table {
 
     /// New rules give `bucket` a new budget: its rate is divided again from nothing, and
     /// every stream whose assignment changes is told.
-    pub(crate) fn replan(&mut self, bucket: &BucketKey, budget: Budget) -> Vec<Send> {
+    pub(crate) fn replan(&mut self, bucket: &BucketKey, budget: Budget) -> Vec<Message> {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return Vec::new();
         };
@@ -337,7 +337,7 @@ impl Table {
                 continue;
             }
             let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
-            out.push(Send {
+            out.push(Message {
                 stream: id,
                 bucket: bucket.clone(),
                 action: Action::Assign {
@@ -377,7 +377,7 @@ impl Table {
     /// that may now admit, or a rate that grows by a quarter or more. Taking rate back
     /// needs no push: every report lowers a rate that its stream's demand no longer
     /// justifies, and no stream is given rate another still holds.
-    fn rebalance(&mut self, bucket: &BucketKey, except: Option<StreamId>) -> Vec<Send> {
+    fn rebalance(&mut self, bucket: &BucketKey, except: Option<StreamId>) -> Vec<Message> {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return Vec::new();
         };
@@ -404,7 +404,7 @@ impl Table {
             if push {
                 let fresh = entry.assign(id, candidate);
                 let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
-                out.push(Send {
+                out.push(Message {
                     stream: id,
                     bucket: bucket.clone(),
                     action: Action::Assign {

@@ -32,7 +32,7 @@ fn stats(streams: usize, buckets: usize) -> TableStats {
 }
 
 /// The strategies sent, as (stream, strategy).
-fn assigned(sends: &[Send]) -> Vec<(StreamId, Strategy)> {
+fn assigned(sends: &[Message]) -> Vec<(StreamId, Strategy)> {
     sends
         .iter()
         .filter_map(|s| match s.action {
@@ -43,14 +43,20 @@ fn assigned(sends: &[Send]) -> Vec<(StreamId, Strategy)> {
 }
 
 /// The rates sent, as (stream, requests per second).
-fn rates(sends: &[Send]) -> Vec<(StreamId, f64)> {
+fn rates(sends: &[Message]) -> Vec<(StreamId, f64)> {
     assigned(sends)
         .into_iter()
         .map(|(id, s)| (id, rate_of(s)))
         .collect()
 }
 
-fn report(t: &mut Table, stream: StreamId, allowed: u64, denied: u64, budget: Budget) -> Vec<Send> {
+fn report(
+    t: &mut Table,
+    stream: StreamId,
+    allowed: u64,
+    denied: u64,
+    budget: Budget,
+) -> Vec<Message> {
     t.report(stream, &bucket("a"), allowed, denied, budget)
         .expect("under the bucket cap")
 }
@@ -64,7 +70,7 @@ fn the_first_report_subscribes_and_the_ttl_follows_the_reporting_interval() {
     // spend at once.
     assert_eq!(
         sends,
-        vec![Send {
+        vec![Message {
             stream: 1,
             bucket: bucket("a"),
             action: Action::Assign {
@@ -180,7 +186,7 @@ fn idle_buckets_are_abandoned() {
     assert_eq!(
         t.sweep(),
         Departures {
-            sends: vec![Send {
+            sends: vec![Message {
                 stream: 1,
                 bucket: bucket("a"),
                 action: Action::Abandon,
