@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::{DecideError, Limiter, Rules};
 
-use crate::metrics::{Metrics, RuleMetrics};
+use crate::metrics::{ErrorKind, Metrics, RuleMetrics};
 use crate::proto::{self, HeaderNames};
 use crate::rules_status::{RulesStatus, Source};
 
@@ -58,9 +58,9 @@ impl Rls {
         self.metrics.response_time.observe(started.elapsed());
         if let Err(e) = &result {
             self.metrics.error(match e {
-                RlsError::NoRules => "no_config",
-                RlsError::Decide(DecideError::InvalidArgument(_)) => "invalid_argument",
-                RlsError::Decide(DecideError::Store(_)) => "store",
+                RlsError::NoRules => ErrorKind::NoConfig,
+                RlsError::Decide(DecideError::InvalidArgument(_)) => ErrorKind::InvalidArgument,
+                RlsError::Decide(DecideError::Store(_)) => ErrorKind::Store,
             });
         }
         result

@@ -33,7 +33,28 @@ struct MethodLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
-    err_type: String,
+    err_type: &'static str,
+}
+
+/// Why a rate-limit request got no answer: the reference's `err_type` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    /// No rules loaded yet.
+    NoConfig,
+    /// The request was malformed.
+    InvalidArgument,
+    /// The counter store failed.
+    Store,
+}
+
+impl ErrorKind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::NoConfig => "no_config",
+            Self::InvalidArgument => "invalid_argument",
+            Self::Store => "store",
+        }
+    }
 }
 
 /// Request-level metrics and the registry that exports everything.
@@ -169,10 +190,11 @@ impl Metrics {
         self.should_rate_limit.inc_by(1);
     }
 
-    pub(crate) fn error(&self, err_type: &str) {
+    /// Counts one request answered with an error of `kind`.
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.errors
             .get_or_create(&ErrorLabels {
-                err_type: err_type.to_owned(),
+                err_type: kind.label(),
             })
             .inc_by(1);
     }
