@@ -10,6 +10,7 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::describe::describe;
 use super::tls::{PgTls, SslMode, client_config};
 use super::{ApplyArgs, schema};
 use crate::store::shared::link::Connector;
@@ -87,20 +88,6 @@ impl PgTarget {
     pub(super) fn tls_connector(&self) -> Result<Option<MakeRustlsConnect>, String> {
         Ok(client_config(&self.tls)?.map(MakeRustlsConnect::new))
     }
-}
-
-/// What a connect failed on, in PostgreSQL's words where it gave some.
-pub(super) fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{}: {}", db.severity(), db.message());
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text = format!("{text}: {cause}");
-        source = cause.source();
-    }
-    text
 }
 
 /// One connection with the statements Tollgate runs prepared on it.

@@ -7,7 +7,8 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::connect::{PgTarget, describe};
+use super::connect::PgTarget;
+use super::describe::describe;
 use crate::store::shared::resets::Subscribe;
 
 /// Announcements heard but not yet applied; past it, the connection waits.

@@ -4,6 +4,7 @@
 //! for rate limits alone.
 
 mod connect;
+mod describe;
 #[cfg(test)]
 mod differential;
 mod listen;
@@ -20,7 +21,8 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use self::connect::{PgConnector, PooledConn, describe};
+use self::connect::{PgConnector, PooledConn};
+use self::describe::describe;
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
 use super::shared::resets::{Subscribe, announcement};

@@ -12,7 +12,7 @@
 
 use tokio_postgres::Client;
 
-use super::connect::describe;
+use super::describe::describe;
 
 /// The schema at [`SCHEMA_VERSION`], from any earlier version.
 const SCHEMA: &str = include_str!("schema.sql");
