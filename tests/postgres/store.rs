@@ -8,6 +8,7 @@ use tollgate_testkit::load::{exactly, round_robin};
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::run;
+use tollgate_testkit::shared_store::count_down_then_deny;
 use tollgate_testkit::tollgate::{Serve, command};
 use tollgate_testkit::{accuracy, wait};
 
@@ -32,15 +33,7 @@ async fn limits_over_postgres_and_denies_without_a_round_trip() {
     let server = connected(&postgres, &[]).await;
     let mut rls = server.client().await;
 
-    for remaining in (0..USER_LIMIT as u32).rev() {
-        let status = rls.check(DOMAIN, &[("user", "ann")]).await;
-        assert_eq!(code(&status), Code::Ok, "{status:?}");
-        assert_eq!(status.limit_remaining, remaining, "{status:?}");
-    }
-    for _ in 0..3 {
-        let status = rls.check(DOMAIN, &[("user", "ann")]).await;
-        assert_eq!(code(&status), Code::OverLimit, "{status:?}");
-    }
+    count_down_then_deny(&mut rls, DOMAIN, 3).await;
     // One function call per admission; the denials were decided from the local view.
     assert_eq!(
         server.metric("tollgate_store_round_trips_total").await,

@@ -12,6 +12,7 @@ use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::load::{exactly, round_robin, timed_check};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::serial;
+use tollgate_testkit::shared_store::count_down_then_deny;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait::{self, room_in_window};
 
@@ -76,16 +77,7 @@ async fn limits_over_redis_then_denies() {
     let server = single(&redis, &[]).await;
     let mut rls = server.client().await;
 
-    for remaining in (0..USER_LIMIT as u32).rev() {
-        let status = rls.check(DOMAIN, &[("user", "ann")]).await;
-        assert_eq!(code(&status), Code::Ok, "{status:?}");
-        assert_eq!(status.limit_remaining, remaining, "{status:?}");
-    }
-    for _ in 0..3 {
-        let status = rls.check(DOMAIN, &[("user", "ann")]).await;
-        assert_eq!(code(&status), Code::OverLimit, "{status:?}");
-        assert_eq!(status.limit_remaining, 0, "{status:?}");
-    }
+    count_down_then_deny(&mut rls, DOMAIN, 3).await;
     // Another value is another counter.
     let status = rls.check(DOMAIN, &[("user", "bob")]).await;
     assert_eq!(code(&status), Code::Ok, "{status:?}");

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::grpc::{Code, Rls, code};
+
 /// A rules file for `domain` with the limits every shared-store suite uses, then `extra`
 /// descriptors (YAML list entries, two spaces in): a string literal, so that a suite's
 /// rules stay a `const`.
@@ -51,3 +53,18 @@ pub const ACC_LIMIT: u64 = 200;
 pub const ACC_WINDOW: Duration = Duration::from_secs(2);
 /// See [`ACC_LIMIT`].
 pub const ACC_SUB_WINDOW: Duration = Duration::from_millis(200);
+
+/// Sends `user=ann` to `domain` until past [`USER_LIMIT`]: each admission says what is
+/// left, then `denials` more requests are over the limit with nothing left.
+pub async fn count_down_then_deny(rls: &mut Rls, domain: &str, denials: usize) {
+    for remaining in (0..USER_LIMIT as u32).rev() {
+        let status = rls.check(domain, &[("user", "ann")]).await;
+        assert_eq!(code(&status), Code::Ok, "{status:?}");
+        assert_eq!(status.limit_remaining, remaining, "{status:?}");
+    }
+    for _ in 0..denials {
+        let status = rls.check(domain, &[("user", "ann")]).await;
+        assert_eq!(code(&status), Code::OverLimit, "{status:?}");
+        assert_eq!(status.limit_remaining, 0, "{status:?}");
+    }
+}
