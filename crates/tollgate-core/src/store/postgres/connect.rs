@@ -132,7 +132,7 @@ pub(super) struct PgConnector {
     pub(super) migrated: AtomicBool,
 }
 
-const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10)";
+const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
 const NOW: &str = "SELECT tollgate_now_us()";
 
 impl PgConnector {

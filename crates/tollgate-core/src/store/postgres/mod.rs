@@ -21,9 +21,8 @@ use tokio_postgres::error::SqlState;
 
 use self::connect::{PgConnector, describe};
 use super::shared::link::{Health, Link};
-use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
+use super::shared::protocol::{Ask, NANOS_PER_MICRO, limit_args, mode};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
 
@@ -113,14 +112,14 @@ impl PgBackend {
         &self,
         key: &str,
         limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        (debt, ask): (u64, Ask),
         deadline_ns: u64,
         around_ns: u64,
     ) -> Trip {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
-        let (mode, n) = mode(hits);
+        let (mode, n, extra) = mode(ask);
         let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
         let key = format!("{}{key}", self.key_prefix);
         let deadline_us = signed(deadline_ns / NANOS_PER_MICRO);
@@ -142,6 +141,7 @@ impl PgBackend {
                         &params,
                         &rpus,
                         &bounds,
+                        &signed(extra),
                     ],
                 )
                 .await

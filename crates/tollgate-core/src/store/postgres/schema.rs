@@ -5,7 +5,9 @@
 //!
 //! Versions: 1 `tollgate_check_and_count`; 2 `tollgate_apply`, which charges a debt before
 //! the hits (1's function stays, for the instances of a rolling upgrade); 3 calendar
-//! windows: `tollgate_apply` takes their boundaries (2's signature calls it without).
+//! windows: `tollgate_apply` takes their boundaries (2's signature calls it without); 4
+//! leases: `tollgate_apply` takes and gives back blocks, with one extra number (3's
+//! signature calls it with none).
 
 use tokio_postgres::Client;
 
@@ -15,7 +17,7 @@ use super::connect::describe;
 const SCHEMA: &str = include_str!("schema.sql");
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;

@@ -16,9 +16,9 @@ use std::time::Duration;
 use self::connect::{Conn, RedisConnector};
 use super::shared::link::{Health, Link};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
+use crate::store::shared::protocol::Ask;
 
 /// How a Redis store is set up.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ impl RedisBackend {
         &self,
         key: &str,
         limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        (debt, ask): (u64, Ask),
         deadline_ns: u64,
         around_ns: u64,
     ) -> Trip {
@@ -82,7 +82,7 @@ impl RedisBackend {
         let check = script::Check {
             key,
             limits,
-            hits,
+            ask,
             debt,
             deadline_ns,
             now_ns: 0,

@@ -31,7 +31,7 @@ use tracing::Instrument as _;
 use self::debts::Debts;
 use self::in_flight::InFlight;
 use self::link::{Health, TimeSink};
-use self::protocol::Reply;
+use self::protocol::{Ask, Reply};
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::{OnStoreError, SharedStats, StoreError, StoreStats};
@@ -100,13 +100,13 @@ impl Backend {
         }
     }
 
-    /// One atomic check-and-count of `hits` after `debt`, under way once first polled;
+    /// One atomic check-and-count of `ask` after `debt`, under way once first polled;
     /// `around_ns` is the store time expected, which places calendar windows' boundaries.
     fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
-        call: (u64, Hits),
+        call: (u64, Ask),
         deadline_ns: u64,
         around_ns: u64,
     ) -> Trip {
@@ -397,6 +397,7 @@ impl SharedStore {
     ) -> Answer {
         let started = Instant::now();
         let around_ns = self.local.now_ns();
+        let call = (call.0, Ask::Hits(call.1));
         let mut trip = self
             .backend
             .check_and_count(key, limits, call, deadline_ns, around_ns);
