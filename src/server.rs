@@ -347,6 +347,7 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let settings = &args.store;
     let reference = args.rules.reference_mode;
     let shared = SharedBehaviour {
+        leases: tollgate_core::store::LeasePolicy::default(),
         timeout: settings.timeout(reference),
         on_error: settings.on_error(reference),
         local_capacity: capacity,

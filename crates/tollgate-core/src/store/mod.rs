@@ -16,6 +16,7 @@ mod table;
 
 pub use memory::{Capacity, MemoryStore};
 #[cfg(any(feature = "redis", feature = "postgres"))]
+pub use shared::lease::LeasePolicy;
 pub use shared::{SharedBehaviour, SharedStore};
 
 use std::sync::Arc;

@@ -17,6 +17,7 @@ mod debts;
 pub(crate) mod differential;
 mod in_flight;
 mod late;
+pub(crate) mod lease;
 pub(crate) mod link;
 pub(crate) mod protocol;
 
@@ -128,6 +129,8 @@ pub struct SharedBehaviour {
     pub on_error: OnStoreError,
     /// What the local view may hold.
     pub local_capacity: Capacity,
+    /// How hot counters lease blocks.
+    pub leases: lease::LeasePolicy,
 }
 
 /// Counts behind [`SharedStats`].
@@ -178,6 +181,8 @@ pub struct SharedStore {
     awaited: AtomicUsize,
     /// Units asked of the store and not yet answered, which a fallback must leave room for.
     in_flight: InFlight,
+    /// Blocks of hot counters held by this instance.
+    leases: lease::Leases,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -217,9 +222,11 @@ impl SharedStore {
                 debts: Debts::default(),
                 awaited: AtomicUsize::new(0),
                 in_flight: InFlight::default(),
+                leases: lease::Leases::new(behaviour.leases),
             }
         });
         background::spawn(&store, refresh_rx);
+        lease::spawn_sweeper(&store);
         store
     }
 
@@ -280,6 +287,11 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<Verdict, StoreError> {
+        if let Hits::Consume(n) = hits
+            && let Some(leased) = self.lease(key, limits, n).await
+        {
+            return leased;
+        }
         let now = self.local.now_ns();
         let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
