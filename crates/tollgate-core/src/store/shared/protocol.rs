@@ -82,11 +82,13 @@ pub(crate) fn lease_effect(
     debt: u64,
     ask: Ask,
 ) -> u64 {
-    if debt > 0 {
-        apply(states, limits, now_ns, Hits::Charge(debt));
-    }
+    let hits = match ask {
+        Ask::Hits(hits) => hits,
+        Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
+    };
+    let verdict = effect(states, limits, now_ns, debt, hits);
     match ask {
-        Ask::Hits(hits) => u64::from(apply(states, limits, now_ns, hits).decision.admitted),
+        Ask::Hits(_) => u64::from(verdict.decision.admitted),
         Ask::Take { need, want } => take(states, limits, now_ns, need, want),
         Ask::GiveBack { units, taken_ns } => {
             for (state, limit) in states.iter_mut().zip(limits) {
