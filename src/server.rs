@@ -49,6 +49,8 @@ const STREAM_WINDOW_BYTES: u32 = 64 << 10;
 const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Longest the drain waits for the store to take back the leased blocks.
+const LEASE_GIVE_BACK: Duration = Duration::from_secs(1);
 /// How often startup says it is still waiting for the first xDS rules.
 const FIRST_RULES_NOTICE: Duration = Duration::from_secs(10);
 /// The gRPC health names Envoy and Kubernetes probes use.
@@ -119,6 +121,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.ops.detailed_metric_limit,
     );
     metrics.watch_store(store.clone());
+    // Unspent leased blocks go back at the drain, so that other instances may admit them.
+    let leasing = match &store {
+        Store::Shared(shared) if args.store.leases => Some(shared.clone()),
+        _ => None,
+    };
     let xds_stats = Arc::new(XdsStats::default());
     if let Origin::Xds(_) = origin {
         metrics.watch_xds(xds_stats.clone());
@@ -272,7 +279,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         stopped(stop_rx_grace).await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
-    tokio::select! {
+    let served = tokio::select! {
         (grpc_result, http_result, prometheus_result) = servers => {
             grpc_result.context("gRPC server failed")?;
             http_result.context("HTTP server failed")?;
@@ -282,7 +289,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("closing connections still open after {SHUTDOWN_GRACE:?}");
             Ok(())
         }
+    };
+    if let Some(shared) = leasing {
+        shared.give_back_leases(LEASE_GIVE_BACK).await;
     }
+    served
 }
 
 /// The debug port's listener; a debug port that cannot be bound is logged, not fatal (the
@@ -347,7 +358,10 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let settings = &args.store;
     let reference = args.rules.reference_mode;
     let shared = SharedBehaviour {
-        leases: tollgate_core::store::LeasePolicy::default(),
+        leases: tollgate_core::store::LeasePolicy {
+            enabled: settings.leases,
+            max_fraction: settings.lease_max_fraction,
+        },
         timeout: settings.timeout(reference),
         on_error: settings.on_error(reference),
         local_capacity: capacity,

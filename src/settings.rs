@@ -680,6 +680,14 @@ pub(crate) struct StoreArgs {
     /// Envoy's failure_mode_deny decides [default: local; in reference mode, error]
     #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
     pub(crate) on_store_error: Option<OnStoreError>,
+    /// Hot counters take blocks of their limit from the shared store in one call and
+    /// admit from them locally (README, Leases).
+    #[arg(long, env = "LEASES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) leases: bool,
+    /// The largest block a counter leases, as a fraction of its smallest limit (above 0,
+    /// at most 0.5).
+    #[arg(long, env = "LEASE_MAX_FRACTION", default_value = "0.01", value_parser = parse_lease_fraction)]
+    pub(crate) lease_max_fraction: f64,
 }
 
 impl StoreArgs {
@@ -879,6 +887,17 @@ fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
         _ => Err(format!("'{text}' is not a ratio between 0 and 1")),
+    }
+}
+
+/// A lease's largest block: above 0 and at most half the limit, so that one instance
+/// cannot hold most of a counter.
+fn parse_lease_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 0.5 => Ok(f),
+        _ => Err(format!(
+            "'{text}' is not a lease fraction: above 0 and at most 0.5"
+        )),
     }
 }
 
