@@ -454,3 +454,6 @@ pub(super) fn spawn_sweeper(store: &Arc<SharedStore>) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests;
