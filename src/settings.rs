@@ -1144,7 +1144,8 @@ mod tests {
         assert!(s.store.leases);
         assert_eq!(s.store.lease_max_fraction, 0.5);
         for bad in ["0", "-0.1", "0.51", "1", "NaN", "a lot"] {
-            let argv = ["tollgate", "serve", "--lease-max-fraction", bad];
+            let flag = format!("--lease-max-fraction={bad}");
+            let argv = ["tollgate", "serve", &flag];
             let error = Cli::try_parse_from(argv)
                 .map(|_| ())
                 .unwrap_err()
