@@ -156,6 +156,14 @@ pub struct SharedStats {
     /// Owed units forgiven: their windows passed before the store answered again, or too
     /// many counters owed at once.
     pub debt_forgiven: u64,
+    /// Blocks of units leased from the store by hot counters.
+    pub leases_taken: u64,
+    /// Units in those blocks (counted in the store when taken).
+    pub lease_units_leased: u64,
+    /// Leased units not spent and given back to the store.
+    pub lease_units_returned: u64,
+    /// Requests admitted from a leased block, without a round trip.
+    pub lease_local_admissions: u64,
     /// Round-trip latency.
     pub latency: HistogramSnapshot,
 }

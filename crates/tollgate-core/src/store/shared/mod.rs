@@ -276,6 +276,10 @@ impl SharedStore {
                 debt_units: debts.units,
                 debt_charged: debts.charged,
                 debt_forgiven: debts.forgiven,
+                leases_taken: load(&self.leases.counts.taken),
+                lease_units_leased: load(&self.leases.counts.units_leased),
+                lease_units_returned: load(&self.leases.counts.units_returned),
+                lease_local_admissions: load(&self.leases.counts.local_admissions),
                 latency: c.latency.snapshot(),
             }),
         }
