@@ -5,6 +5,7 @@
 mod cluster;
 mod debts;
 mod faults;
+mod leases;
 mod sentinel;
 mod single;
 mod support;
