@@ -235,49 +235,48 @@ fn a_fixed_window_block_ends_with_its_window() {
     assert!(left > 0);
 }
 
-#[test]
-fn a_sliding_window_block_ends_with_its_sub_window() {
+/// A counter of 100,000 a second counted by `algorithm`, made hot from time 0, and what
+/// `check` says of the block it took.
+fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, u64) -> T) -> T {
     let limit = Limit::new(100_000, Unit::Second)
-        .with_algorithm(Algorithm::SlidingWindow { precision: 10 })
-        .expect("sliding window");
+        .with_algorithm(algorithm)
+        .expect("limit");
     let mut counter = Counter::new(vec![limit], 0);
     let leases = leases(0.01);
     take_block(&mut counter, &leases);
-    let sub_window = SECOND / 10;
-    let end = (counter.clock.now_ns() / sub_window + 1) * sub_window;
     let entries = leases.entries.lock().expect("entries");
     let block = entries
         .get(KEY)
         .and_then(|e| e.block.as_ref())
         .expect("block");
-    assert_eq!(block.ends_ns, end);
-    assert!(block.spendable(end - 1) > 0);
-    assert_eq!(block.spendable(end), 0);
+    check(block, counter.clock.now_ns())
+}
+
+#[test]
+fn a_sliding_window_block_ends_with_its_sub_window() {
+    with_block(Algorithm::SlidingWindow { precision: 10 }, |block, now| {
+        let sub_window = SECOND / 10;
+        let end = (now / sub_window + 1) * sub_window;
+        assert_eq!(block.ends_ns, end);
+        assert!(block.spendable(end - 1) > 0);
+        assert_eq!(block.spendable(end), 0);
+    });
 }
 
 #[test]
 fn a_gcra_block_decays_as_the_bucket_refills() {
-    let limit = Limit::new(100_000, Unit::Second)
-        .with_algorithm(Algorithm::TokenBucket { burst: 100_000 })
-        .expect("token bucket");
-    let mut counter = Counter::new(vec![limit], 0);
-    let leases = leases(0.01);
-    take_block(&mut counter, &leases);
-    let now = counter.clock.now_ns();
-    let entries = leases.entries.lock().expect("entries");
-    let block = entries
-        .get(KEY)
-        .and_then(|e| e.block.as_ref())
-        .expect("block");
-    let left = block.spendable(now);
-    assert_eq!(left, block.left);
-    // One unit refills every 10 µs: each 10 µs after the take, one fewer is spendable.
-    let interval = SECOND / 100_000;
-    assert!(block.spendable(now + 3 * interval) <= left);
-    let &(tat_ns, _, _) = block.decay.first().expect("decay");
-    let before_end = tat_ns - 2 * interval;
-    assert_eq!(block.spendable(before_end), 2.min(left));
-    assert_eq!(block.spendable(tat_ns), 0);
+    with_block(Algorithm::TokenBucket { burst: 100_000 }, |block, now| {
+        let left = block.spendable(now);
+        assert_eq!(left, block.left);
+        // One unit refills every 10 µs: that long before the arrival time the take left,
+        // one unit is spendable, at it none.
+        let interval = SECOND / 100_000;
+        let &(tat_ns, _, _) = block.decay.first().expect("decay");
+        assert!(block.spendable(now + 3 * interval) <= left);
+        assert_eq!(block.spendable(tat_ns - 2 * interval), 2.min(left));
+        assert_eq!(block.spendable(tat_ns - interval), 1);
+        assert_eq!(block.spendable(tat_ns), 0);
+    });
 }
 
 #[test]
