@@ -49,6 +49,8 @@ const STREAM_WINDOW_BYTES: u32 = 64 << 10;
 const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Longest the drain waits for the store to take back the leased blocks.
+const LEASE_GIVE_BACK: Duration = Duration::from_secs(1);
 /// How often startup says it is still waiting for the first xDS rules.
 const FIRST_RULES_NOTICE: Duration = Duration::from_secs(10);
 /// The gRPC health names Envoy and Kubernetes probes use.
@@ -74,6 +76,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
     let store = connect_store(&args).await?;
+    // Unspent leased blocks go back at the drain, so that other instances may admit them.
+    let leasing = match &store {
+        Store::Shared(shared) if args.store.leases => Some(shared.clone()),
+        _ => None,
+    };
     let xds_stats = Arc::new(XdsStats::default());
     let watched_xds = matches!(origin, Origin::Xds(_)).then(|| xds_stats.clone());
     let rls = service(&args, store, watched_xds);
@@ -111,7 +118,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         rlqs,
         draining,
     };
-    serve(&args, ports, services, server_tls, stop_rx).await
+    let served = serve(&args, ports, services, server_tls, stop_rx).await;
+    if let Some(shared) = leasing {
+        shared.give_back_leases(LEASE_GIVE_BACK).await;
+    }
+    served
 }
 
 /// Settings of the reference's that cannot be honoured stop startup; those that change
@@ -423,6 +434,10 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
     let settings = &args.store;
     let reference = args.rules.reference_mode;
     let shared = SharedBehaviour {
+        leases: tollgate_core::store::LeasePolicy {
+            enabled: settings.leases,
+            max_fraction: settings.lease_max_fraction,
+        },
         timeout: settings.timeout(reference),
         on_error: settings.on_error(reference),
         local_capacity: capacity,

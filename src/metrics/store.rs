@@ -97,6 +97,26 @@ impl prometheus_client::collector::Collector for StoreCollector {
                 "Units admitted without the store and never counted in it: their windows passed first, or too many counters owed at once",
                 s.debt_forgiven,
             ),
+            (
+                "tollgate_store_lease_taken_total",
+                "Blocks of units hot counters leased from the shared store",
+                s.leases_taken,
+            ),
+            (
+                "tollgate_store_lease_units_leased_total",
+                "Units in leased blocks, counted in the shared store when taken",
+                s.lease_units_leased,
+            ),
+            (
+                "tollgate_store_lease_units_returned_total",
+                "Leased units not spent and given back to the shared store",
+                s.lease_units_returned,
+            ),
+            (
+                "tollgate_store_lease_local_admissions_total",
+                "Requests admitted from a leased block, without a round trip",
+                s.lease_local_admissions,
+            ),
         ] {
             counter(&mut encoder, name, help, value)?;
         }

@@ -223,6 +223,28 @@ mod tests {
     }
 
     #[test]
+    fn leases_are_off_by_default_and_their_fraction_bounded() {
+        let s = serve(&[]);
+        assert!(!s.store.leases);
+        assert_eq!(s.store.lease_max_fraction, 0.01);
+        let s = serve(&["--leases", "--lease-max-fraction", "0.5"]);
+        assert!(s.store.leases);
+        assert_eq!(s.store.lease_max_fraction, 0.5);
+        for bad in ["0", "-0.1", "0.51", "1", "NaN", "a lot"] {
+            let flag = format!("--lease-max-fraction={bad}");
+            let argv = ["tollgate", "serve", &flag];
+            let error = Cli::try_parse_from(argv)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("is not a lease fraction: above 0 and at most 0.5"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
     fn xds_settings_have_the_reference_defaults() {
         let s = serve(&[]);
         assert_eq!(s.source.config_type, ConfigType::File);

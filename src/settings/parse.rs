@@ -194,6 +194,17 @@ pub(super) fn parse_ratio(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A lease's largest block: above 0 and at most half the limit, so that one instance
+/// cannot hold most of a counter.
+pub(super) fn parse_lease_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 0.5 => Ok(f),
+        _ => Err(format!(
+            "'{text}' is not a lease fraction: above 0 and at most 0.5"
+        )),
+    }
+}
+
 /// `host:port`, or `:port` for every interface (the reference's form).
 pub(super) fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
     let full = if text.starts_with(':') {

@@ -1,6 +1,6 @@
 //! The counter store: memory, Redis or PostgreSQL, and how requests treat it.
 
-use super::parse::{one_of, parse_duration, parse_timeout};
+use super::parse::{one_of, parse_duration, parse_lease_fraction, parse_timeout};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,6 +70,14 @@ pub(crate) struct StoreArgs {
     /// Envoy's failure_mode_deny decides [default: local; in reference mode, error]
     #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
     pub(crate) on_store_error: Option<OnStoreError>,
+    /// Hot counters take blocks of their limit from the shared store in one call and
+    /// admit from them locally (README, Leases).
+    #[arg(long, env = "LEASES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) leases: bool,
+    /// The largest block a counter leases, as a fraction of its smallest limit (above 0,
+    /// at most 0.5).
+    #[arg(long, env = "LEASE_MAX_FRACTION", default_value = "0.01", value_parser = parse_lease_fraction)]
+    pub(crate) lease_max_fraction: f64,
 }
 
 impl StoreArgs {

@@ -6,6 +6,7 @@ mod admin;
 mod cluster;
 mod debts;
 mod faults;
+mod leases;
 mod sentinel;
 mod single;
 mod support;

@@ -42,6 +42,7 @@ impl RedisStore {
             url: url.into(),
             key_prefix: String::new(),
             behaviour: SharedBehaviour {
+                leases: tollgate_core::store::LeasePolicy::default(),
                 timeout: Duration::from_millis(10),
                 on_error: OnStoreError::Local,
                 local_capacity: Capacity::default(),

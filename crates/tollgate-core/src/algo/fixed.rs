@@ -86,6 +86,17 @@ impl FixedWindow {
         self.count = self.count.saturating_sub(hits);
     }
 
+    /// Gives back up to `hits` units counted at `taken_ns`, if that is still the window
+    /// being counted (a lease's unspent block, which an ended window has forgotten). A
+    /// calendar window never takes a lease, so nothing is given back there.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn give_back(&mut self, limit: &Limit, now_ns: u64, hits: u64, taken_ns: u64) {
+        self.roll(limit, now_ns);
+        if limit.calendar.is_none() && Self::window_of(limit, taken_ns) == self.window {
+            self.count = self.count.saturating_sub(hits);
+        }
+    }
+
     pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
         Self::end_of(limit, self.window)
     }

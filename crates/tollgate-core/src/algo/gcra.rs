@@ -43,6 +43,12 @@ impl Gcra {
         )
     }
 
+    /// The theoretical arrival time (a lease's block decays towards it).
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn tat_ns(&self) -> u64 {
+        self.tat_ns
+    }
+
     pub(crate) fn evaluate(&self, limit: &Limit, now_ns: u64, hits: u64) -> Decision {
         if limit.requests_per_unit == 0 {
             return Decision {

@@ -96,6 +96,17 @@ impl LimitState {
         }
     }
 
+    /// Gives back up to `hits` units of a lease taken at `taken_ns` to where they were
+    /// counted, if that still counts; GCRA gives nothing back (see `store/shared/lease.rs`).
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn give_back(&mut self, limit: &Limit, now_ns: u64, hits: u64, taken_ns: u64) {
+        match self {
+            Self::Sliding(s) => s.give_back(limit, now_ns, hits, taken_ns),
+            Self::Fixed(s) => s.give_back(limit, now_ns, hits, taken_ns),
+            Self::Gcra(_) => {}
+        }
+    }
+
     /// Heap bytes the state holds beyond its own size.
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {

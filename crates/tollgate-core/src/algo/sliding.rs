@@ -293,6 +293,21 @@ impl SlidingWindow {
         }
     }
 
+    /// Gives back up to `hits` units counted in the sub-window holding `taken_ns` (a
+    /// lease's unspent block), while the ring still holds it.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn give_back(&mut self, limit: &Limit, now_ns: u64, hits: u64, taken_ns: u64) {
+        let at = self.at(limit, now_ns);
+        self.advance(at.slot);
+        let taken = taken_ns / at.sub_ns;
+        if taken <= at.slot && at.slot - taken <= self.precision() {
+            let i = self.index(taken);
+            let mut s = self.slots.get(i);
+            s.count -= hits.min(u64::from(s.count)) as u32;
+            self.slots.set(i, s);
+        }
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         match &self.slots {
             Ring::Inline { .. } => 0,

@@ -85,6 +85,11 @@ impl LocalView {
         self.views.spawn_sweeper(self.clock.clone(), period);
     }
 
+    /// Local time, unshifted (a lease measures time elapsed since its take on it).
+    pub(crate) fn local_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
     /// Local time moved onto the shared store's clock.
     pub(crate) fn now_ns(&self) -> u64 {
         self.clock

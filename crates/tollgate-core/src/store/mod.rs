@@ -18,6 +18,8 @@ mod table;
 pub use memory::{Capacity, MemoryStore};
 pub use peek::{CounterView, LimitView, Peek};
 #[cfg(any(feature = "redis", feature = "postgres"))]
+pub use shared::lease::LeasePolicy;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub use shared::{SharedBehaviour, SharedStore};
 
 use std::sync::Arc;
@@ -62,6 +64,8 @@ pub enum DecidedBy {
     Store,
     /// The local view per `--on-store-error`, the shared store not answering in time.
     Fallback,
+    /// A block this instance leased from the shared store (counted there already).
+    Lease,
 }
 
 impl DecidedBy {
@@ -72,6 +76,7 @@ impl DecidedBy {
             Self::LocalView => "local view",
             Self::Store => "store",
             Self::Fallback => "fallback",
+            Self::Lease => "lease",
         }
     }
 }
@@ -182,6 +187,14 @@ pub struct SharedStats {
     /// Owed units forgiven: their windows passed before the store answered again, or too
     /// many counters owed at once.
     pub debt_forgiven: u64,
+    /// Blocks of units leased from the store by hot counters.
+    pub leases_taken: u64,
+    /// Units in those blocks (counted in the store when taken).
+    pub lease_units_leased: u64,
+    /// Leased units not spent and given back to the store.
+    pub lease_units_returned: u64,
+    /// Requests admitted from a leased block, without a round trip.
+    pub lease_local_admissions: u64,
     /// Round-trip latency.
     pub latency: HistogramSnapshot,
 }

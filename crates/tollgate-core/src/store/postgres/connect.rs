@@ -14,7 +14,7 @@ use super::describe::describe;
 use super::tls::{PgTls, SslMode, client_config};
 use super::{ApplyArgs, schema};
 use crate::store::shared::link::Connector;
-use crate::store::shared::protocol::{PROBE_CALL, PROBE_KEY, probe_limits};
+use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
 /// Where PostgreSQL is: a `postgres://` URL, its TLS part (`sslmode`, `sslrootcert`,
 /// `sslcert`, `sslkey`) taken out and read here, since libpq's checks are not all in the
@@ -124,7 +124,7 @@ pub(super) struct PgConnector {
     pub(super) key_prefix: String,
 }
 
-const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10)";
+const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
 const NOW: &str = "SELECT tollgate_now_us()";
 
 impl PgConnector {
@@ -210,7 +210,9 @@ impl Connector for PgConnector {
 
     async fn probe_calls(&self, pool: &Pool) -> Result<(), String> {
         let limits = probe_limits();
-        let args = ApplyArgs::new(&self.key_prefix, PROBE_KEY, &limits, PROBE_CALL, (0, 0));
+        let (debt, hits) = PROBE_CALL;
+        let call = (debt, Ask::Hits(hits));
+        let args = ApplyArgs::new(&self.key_prefix, PROBE_KEY, &limits, call, (0, 0));
         let conn = pool.pick();
         let probed = match args.run(conn).await {
             // The probe leaves no row behind: one row per counter, and none that is not.

@@ -11,6 +11,7 @@ use super::{limit_arrays, mode, schema, signed};
 use crate::algo::Hits;
 use crate::limit::Limit;
 use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
+use crate::store::shared::protocol::Ask;
 
 /// One PostgreSQL for every case of this test binary.
 fn postgres() -> &'static PostgresServer {
@@ -64,6 +65,7 @@ async fn call(
     deadline_ns: u64,
     now_ns: u64,
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
+    let call = (call.0, Ask::Hits(call.1));
     call_around(client, key, limits, call, deadline_ns, (now_ns, now_ns)).await
 }
 
@@ -72,15 +74,15 @@ async fn call_around(
     client: &Client,
     key: &str,
     limits: &[Limit],
-    (debt, hits): (u64, Hits),
+    (debt, ask): (u64, Ask),
     deadline_ns: u64,
     (now_ns, around_ns): (u64, u64),
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
-    let (mode, n) = mode(hits);
+    let (mode, n, extra) = mode(ask);
     let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
     let row = client
         .query_one(
-            "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             &[
                 &key,
                 &mode,
@@ -93,6 +95,7 @@ async fn call_around(
                 &params,
                 &rpus,
                 &bounds,
+                &signed(extra),
             ],
         )
         .await?;
@@ -111,8 +114,8 @@ proptest! {
         let rt = runtime();
         let client = rt.block_on(connect());
         let key = format!("differential:{}", fresh_key());
-        replay(&limits, &history, phase_us, |debt, hits, now, around| {
-            rt.block_on(call_around(&client, &key, &limits, (debt, hits), 0, (now, around)))
+        replay(&limits, &history, phase_us, |debt, ask, now, around| {
+            rt.block_on(call_around(&client, &key, &limits, (debt, ask), 0, (now, around)))
                 .map_err(|e| e.to_string())
         })?;
     }

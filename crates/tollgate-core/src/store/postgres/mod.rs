@@ -24,10 +24,9 @@ use tokio_postgres::error::SqlState;
 use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
 use super::shared::link::{Health, Link};
-use super::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
+use super::shared::protocol::{Ask, NANOS_PER_MICRO, limit_args, mode};
 use super::shared::resets::{Subscribe, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
 use std::future::Future;
@@ -161,7 +160,7 @@ impl PgBackend {
         &self,
         key: &str,
         limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        (debt, ask): (u64, Ask),
         deadline_ns: u64,
         around_ns: u64,
     ) -> Trip {
@@ -172,7 +171,7 @@ impl PgBackend {
             &self.key_prefix,
             key,
             limits,
-            (debt, hits),
+            (debt, ask),
             (deadline_ns, around_ns),
         );
         let link = self.link.clone();
@@ -190,7 +189,8 @@ impl PgBackend {
 struct ApplyArgs {
     key: String,
     mode: &'static str,
-    hits: i64,
+    units: i64,
+    extra: i64,
     debt: i64,
     deadline_us: i64,
     kinds: String,
@@ -201,22 +201,23 @@ struct ApplyArgs {
 }
 
 impl ApplyArgs {
-    /// `debt` then `hits` under `limits` on counter `key` (after `prefix`); nothing
+    /// `debt` then `ask` under `limits` on counter `key` (after `prefix`); nothing
     /// changes if the database runs it after `deadline_ns` (0: no deadline); `around_ns`
     /// is the database time expected, which places calendar windows' boundaries.
     fn new(
         prefix: &str,
         key: &str,
         limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        (debt, ask): (u64, Ask),
         (deadline_ns, around_ns): (u64, u64),
     ) -> Self {
-        let (mode, n) = mode(hits);
+        let (mode, n, extra) = mode(ask);
         let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
         Self {
             key: format!("{prefix}{key}"),
             mode,
-            hits: signed(n),
+            units: signed(n),
+            extra: signed(extra),
             debt: signed(debt),
             deadline_us: signed(deadline_ns / NANOS_PER_MICRO),
             kinds,
@@ -235,7 +236,7 @@ impl ApplyArgs {
                 &[
                     &self.key,
                     &self.mode,
-                    &self.hits,
+                    &self.units,
                     &self.debt,
                     &self.deadline_us,
                     &self.kinds,
@@ -243,6 +244,7 @@ impl ApplyArgs {
                     &self.params,
                     &self.rpus,
                     &self.bounds,
+                    &self.extra,
                 ],
             )
             .await

@@ -5,7 +5,9 @@
 //!
 //! Versions: 1 `tollgate_check_and_count`; 2 `tollgate_apply`, which charges a debt before
 //! the hits (1's function stays, for the instances of a rolling upgrade); 3 calendar
-//! windows: `tollgate_apply` takes their boundaries (2's signature calls it without).
+//! windows: `tollgate_apply` takes their boundaries (2's signature calls it without); 4
+//! leases: `tollgate_apply` takes and gives back blocks, with one extra number (3's
+//! signature calls it with none).
 //!
 //! A database at the current version whose counter table or function is gone (dropped by
 //! hand) is repaired: the file is run again.
@@ -18,7 +20,7 @@ use super::describe::describe;
 const SCHEMA: &str = include_str!("schema.sql");
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Whether the counter table and the counting function are there.
 const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \

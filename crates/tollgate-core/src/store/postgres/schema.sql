@@ -47,7 +47,11 @@ $$;
 
 -- Checks every limit of counter `p_key` and counts `p_hits` only if all admit.
 --   p_mode      'c' consume; 'p' charge (counted even past the limit); 'k' check
---               (within the limits, at them included); 'r' refund
+--               (within the limits, at them included); 'r' refund; 'l' take a lease's
+--               block: the most units up to p_hits, at least p_extra, that fit, counted
+--               as consumed (the bisection of the Rust `take`, store/shared/protocol.rs);
+--               'g' give back p_hits units of a block taken at p_extra (microseconds)
+--               where they were counted, if that still counts
 --   p_debt      units the caller admitted while the database did not answer: charged
 --               first, as 'p'
 --   p_deadline  microseconds; past it nothing changes and {-1, now} is returned (0: none)
@@ -58,11 +62,13 @@ $$;
 --               caller computed around its own now; the window holding the database's
 --               now is picked from them, so no time-zone database is consulted (and the
 --               Redis script can do the same). Zeros for other limits.
--- Returns {admitted (1/0), now, then the state as it was before this call, before its
+--   p_extra     see p_mode ('l', 'g'); 0 otherwise
+-- Returns {admitted (1/0; for 'l' the units taken, 0 for none; 1 for 'g'), now, then the state as it was before this call, before its
 -- debt too}.
 CREATE OR REPLACE FUNCTION tollgate_apply(
     p_key text, p_mode text, p_hits bigint, p_debt bigint, p_deadline bigint, p_now bigint,
-    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[], p_bounds bigint[])
+    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[], p_bounds bigint[],
+    p_extra bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -94,6 +100,10 @@ DECLARE
     -- or window (fixed), and the fraction into it (sliding) or the count in it (fixed).
     at_slot bigint[] := '{}';
     at_aux bigint[] := '{}';
+    -- A take's bisection: the units tried, the most known to fit and the least known not
+    -- to, and the phase (0 trying all, 1 trying the need, 2 bisecting, 3 done).
+    lo bigint; hi bigint; phase integer;
+    taken bigint;
 BEGIN
     FOR i IN 1 .. n LOOP
         kind := substr(p_kinds, i, 1);
@@ -160,88 +170,130 @@ BEGIN
             step_hits := p_hits;
         END IF;
         asked := step_hits;
-        IF step_mode = 'k' OR step_mode = 'r' THEN
+        IF step_mode = 'k' OR step_mode = 'r' OR step_mode = 'g' THEN
             asked := 0;
         END IF;
+        phase := 0;
 
-        -- Check.
-        admitted := true;
-        o := 1;
-        FOR i IN 1 .. n LOOP
-            kind := substr(p_kinds, i, 1);
-            win := p_windows[i]; param := p_params[i]; rpu := p_rpus[i];
-            IF kind = 's' THEN
-                ring := param + 1;
-                sub := win / param;
-                newest := after[o];
-                slot := now_us / sub;
-                into_sub := now_us - slot * sub;
-                IF slot < newest THEN
-                    slot := newest;
-                    into_sub := 0;
-                END IF;
-                fine := div(into_sub::numeric * 65536, sub)::bigint;
-                at_slot[i] := slot;
-                at_aux[i] := fine;
-                full_count := 0;
-                -- WHILE, not FOR: a FOR loop's counter is a 32-bit integer.
-                s := slot - param + 1;
-                WHILE s <= slot LOOP
-                    IF s <= newest AND newest - s <= param THEN
-                        full_count := full_count + after[o + 1 + ((s % ring) + ring) % ring] / 256;
+        -- Check `asked`; a take checks again until its bisection ends.
+        LOOP
+            admitted := true;
+            o := 1;
+            FOR i IN 1 .. n LOOP
+                kind := substr(p_kinds, i, 1);
+                win := p_windows[i]; param := p_params[i]; rpu := p_rpus[i];
+                IF kind = 's' THEN
+                    ring := param + 1;
+                    sub := win / param;
+                    newest := after[o];
+                    slot := now_us / sub;
+                    into_sub := now_us - slot * sub;
+                    IF slot < newest THEN
+                        slot := newest;
+                        into_sub := 0;
                     END IF;
-                    s := s + 1;
-                END LOOP;
-                s := slot - param;
-                oldest := 0;
-                IF s <= newest AND newest - s <= param THEN
-                    oldest := after[o + 1 + ((s % ring) + ring) % ring];
-                END IF;
-                denominator := 65536 - (oldest % 256) * 256;
-                room_left := least(65536 - fine, denominator);
-                -- full + asked + count * left / denominator <= rpu
-                room := rpu - full_count - asked;
-                IF room < 0 OR (oldest / 256)::numeric * room_left > room::numeric * denominator THEN
-                    admitted := false;
-                END IF;
-                o := o + param::integer + 2;
-            ELSIF kind = 'f' OR kind = 'c' THEN
-                stored := after[o];
-                cnt := after[o + 1];
-                IF kind = 'f' THEN
-                    w := now_us / win;
-                ELSIF now_us < p_bounds[3 * i - 1] THEN
-                    -- Named by its start. A clock more than half a window off the
-                    -- caller's falls outside the boundaries and counts in the nearest.
-                    w := p_bounds[3 * i - 2];
+                    fine := div(into_sub::numeric * 65536, sub)::bigint;
+                    at_slot[i] := slot;
+                    at_aux[i] := fine;
+                    full_count := 0;
+                    -- WHILE, not FOR: a FOR loop's counter is a 32-bit integer.
+                    s := slot - param + 1;
+                    WHILE s <= slot LOOP
+                        IF s <= newest AND newest - s <= param THEN
+                            full_count := full_count + after[o + 1 + ((s % ring) + ring) % ring] / 256;
+                        END IF;
+                        s := s + 1;
+                    END LOOP;
+                    s := slot - param;
+                    oldest := 0;
+                    IF s <= newest AND newest - s <= param THEN
+                        oldest := after[o + 1 + ((s % ring) + ring) % ring];
+                    END IF;
+                    denominator := 65536 - (oldest % 256) * 256;
+                    room_left := least(65536 - fine, denominator);
+                    -- full + asked + count * left / denominator <= rpu
+                    room := rpu - full_count - asked;
+                    IF room < 0 OR (oldest / 256)::numeric * room_left > room::numeric * denominator THEN
+                        admitted := false;
+                    END IF;
+                    o := o + param::integer + 2;
+                ELSIF kind = 'f' OR kind = 'c' THEN
+                    stored := after[o];
+                    cnt := after[o + 1];
+                    IF kind = 'f' THEN
+                        w := now_us / win;
+                    ELSIF now_us < p_bounds[3 * i - 1] THEN
+                        -- Named by its start. A clock more than half a window off the
+                        -- caller's falls outside the boundaries and counts in the nearest.
+                        w := p_bounds[3 * i - 2];
+                    ELSE
+                        w := p_bounds[3 * i - 1];
+                    END IF;
+                    IF w <= stored THEN
+                        w := stored;
+                    ELSE
+                        cnt := 0;
+                    END IF;
+                    at_slot[i] := w;
+                    at_aux[i] := cnt;
+                    IF cnt + asked > rpu THEN
+                        admitted := false;
+                    END IF;
+                    o := o + 2;
                 ELSE
-                    w := p_bounds[3 * i - 1];
+                    tat := after[o];
+                    IF rpu = 0 THEN
+                        admitted := false;
+                    ELSIF greatest(tat - now_us, 0) + div(asked::numeric * win, rpu)
+                          > div(param::numeric * win, rpu) THEN
+                        admitted := false;
+                    END IF;
+                    o := o + 1;
                 END IF;
-                IF w <= stored THEN
-                    w := stored;
-                ELSE
-                    cnt := 0;
+            END LOOP;
+            EXIT WHEN step_mode <> 'l';
+            IF phase = 0 THEN
+                IF admitted THEN
+                    taken := asked;
+                    EXIT;
                 END IF;
-                at_slot[i] := w;
-                at_aux[i] := cnt;
-                IF cnt + asked > rpu THEN
-                    admitted := false;
+                IF p_extra = 0 THEN
+                    taken := 0;
+                    EXIT;
                 END IF;
-                o := o + 2;
+                lo := p_extra;
+                hi := asked;
+                asked := p_extra;
+                phase := 1;
             ELSE
-                tat := after[o];
-                IF rpu = 0 THEN
-                    admitted := false;
-                ELSIF greatest(tat - now_us, 0) + div(asked::numeric * win, rpu)
-                      > div(param::numeric * win, rpu) THEN
-                    admitted := false;
+                IF phase = 1 AND NOT admitted THEN
+                    taken := 0;
+                    EXIT;
                 END IF;
-                o := o + 1;
+                IF phase = 2 THEN
+                    IF admitted THEN
+                        lo := asked;
+                    ELSE
+                        hi := asked;
+                    END IF;
+                END IF;
+                phase := 2;
+                IF hi - lo <= 1 THEN
+                    taken := lo;
+                    EXIT;
+                END IF;
+                asked := lo + (hi - lo) / 2;
             END IF;
         END LOOP;
+        IF step_mode = 'l' THEN
+            step_mode := 'c';
+            step_hits := taken;
+            admitted := taken > 0;
+        END IF;
 
         -- Write: count admitted (or charged) hits, or give hits back.
-        IF (admitted AND step_mode = 'c') OR step_mode = 'p' OR step_mode = 'r' THEN
+        IF (admitted AND step_mode = 'c') OR step_mode = 'p' OR step_mode = 'r'
+           OR step_mode = 'g' THEN
             ttl := 0;
             o := 1;
             FOR i IN 1 .. n LOOP
@@ -262,7 +314,14 @@ BEGIN
                         after[o] := slot;
                         newest := slot;
                     END IF;
-                    IF step_mode <> 'r' THEN
+                    IF step_mode = 'g' THEN
+                        s := p_extra / sub;
+                        IF s <= slot AND slot - s <= param THEN
+                            v := after[o + 1 + ((s % ring) + ring) % ring];
+                            take := least(step_hits, v / 256);
+                            after[o + 1 + ((s % ring) + ring) % ring] := v - take * 256;
+                        END IF;
+                    ELSIF step_mode <> 'r' THEN
                         v := after[o + 1 + ((slot % ring) + ring) % ring];
                         cnt := v / 256;
                         start := v % 256;
@@ -288,7 +347,11 @@ BEGIN
                 ELSIF kind = 'f' OR kind = 'c' THEN
                     w := at_slot[i];
                     cnt := at_aux[i];
-                    IF step_mode <> 'r' THEN
+                    IF step_mode = 'g' THEN
+                        IF kind = 'f' AND p_extra / win = w THEN
+                            cnt := greatest(cnt - step_hits, 0);
+                        END IF;
+                    ELSIF step_mode <> 'r' THEN
                         cnt := cnt + step_hits;
                     ELSE
                         cnt := greatest(cnt - step_hits, 0);
@@ -311,10 +374,11 @@ BEGIN
                     IF rpu > 0 THEN
                         tat := after[o];
                         span := div(step_hits::numeric * win, rpu)::bigint;
-                        IF step_mode <> 'r' THEN
-                            tat := greatest(tat, now_us) + span;
-                        ELSE
+                        -- A give-back leaves the arrival time alone (lease.rs says why).
+                        IF step_mode = 'r' THEN
                             tat := greatest(tat - span, now_us);
+                        ELSIF step_mode <> 'g' THEN
+                            tat := greatest(tat, now_us) + span;
                         END IF;
                         after[o] := tat;
                         expires := tat;
@@ -341,6 +405,11 @@ BEGIN
         DELETE FROM tollgate_counters WHERE key = p_key AND expires_us = 0;
     END IF;
 
+    IF p_mode = 'l' THEN
+        RETURN ARRAY[taken, now_us] || before;
+    ELSIF p_mode = 'g' THEN
+        RETURN ARRAY[1, now_us] || before;
+    END IF;
     RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us] || before;
 END;
 $$;
@@ -353,5 +422,16 @@ CREATE OR REPLACE FUNCTION tollgate_apply(
 RETURNS bigint[]
 LANGUAGE sql VOLATILE AS $$
     SELECT tollgate_apply(p_key, p_mode, p_hits, p_debt, p_deadline, p_now,
-                          p_kinds, p_windows, p_params, p_rpus, '{}'::bigint[])
+                          p_kinds, p_windows, p_params, p_rpus, '{}'::bigint[], 0::bigint)
+$$;
+
+-- Version 3's signature, for the instances of a rolling upgrade that still call it: no
+-- lease calls, so no extra number.
+CREATE OR REPLACE FUNCTION tollgate_apply(
+    p_key text, p_mode text, p_hits bigint, p_debt bigint, p_deadline bigint, p_now bigint,
+    p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[], p_bounds bigint[])
+RETURNS bigint[]
+LANGUAGE sql VOLATILE AS $$
+    SELECT tollgate_apply(p_key, p_mode, p_hits, p_debt, p_deadline, p_now,
+                          p_kinds, p_windows, p_params, p_rpus, p_bounds, 0::bigint)
 $$;

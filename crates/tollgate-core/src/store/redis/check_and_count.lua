@@ -16,16 +16,18 @@
 -- KEYS[1]  the counter
 -- ARGV[1]  the call, as a run of MessagePack values: mode ('c' consume; 'p' charge:
 --          counted even past the limit; 'k' check: within the limits, at them included;
---          'r' refund), hits, debt (units this
---          instance admitted while Redis did not answer: charged first, as 'p'),
---          deadline_us (0: none), now_us (0: Redis TIME; tests replay histories at chosen
---          instants), then per limit: kind ('s' sliding, 'f' fixed, 'c' calendar, 'g'
+--          'r' refund; 'l' take a lease's block: the most units up to hits, and at
+--          least extra, that fit, counted as consumed; 'g' give back hits units of a
+--          block taken at extra µs, where they were counted if that still counts), hits,
+--          debt (units this instance admitted while Redis did not answer: charged first,
+--          as 'p'), deadline_us (0: none), now_us (0: Redis TIME; tests replay histories
+--          at chosen instants), extra, then per limit: kind ('s' sliding, 'f' fixed, 'c' calendar, 'g'
 --          gcra), window_us, precision or burst, requests_per_unit. A calendar's window_us
 --          is an array of three boundaries (µs) the caller computed around its own now:
 --          Redis picks the window holding its now, so it needs no time-zone database. One argument read by one unpack: a
 --          dozen arguments, each made a Lua string by Redis and a number by tonumber,
 --          cost a third of the script's time.
--- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing,
+-- Returns  {admitted (1/0; for 'l' the units taken, 0 for none; -1 if Redis ran this after the deadline and changed nothing,
 --           the debt included), now_us, the stored state as it was before this call,
 --           before its debt too ('' if there was none), and if the key held another
 --           type than a string (read as no state, replaced if this call writes), the key
@@ -39,8 +41,8 @@
 local key = KEYS[1]
 -- args[a .. a + 3] for a = FIRST, FIRST + 4, ...: one limit each.
 local args = { cmsgpack.unpack(ARGV[1]) }
-local mode, hits, debt, deadline, now = args[1], args[2], args[3], args[4], args[5]
-local FIRST = 6
+local mode, hits, debt, deadline, now, extra = args[1], args[2], args[3], args[4], args[5], args[6]
+local FIRST = 7
 if now == 0 then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -119,17 +121,13 @@ if not v then
   for j = 3, size + 2 do v[j] = 0 end
 end
 
--- One step on the state in v: check, then count admitted (or charged) hits or give hits
--- back; whether it admitted. Sets expiry when it wrote: how long the key must live.
+-- Check: whether `asked` units fit every limit of the state in v; per limit, the
+-- sub-window or window this call falls in, and the time into it (the same whatever is
+-- asked). b: the index in v before the limit's first number.
 local expiry = nil
-local function step(mode, hits)
-  local asked = hits
-  if mode == 'k' or mode == 'r' then asked = 0 end
-
-  -- Check: per limit, the sub-window or window this call falls in, and the time into it.
-  -- b: the index in v before the limit's first number.
+local slots, fines = {}, {}
+local function check(asked)
   local admitted = true
-  local slots, fines = {}, {}
   local b = 2
   for a = FIRST, #args, 4 do
     local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
@@ -188,12 +186,42 @@ local function step(mode, hits)
       b = b + 1
     end
   end
+  return admitted
+end
+
+-- The most units from need to want that fit, by the bisection of the Rust `take`
+-- (store/shared/protocol.rs), so that both find the same number; 0 if need does not fit.
+local function most(need, want)
+  if check(want) then return want end
+  if need == 0 or not check(need) then return 0 end
+  local lo, hi = need, want
+  while hi - lo > 1 do
+    local mid = lo + floor((hi - lo) / 2)
+    if check(mid) then lo = mid else hi = mid end
+  end
+  return lo
+end
+
+-- One step on the state in v: check, then count admitted (or charged) hits or give hits
+-- back; whether it admitted (a take keeps the units it took in `taken`). Sets expiry when
+-- it wrote: how long the key must live.
+local taken = nil
+local function step(mode, hits)
+  local admitted
+  if mode == 'l' then
+    hits = most(extra, hits)
+    taken, admitted, mode = hits, hits > 0, 'c'
+  elseif mode == 'k' or mode == 'r' or mode == 'g' then
+    admitted = check(0)
+  else
+    admitted = check(hits)
+  end
 
   -- Write: count admitted (or charged) hits, or give hits back; the key lives until its
   -- last limit forgets them.
-  if (admitted and mode == 'c') or mode == 'p' or mode == 'r' then
+  if (admitted and mode == 'c') or mode == 'p' or mode == 'r' or mode == 'g' then
     local ttl = 0
-    b = 2
+    local b = 2
     for a = FIRST, #args, 4 do
       local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
       local expires
@@ -204,7 +232,14 @@ local function step(mode, hits)
           newest = slot
           v[b + 1] = slot
         end
-        if mode ~= 'r' then
+        if mode == 'g' then
+          local taken = floor(extra / sub)
+          if taken <= slot and slot - taken <= param then
+            local j = b + 2 + taken % ring
+            local x = v[j]
+            v[j] = x - min(hits, (x - x % 256) / 256) * 256
+          end
+        elseif mode ~= 'r' then
           local j = b + 2 + slot % ring
           local start = v[j] % 256
           local count = (v[j] - start) / 256
@@ -225,7 +260,13 @@ local function step(mode, hits)
       elseif kind == 'f' or kind == 'c' then
         local w = slots[a]
         v[b + 1] = w
-        if mode ~= 'r' then v[b + 2] = min(v[b + 2] + hits, EXACT - 1) else v[b + 2] = max(v[b + 2] - hits, 0) end
+        if mode == 'g' then
+          if kind == 'f' and floor(extra / window) == w then v[b + 2] = max(v[b + 2] - hits, 0) end
+        elseif mode ~= 'r' then
+          v[b + 2] = min(v[b + 2] + hits, EXACT - 1)
+        else
+          v[b + 2] = max(v[b + 2] - hits, 0)
+        end
         if kind == 'f' then
           expires = (w + 1) * window
         elseif w < window[2] then
@@ -241,7 +282,12 @@ local function step(mode, hits)
       else
         if rpu > 0 then
           local span, tat = muldiv(hits, window, rpu), v[b + 1]
-          if mode ~= 'r' then tat = min(max(tat, now) + span, EXACT - 1) else tat = max(tat - span, now) end
+          -- A give-back leaves the arrival time alone (lease.rs says why).
+          if mode == 'r' then
+            tat = max(tat - span, now)
+          elseif mode ~= 'g' then
+            tat = min(max(tat, now) + span, EXACT - 1)
+          end
           v[b + 1] = tat
           expires = tat
         else
@@ -268,4 +314,6 @@ if expiry then
   end
 end
 
-return { admitted and 1 or 0, now, raw or '', foreign }
+local flag = admitted and 1 or 0
+if taken then flag = taken elseif mode == 'g' then flag = 1 end
+return { flag, now, raw or '', foreign }

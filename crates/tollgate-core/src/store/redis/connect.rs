@@ -13,7 +13,7 @@ use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 use super::script;
 use crate::limit::UnknownName;
 use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
-use crate::store::shared::protocol::{PROBE_CALL, PROBE_KEY, probe_limits};
+use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
 /// A login to Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,7 +351,7 @@ impl Connector for RedisConnector {
         let check = script::Check {
             key: PROBE_KEY,
             limits: &limits,
-            hits,
+            ask: Ask::Hits(hits),
             debt,
             deadline_ns: 0,
             now_ns: 0,

@@ -8,6 +8,7 @@ use tollgate_testkit::redis::RedisServer;
 
 use super::script::{self, Check, ScriptReply};
 use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
+use crate::store::shared::protocol::Ask;
 
 /// One redis-server for every case of this test binary.
 fn redis() -> &'static RedisServer {
@@ -28,8 +29,8 @@ proptest! {
         let script = script::script();
         script.load(&mut conn).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let key = fresh_key().to_string();
-        replay(&limits, &history, phase_us, |debt, hits, now_ns, around_ns| {
-            let check = Check { key: &key, limits: &limits, hits, debt, deadline_ns: 0, now_ns, around_ns };
+        replay(&limits, &history, phase_us, |debt, ask, now_ns, around_ns| {
+            let check = Check { key: &key, limits: &limits, ask, debt, deadline_ns: 0, now_ns, around_ns };
             let reply: ScriptReply = script::call(&script, "differential", &check)
                 .query(&mut conn)
                 .map_err(|e| e.to_string())?;
@@ -64,7 +65,7 @@ fn huge_charges_still_deny() {
             let check = Check {
                 key: &key,
                 limits: &limits,
-                hits,
+                ask: Ask::Hits(hits),
                 debt: 0,
                 deadline_ns: 0,
                 now_ns,

@@ -22,10 +22,10 @@ use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::link::{Health, Link};
 use super::shared::resets::{Subscribe, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::algo::Hits;
 use crate::clock::Clock;
 use crate::limit::Limit;
 use crate::log_limit::LogLimit;
+use crate::store::shared::protocol::Ask;
 
 /// How a Redis store is set up.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ impl RedisBackend {
         &self,
         key: &str,
         limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        (debt, ask): (u64, Ask),
         deadline_ns: u64,
         around_ns: u64,
     ) -> Trip {
@@ -109,7 +109,7 @@ impl RedisBackend {
         let check = script::Check {
             key,
             limits,
-            hits,
+            ask,
             debt,
             deadline_ns,
             now_ns: 0,

@@ -358,6 +358,10 @@ impl ReferenceStore {
                 debt_units: 0,
                 debt_charged: 0,
                 debt_forgiven: 0,
+                leases_taken: 0,
+                lease_units_leased: 0,
+                lease_units_returned: 0,
+                lease_local_admissions: 0,
                 latency: c.latency.snapshot(),
             }),
         }

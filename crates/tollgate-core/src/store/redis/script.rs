@@ -4,9 +4,8 @@
 
 use redis::RedisWrite as _;
 
-use crate::algo::Hits;
 use crate::limit::Limit;
-use crate::store::shared::protocol::{NANOS_PER_MICRO, limit_args, mode};
+use crate::store::shared::protocol::{Ask, NANOS_PER_MICRO, limit_args, mode};
 
 /// Ends every counter's key: the version of the layout the script keeps there. A build
 /// with another layout (hashes, before this one) counts in other keys instead of failing
@@ -53,7 +52,7 @@ pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>,
     Ok(numbers)
 }
 
-/// One check-and-count: `debt` charged, then `hits` under `limits` on counter `key`; Redis
+/// One check-and-count: `debt` charged, then `ask` (hits, or a lease's block) under `limits` on counter `key`; Redis
 /// changes nothing if it runs the check after `deadline_ns` (in Redis time; 0 for none).
 /// The script reads Redis' clock unless `now_ns` gives the time (tests replay histories);
 /// `around_ns`, the Redis time this instance expects, places calendar boundaries.
@@ -61,7 +60,7 @@ pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>,
 pub(super) struct Check<'a> {
     pub(super) key: &'a str,
     pub(super) limits: &'a [Limit],
-    pub(super) hits: Hits,
+    pub(super) ask: Ask,
     pub(super) debt: u64,
     pub(super) deadline_ns: u64,
     pub(super) now_ns: u64,
@@ -72,7 +71,7 @@ pub(super) struct Check<'a> {
 /// as the Cluster hash tag, and the layout; the rest of the call is one argument of
 /// MessagePack values, which the script reads with one unpack.
 pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
-    let (mode, n) = mode(check.hits);
+    let (mode, n, extra) = mode(check.ask);
     let limits = check.limits;
     let mut args = Packed(Vec::with_capacity(38 + 21 * limits.len()));
     args.letter(mode);
@@ -80,6 +79,7 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
     args.number(check.debt);
     args.number(check.deadline_ns / NANOS_PER_MICRO);
     args.number(check.now_ns / NANOS_PER_MICRO);
+    args.number(extra);
     for limit in limits {
         let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, check.around_ns);
         args.letter(kind);

@@ -1,5 +1,6 @@
 //! A shared store's check-and-count against the Rust algorithms: random limits and random
-//! histories of consumptions, charges, checks and refunds at chosen instants, some with a
+//! histories of consumptions, charges, checks, refunds, and leases' blocks taken and given
+//! back at chosen instants, some with a
 //! debt charged first, go through both, and every answer must agree — the admission, and what the state each side holds
 //! afterwards says about the next request. Each store runs [`replay`] on a real server.
 //!
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use proptest::prelude::*;
 
-use super::protocol::{self, Reply, effect};
+use super::protocol::{self, Ask, Reply, lease_effect};
 use crate::algo::{Hits, LimitState, evaluate};
 use crate::calendar::Calendar;
 use crate::limit::{Algorithm, Limit, LimitError};
@@ -73,8 +74,9 @@ pub(crate) fn limits() -> impl Strategy<Value = Vec<Limit>> {
     prop::collection::vec(prop_oneof![4 => one, 1 => calendar], 1..4)
 }
 
-/// One call: the gap since the last, the debt it carries, and its hits.
-pub(crate) type Operation = (u64, u64, Hits);
+/// One call: the gap since the last, the debt it carries, and what it asks (a give-back's
+/// `taken_ns` here says how long before the call the block was taken).
+pub(crate) type Operation = (u64, u64, Ask);
 
 pub(crate) fn operation() -> impl Strategy<Value = Operation> {
     let hits = prop_oneof![
@@ -83,13 +85,27 @@ pub(crate) fn operation() -> impl Strategy<Value = Operation> {
         2 => (1u64..500).prop_map(Hits::Charge),
         2 => Just(Hits::Check),
         1 => (1u64..50).prop_map(Hits::Refund),
+    ]
+    .prop_map(Ask::Hits);
+    let lease = prop_oneof![
+        (1u64..5, 0u64..800).prop_map(|(need, more)| Ask::Take {
+            need,
+            want: need + more
+        }),
+        (1u64..800, prop_oneof![0u64..2_000_000, 0u64..200_000_000]).prop_map(|(units, ago_us)| {
+            Ask::GiveBack {
+                units,
+                taken_ns: ago_us * MICRO,
+            }
+        }),
     ];
+    let asked = prop_oneof![4 => hits, 1 => lease];
     // Gaps in microseconds (the stores' resolution), from none to several of the largest
     // sub-windows of a one-minute window.
     (
         prop_oneof![3 => 0u64..1_000, 3 => 0u64..2_000_000, 1 => 0u64..200_000_000],
         prop_oneof![4 => Just(0u64), 1 => 1u64..300],
-        hits,
+        asked,
     )
 }
 
@@ -100,7 +116,7 @@ pub(crate) fn replay(
     limits: &[Limit],
     history: &[Operation],
     phase_us: u64,
-    mut call: impl FnMut(u64, Hits, u64, u64) -> Result<Vec<i64>, String>,
+    mut call: impl FnMut(u64, Ask, u64, u64) -> Result<Vec<i64>, String>,
 ) -> Result<(), TestCaseError> {
     let started = Instant::now();
     // A time of year like a real clock's; with a calendar, up to two minutes before its
@@ -117,13 +133,20 @@ pub(crate) fn replay(
     // The caller's idea of the store's time: up to an hour either side.
     let skew = |now: u64| now + (phase_us % 7_200_000_000) * MICRO - 3_600 * SECOND;
     let mut states: Vec<LimitState> = limits.iter().map(LimitState::new).collect();
-    for &(gap_us, debt, hits) in history {
+    for &(gap_us, debt, ask) in history {
         // Never behind real time since the start: a store expires counters on its own
         // clock, so a counter it drops must be one the algorithm no longer needs.
         let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         now = (now + gap_us * MICRO).max(start + elapsed.div_ceil(MICRO) * MICRO);
 
-        let raw = call(debt, hits, now, skew(now)).map_err(TestCaseError::fail)?;
+        let ask = match ask {
+            Ask::GiveBack { units, taken_ns } => Ask::GiveBack {
+                units,
+                taken_ns: now.saturating_sub(taken_ns),
+            },
+            other => other,
+        };
+        let raw = call(debt, ask, now, skew(now)).map_err(TestCaseError::fail)?;
         let Ok(Reply::Ran {
             admitted,
             now_ns,
@@ -139,20 +162,25 @@ pub(crate) fn replay(
                 evaluate(&seen, limits, now, asked),
                 evaluate(&states, limits, now, asked),
                 "before {:?} of {} at +{} µs",
-                hits,
+                ask,
                 asked,
                 (now - start) / MICRO
             );
         }
-        let ours = effect(&mut states, limits, now, debt, hits);
-        if !matches!(hits, Hits::Refund(_)) {
-            prop_assert_eq!(
-                admitted,
-                ours.decision.admitted,
-                "{:?} at +{} µs",
-                hits,
-                (now - start) / MICRO
-            );
+        let ours = lease_effect(&mut states, limits, now, debt, ask);
+        let at = (now - start) / MICRO;
+        match ask {
+            Ask::Hits(Hits::Refund(_)) => {}
+            Ask::Hits(_) => prop_assert_eq!(admitted, ours == 1, "{:?} at +{} µs", ask, at),
+            Ask::Take { .. } | Ask::GiveBack { .. } => {
+                prop_assert_eq!(
+                    raw.first().copied(),
+                    i64::try_from(ours).ok(),
+                    "{:?} at +{} µs",
+                    ask,
+                    at
+                );
+            }
         }
     }
     Ok(())

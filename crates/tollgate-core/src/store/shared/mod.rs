@@ -17,6 +17,7 @@ mod debts;
 pub(crate) mod differential;
 mod in_flight;
 mod late;
+pub(crate) mod lease;
 pub(crate) mod link;
 pub(crate) mod protocol;
 pub(crate) mod resets;
@@ -32,7 +33,7 @@ use tracing::Instrument as _;
 use self::debts::Debts;
 use self::in_flight::InFlight;
 use self::link::{Health, TimeSink};
-use self::protocol::Reply;
+use self::protocol::{Ask, Reply};
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
@@ -122,13 +123,13 @@ impl Backend {
         }
     }
 
-    /// One atomic check-and-count of `hits` after `debt`, under way once first polled;
+    /// One atomic check-and-count of `ask` after `debt`, under way once first polled;
     /// `around_ns` is the store time expected, which places calendar windows' boundaries.
     fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
-        call: (u64, Hits),
+        call: (u64, Ask),
         deadline_ns: u64,
         around_ns: u64,
     ) -> Trip {
@@ -150,6 +151,8 @@ pub struct SharedBehaviour {
     pub on_error: OnStoreError,
     /// What the local view may hold.
     pub local_capacity: Capacity,
+    /// How hot counters lease blocks.
+    pub leases: lease::LeasePolicy,
 }
 
 /// Counts behind [`SharedStats`].
@@ -200,6 +203,8 @@ pub struct SharedStore {
     awaited: AtomicUsize,
     /// Units asked of the store and not yet answered, which a fallback must leave room for.
     in_flight: InFlight,
+    /// Blocks of hot counters held by this instance.
+    leases: lease::Leases,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -239,10 +244,12 @@ impl SharedStore {
                 debts: Debts::default(),
                 awaited: AtomicUsize::new(0),
                 in_flight: InFlight::default(),
+                leases: lease::Leases::new(behaviour.leases),
             }
         });
         background::spawn(&store, refresh_rx);
         resets::spawn(Arc::downgrade(&store), store.backend.subscription());
+        lease::spawn_sweeper(&store);
         store
     }
 
@@ -292,6 +299,10 @@ impl SharedStore {
                 debt_units: debts.units,
                 debt_charged: debts.charged,
                 debt_forgiven: debts.forgiven,
+                leases_taken: load(&self.leases.counts.taken),
+                lease_units_leased: load(&self.leases.counts.units_leased),
+                lease_units_returned: load(&self.leases.counts.units_returned),
+                lease_local_admissions: load(&self.leases.counts.local_admissions),
                 latency: c.latency.snapshot(),
             }),
         }
@@ -354,6 +365,11 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        if let Hits::Consume(n) = hits
+            && let Some(leased) = self.lease(key, limits, n).await
+        {
+            return leased.map(|verdict| (verdict, DecidedBy::Lease));
+        }
         let now = self.local.now_ns();
         let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
@@ -475,6 +491,7 @@ impl SharedStore {
     ) -> Answer {
         let started = Instant::now();
         let around_ns = self.local.now_ns();
+        let call = (call.0, Ask::Hits(call.1));
         let mut trip = self
             .backend
             .check_and_count(key, limits, call, deadline_ns, around_ns);

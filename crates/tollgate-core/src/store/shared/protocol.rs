@@ -6,7 +6,7 @@
 //! A call carries the request's hits and a debt: units this instance admitted while the
 //! store did not answer, charged before the hits are checked ([`effect`]).
 
-use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow, Verdict, apply};
+use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow, Verdict, apply, evaluate};
 use crate::limit::{Algorithm, Limit};
 
 /// The stores count time in microseconds.
@@ -23,14 +23,90 @@ pub(crate) fn probe_limits() -> [Limit; 1] {
     [Limit::new(u32::MAX, crate::unit::Unit::Second)]
 }
 
-/// The mode letter and hit count for `hits`: `c` consume, `p` charge (counted even past
-/// the limit), `k` check, `r` refund.
-pub(crate) fn mode(hits: Hits) -> (&'static str, u64) {
-    match hits {
-        Hits::Consume(n) => ("c", n),
-        Hits::Charge(n) => ("p", n),
-        Hits::Check => ("k", 0),
-        Hits::Refund(n) => ("r", n),
+/// What one call asks of a counter: a request's hits, or a lease's block taken or given
+/// back (see `lease.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// A request's hits.
+    Hits(Hits),
+    /// The most units up to `want`, and at least `need`, that every limit admits, counted
+    /// as consumed ([`take`]).
+    Take { need: u64, want: u64 },
+    /// `units` of a block taken at store time `taken_ns` that were not spent, given back
+    /// where they were counted if that still counts ([`LimitState::give_back`]).
+    GiveBack { units: u64, taken_ns: u64 },
+}
+
+/// The mode letter, unit count and extra number for `ask`: `c` consume, `p` charge
+/// (counted even past the limit), `k` check, `r` refund; `l` take (extra: the units
+/// needed), `g` give back (extra: when the block was taken, in microseconds).
+pub(crate) fn mode(ask: Ask) -> (&'static str, u64, u64) {
+    match ask {
+        Ask::Hits(Hits::Consume(n)) => ("c", n, 0),
+        Ask::Hits(Hits::Charge(n)) => ("p", n, 0),
+        Ask::Hits(Hits::Check) => ("k", 0, 0),
+        Ask::Hits(Hits::Refund(n)) => ("r", n, 0),
+        Ask::Take { need, want } => ("l", want, need),
+        Ask::GiveBack { units, taken_ns } => ("g", units, taken_ns / NANOS_PER_MICRO),
+    }
+}
+
+/// What [`Ask::Take`] gets from `states` at `now_ns`, counted in them: `want` if it fits,
+/// else the most that fits found by bisection (the stores search the same way, so they
+/// find the same number), or 0 when not even `need` fits.
+pub(crate) fn take(
+    states: &mut [LimitState],
+    limits: &[Limit],
+    now_ns: u64,
+    need: u64,
+    want: u64,
+) -> u64 {
+    let fits = |k| evaluate(states, limits, now_ns, k).decision.admitted;
+    let granted = if fits(want) {
+        want
+    } else if need == 0 || !fits(need) {
+        0
+    } else {
+        let (mut lo, mut hi) = (need, want);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    if granted > 0 {
+        apply(states, limits, now_ns, Hits::Consume(granted));
+    }
+    granted
+}
+
+/// What a lease call does to `states` at `now_ns`, as the stores do it: `debt` charged,
+/// then the block taken or given back; the store's flag (units taken; 1 for a give-back).
+pub(crate) fn lease_effect(
+    states: &mut [LimitState],
+    limits: &[Limit],
+    now_ns: u64,
+    debt: u64,
+    ask: Ask,
+) -> u64 {
+    let hits = match ask {
+        Ask::Hits(hits) => hits,
+        Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
+    };
+    let verdict = effect(states, limits, now_ns, debt, hits);
+    match ask {
+        Ask::Hits(_) => u64::from(verdict.decision.admitted),
+        Ask::Take { need, want } => take(states, limits, now_ns, need, want),
+        Ask::GiveBack { units, taken_ns } => {
+            for (state, limit) in states.iter_mut().zip(limits) {
+                state.give_back(limit, now_ns, units, taken_ns);
+            }
+            1
+        }
     }
 }
 

@@ -1,0 +1,459 @@
+//! Leases: a counter this instance admits often takes a block of units from the shared
+//! store in one call (counted there as consumed) and admits from it locally, giving back
+//! what it did not spend when demand drops or the block's window ends.
+//!
+//! A block may be spent only where the store counted it (docs/ARCHITECTURE.md, Leases):
+//! until the end of the take's window (fixed) or sub-window (sliding), and for GCRA only
+//! as fast as the bucket would have refilled it. Store time is bounded from above by the
+//! store's clock at the take plus the local time elapsed since the call was sent, so a
+//! clock estimate never stretches a block.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::protocol::Ask;
+use std::sync::Arc;
+
+use super::protocol::{Reply, lease_effect};
+use super::{SharedStore, Snapshot, StoreError, bump};
+use crate::algo::{Hits, LimitState, Verdict, evaluate};
+use crate::limit::{Algorithm, Limit};
+
+/// How hot counters lease blocks of their limit.
+#[derive(Debug, Clone, Copy)]
+pub struct LeasePolicy {
+    /// Whether counters lease at all.
+    pub enabled: bool,
+    /// The largest block, as a fraction of the counter's smallest limit.
+    pub max_fraction: f64,
+}
+
+impl Default for LeasePolicy {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_fraction: 0.01,
+        }
+    }
+}
+
+/// A block is about one period of this instance's traffic on the counter.
+pub(crate) const PERIOD_NS: u64 = 20_000_000;
+/// A counter whose largest block would be smaller never leases: a small counter.
+const MIN_BLOCK: u64 = 8;
+/// Counters tracked for leasing at once; past it, new counters go to the store per request.
+const MAX_ENTRIES: usize = 10_000;
+/// A block unspent for this many periods is given back.
+const IDLE_PERIODS: u64 = 3;
+
+/// A block held on one counter.
+#[derive(Debug)]
+struct Block {
+    left: u64,
+    /// Store time of the take, and the local time the take was sent.
+    taken_ns: u64,
+    sent_local_ns: u64,
+    /// Store time from which no unit may be spent: the end of the take's window or
+    /// sub-window, the earliest over the limits.
+    ends_ns: u64,
+    /// Per GCRA limit: the arrival time the take left, its window and requests.
+    decay: Vec<(u64, u64, u64)>,
+    /// The store's answer after the take, without the block: room and reset.
+    base: Verdict,
+    last_spent_local_ns: u64,
+    limits: Vec<Limit>,
+}
+
+impl Block {
+    /// Units that may be spent at local time `local_ns`.
+    fn spendable(&self, local_ns: u64) -> u64 {
+        let store_ns = self
+            .taken_ns
+            .saturating_add(local_ns.saturating_sub(self.sent_local_ns));
+        if store_ns >= self.ends_ns {
+            return 0;
+        }
+        self.decay
+            .iter()
+            .fold(self.left, |most, &(tat_ns, window_ns, rpu)| {
+                let ahead = u128::from(tat_ns.saturating_sub(store_ns));
+                let refilled = ahead * u128::from(rpu) / u128::from(window_ns.max(1));
+                most.min(u64::try_from(refilled).unwrap_or(u64::MAX))
+            })
+    }
+}
+
+/// What this instance knows of one counter it may lease.
+#[derive(Debug, Default)]
+struct Entry {
+    period: u64,
+    count: u64,
+    /// Requests in the last whole period.
+    rate: u64,
+    taking: bool,
+    block: Option<Block>,
+    /// The store's room after the last take, which a next block stays well within.
+    room: Option<u64>,
+}
+
+/// Counts behind the lease metrics.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseCounts {
+    pub(crate) taken: AtomicU64,
+    pub(crate) units_leased: AtomicU64,
+    pub(crate) units_returned: AtomicU64,
+    pub(crate) local_admissions: AtomicU64,
+}
+
+/// The leases of one shared store.
+#[derive(Debug)]
+pub(crate) struct Leases {
+    policy: LeasePolicy,
+    entries: Mutex<HashMap<String, Entry>>,
+    pub(crate) counts: LeaseCounts,
+}
+
+/// A block to give back: the counter, its limits, the call.
+pub(crate) type GiveBack = (String, Vec<Limit>, Ask);
+
+impl Leases {
+    pub(crate) fn new(policy: LeasePolicy) -> Self {
+        Self {
+            policy,
+            entries: Mutex::new(HashMap::new()),
+            counts: LeaseCounts::default(),
+        }
+    }
+
+    /// The largest block of `limits`, 0 if they never lease: leases off, a calendar
+    /// window (its boundaries come from the caller's clock), or a small counter.
+    fn max_block(&self, limits: &[Limit]) -> u64 {
+        let calendar = limits.iter().any(|l| l.calendar().is_some());
+        let smallest = limits
+            .iter()
+            .map(|l| l.requests_per_unit)
+            .min()
+            .unwrap_or(0);
+        // A fraction of a u32 limit: the cast cannot overflow.
+        let block = (f64::from(smallest) * self.policy.max_fraction) as u64;
+        match self.policy.enabled && !calendar && block >= MIN_BLOCK {
+            true => block,
+            false => 0,
+        }
+    }
+
+    /// Admits `n` units from the counter's block at local time `local_ns` if it holds them;
+    /// else, when the counter is hot, the block to ask for (marked as being taken). A
+    /// block that can no longer serve is handed back for giving back.
+    pub(crate) fn spend(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        n: u64,
+        local_ns: u64,
+    ) -> Result<Verdict, (Option<u64>, Option<GiveBack>)> {
+        let most = self.max_block(limits);
+        if most == 0 || n >= most {
+            return Err((None, None));
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if !entries.contains_key(key) && entries.len() >= MAX_ENTRIES {
+            return Err((None, None));
+        }
+        let entry = entries.entry(key.to_owned()).or_default();
+        let period = local_ns / PERIOD_NS;
+        if period != entry.period {
+            entry.rate = if period == entry.period + 1 {
+                entry.count
+            } else {
+                0
+            };
+            entry.period = period;
+            entry.count = 0;
+        }
+        entry.count += n;
+        if let Some(block) = entry.block.as_mut()
+            && block.spendable(local_ns) >= n
+        {
+            block.left -= n;
+            block.last_spent_local_ns = local_ns;
+            self.counts.local_admissions.fetch_add(1, Ordering::Relaxed);
+            let mut verdict = block.base;
+            verdict.decision.admitted = true;
+            verdict.decision.remaining = verdict.decision.remaining.saturating_add(block.left);
+            return Ok(verdict);
+        }
+        let stale = entry.block.take().and_then(|b| give_back(key, b));
+        if entry.taking || entry.rate < 2 {
+            return Err((None, stale));
+        }
+        // Near the limit, a quarter of the room at the last take: down to one per call.
+        let want = entry
+            .rate
+            .clamp(n, most)
+            .min(entry.room.map_or(most, |room| room / 4));
+        if want <= n {
+            return Err((None, stale));
+        }
+        entry.taking = true;
+        Err((Some(want), stale))
+    }
+
+    /// The store's answer to a take sent at local time `sent_local_ns`: `granted` units
+    /// of which `n` go to the request, on `after`, the counter's state after the take.
+    pub(crate) fn took(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        (granted, n): (u64, u64),
+        (after, now_ns, sent_local_ns): (&[LimitState], u64, u64),
+    ) -> Option<GiveBack> {
+        let base = evaluate(after, limits, now_ns, 0);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = entries.get_mut(key)?;
+        entry.taking = false;
+        if granted == 0 {
+            entry.room = Some(0);
+            return None;
+        }
+        self.counts.taken.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .units_leased
+            .fetch_add(granted, Ordering::Relaxed);
+        entry.room = Some(base.decision.remaining);
+        let block = Block {
+            left: granted - n,
+            taken_ns: now_ns,
+            sent_local_ns,
+            ends_ns: ends_ns(limits, now_ns),
+            decay: decay(after, limits),
+            base,
+            last_spent_local_ns: sent_local_ns,
+            limits: limits.to_vec(),
+        };
+        entry.block.replace(block).and_then(|b| give_back(key, b))
+    }
+
+    /// A take that failed: the counter may try again.
+    pub(crate) fn failed(&self, key: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = entries.get_mut(key) {
+            entry.taking = false;
+        }
+    }
+
+    /// Blocks idle for a few periods or past their end (all of them when `all`), taken
+    /// out to be given back; entries idle as long are forgotten.
+    pub(crate) fn sweep(&self, local_ns: u64, all: bool) -> Vec<GiveBack> {
+        let idle = |since: u64| all || local_ns.saturating_sub(since) >= IDLE_PERIODS * PERIOD_NS;
+        let mut out = Vec::new();
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|key, entry| {
+            let done = entry
+                .block
+                .as_ref()
+                .is_some_and(|b| idle(b.last_spent_local_ns) || b.spendable(local_ns) == 0);
+            if done && let Some(back) = entry.block.take().and_then(|b| give_back(key, b)) {
+                out.push(back);
+            }
+            entry.taking || entry.block.is_some() || !idle(entry.period * PERIOD_NS)
+        });
+        out
+    }
+
+    /// Counts units given back.
+    pub(crate) fn returned(&self, units: u64) {
+        self.counts
+            .units_returned
+            .fetch_add(units, Ordering::Relaxed);
+    }
+}
+
+/// The give-back of what `block` did not spend, if anything.
+fn give_back(key: &str, block: Block) -> Option<GiveBack> {
+    let units = block.left;
+    (units > 0).then(|| {
+        let ask = Ask::GiveBack {
+            units,
+            taken_ns: block.taken_ns,
+        };
+        (key.to_owned(), block.limits, ask)
+    })
+}
+
+/// When a block taken at store time `now_ns` stops being spendable.
+fn ends_ns(limits: &[Limit], now_ns: u64) -> u64 {
+    limits
+        .iter()
+        .map(|l| {
+            let span = match l.algorithm {
+                Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
+                Algorithm::FixedWindow => l.window_ns,
+                Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => u64::MAX,
+            };
+            match span {
+                u64::MAX => u64::MAX,
+                span => (now_ns / span.max(1) + 1).saturating_mul(span.max(1)),
+            }
+        })
+        .min()
+        .unwrap_or(now_ns)
+}
+
+/// Per GCRA limit of `after`: the arrival time after the take, window and requests.
+fn decay(after: &[LimitState], limits: &[Limit]) -> Vec<(u64, u64, u64)> {
+    after
+        .iter()
+        .zip(limits)
+        .filter_map(|(state, limit)| match state {
+            LimitState::Gcra(g) => Some((
+                g.tat_ns(),
+                limit.window_ns,
+                u64::from(limit.requests_per_unit),
+            )),
+            LimitState::Sliding(_) | LimitState::Fixed(_) => None,
+        })
+        .collect()
+}
+
+impl SharedStore {
+    /// The request's `n` units from a lease: spent from the counter's block, or a new
+    /// block taken with them; `None` when the counter does not lease now or the take
+    /// failed (the request then goes the usual way).
+    pub(super) async fn lease(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &[Limit],
+        n: u64,
+    ) -> Option<Result<Verdict, StoreError>> {
+        let sent_local = self.local.local_ns();
+        let want = match self.leases.spend(key, limits, n, sent_local) {
+            Ok(verdict) => return Some(Ok(verdict)),
+            Err((want, stale)) => {
+                if let Some(back) = stale {
+                    self.send_back(back);
+                }
+                want?
+            }
+        };
+        if !self.is_up() {
+            self.leases.failed(key);
+            return None;
+        }
+        let now = self.local.now_ns();
+        let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
+        let _sent = self.in_flight.send(key, Hits::Consume(n));
+        let ask = Ask::Take { need: n, want };
+        let trip = self
+            .backend
+            .check_and_count(key, limits, (0, ask), deadline, now);
+        let raw = match tokio::time::timeout(self.behaviour.timeout, trip).await {
+            Ok(Ok(raw)) => raw,
+            Ok(Err(_)) | Err(_) => {
+                self.leases.failed(key);
+                return None;
+            }
+        };
+        let (Ok(Reply::Ran { now_ns, states, .. }), Some(&flag)) =
+            (super::protocol::decode(&raw, limits), raw.first())
+        else {
+            self.leases.failed(key);
+            return None;
+        };
+        bump(&self.counts.round_trips);
+        let granted = u64::try_from(flag).unwrap_or(0);
+        let mut after = states.clone();
+        if lease_effect(&mut after, limits, now_ns, 0, ask) != granted {
+            // The store decided; its block is counted on the state it read.
+            bump(&self.counts.disagreements);
+            after = states;
+            for (state, limit) in after.iter_mut().zip(limits) {
+                state.record(limit, now_ns, granted);
+            }
+        }
+        let within = evaluate(&after, limits, now_ns, 0).decision.admitted;
+        let snapshot = Snapshot {
+            admitted: within,
+            now_ns,
+            states: after.clone(),
+        };
+        let unsettled = || match self.debts.is_empty() {
+            true => 0,
+            false => self.debts.unsettled(key),
+        };
+        let (mut verdict, _) = self
+            .local
+            .adopt(key, limits, (0, Hits::Check), snapshot, unsettled);
+        let taken = (granted, n.min(granted));
+        if let Some(back) = self
+            .leases
+            .took(key, limits, taken, (&after, now_ns, sent_local))
+        {
+            self.send_back(back);
+        }
+        verdict.decision.admitted = granted > 0;
+        if granted == 0 {
+            verdict = evaluate(&after, limits, now_ns, n);
+        } else {
+            verdict.decision.remaining = verdict.decision.remaining.saturating_add(granted - n);
+        }
+        Some(Ok(verdict))
+    }
+
+    /// Gives a block back in a task of its own; nothing waits for it.
+    pub(super) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
+        let now = self.local.now_ns();
+        let trip = self
+            .backend
+            .check_and_count(&key, &limits, (0, ask), 0, now);
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            if let (Ok(_), Some(store), Ask::GiveBack { units, .. }) =
+                (trip.await, me.upgrade(), ask)
+            {
+                store.leases.returned(units);
+            }
+        });
+    }
+
+    /// Gives back every block held (at shutdown), waiting for the store at most `limit`.
+    pub async fn give_back_leases(self: &Arc<Self>, limit: std::time::Duration) {
+        let now = self.local.now_ns();
+        let calls = self
+            .leases
+            .sweep(self.local.local_ns(), true)
+            .into_iter()
+            .map(|(key, limits, ask)| {
+                let trip = self
+                    .backend
+                    .check_and_count(&key, &limits, (0, ask), 0, now);
+                async move {
+                    if let (Ok(Ok(_)), Ask::GiveBack { units, .. }) =
+                        (tokio::time::timeout(limit, trip).await, ask)
+                    {
+                        self.leases.returned(units);
+                    }
+                }
+            });
+        futures_util::future::join_all(calls).await;
+    }
+}
+
+/// Every period, gives back the blocks idle or past their end.
+pub(super) fn spawn_sweeper(store: &Arc<SharedStore>) {
+    let me = Arc::downgrade(store);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_nanos(PERIOD_NS));
+        loop {
+            tick.tick().await;
+            let Some(store) = me.upgrade() else { return };
+            for back in store.leases.sweep(store.local.local_ns(), false) {
+                store.send_back(back);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;

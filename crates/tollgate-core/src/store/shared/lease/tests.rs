@@ -1,0 +1,414 @@
+//! Leases on an injected clock against the store's own algorithms: the counter's states
+//! changed by `lease_effect`, as the Lua script and `tollgate_apply` change them.
+
+use proptest::prelude::*;
+
+use super::{LeasePolicy, Leases, PERIOD_NS};
+use crate::algo::{Hits, LimitState};
+use crate::clock::{Clock, ManualClock};
+use crate::limit::{Algorithm, Limit};
+use crate::store::shared::protocol::{Ask, lease_effect};
+use crate::unit::Unit;
+
+const KEY: &str = "hot";
+const MS: u64 = 1_000_000;
+const SECOND: u64 = 1_000 * MS;
+
+/// One shared counter as the store holds it, and the clock both sides read.
+struct Counter {
+    limits: Vec<Limit>,
+    states: Vec<LimitState>,
+    clock: ManualClock,
+}
+
+impl Counter {
+    fn new(limits: Vec<Limit>, start_ns: u64) -> Self {
+        let states = limits.iter().map(LimitState::new).collect();
+        Self {
+            limits,
+            states,
+            clock: ManualClock::new(start_ns),
+        }
+    }
+
+    /// One store call at the clock's time; its flag (units granted, or admitted).
+    fn call(&mut self, ask: Ask) -> u64 {
+        let now = self.clock.now_ns();
+        lease_effect(&mut self.states, &self.limits, now, 0, ask)
+    }
+
+    /// A request of `n` units through `leases`, as `SharedStore::apply` makes it: from
+    /// the block, by a take, or as plain hits; whether it was admitted.
+    fn request(&mut self, leases: &Leases, n: u64) -> bool {
+        let now = self.clock.now_ns();
+        let (want, stale) = match leases.spend(KEY, &self.limits, n, now) {
+            Ok(_) => return true,
+            Err(next) => next,
+        };
+        if let Some((_, _, ask)) = stale {
+            self.call(ask);
+        }
+        let Some(want) = want else {
+            return self.call(Ask::Hits(Hits::Consume(n))) == 1;
+        };
+        let granted = self.call(Ask::Take { need: n, want });
+        let after = self.states.clone();
+        let taken = (granted, n.min(granted));
+        if let Some((_, _, ask)) = leases.took(KEY, &self.limits, taken, (&after, now, now)) {
+            self.call(ask);
+        }
+        granted > 0
+    }
+
+    /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
+    fn sweep(&mut self, leases: &Leases, all: bool) {
+        for (_, _, ask) in leases.sweep(self.clock.now_ns(), all) {
+            self.call(ask);
+        }
+    }
+
+    /// Units the store still has room for at the clock's time.
+    fn room(&self) -> u64 {
+        crate::algo::evaluate(&self.states, &self.limits, self.clock.now_ns(), 0)
+            .decision
+            .remaining
+    }
+}
+
+fn leases(max_fraction: f64) -> Leases {
+    Leases::new(LeasePolicy {
+        enabled: true,
+        max_fraction,
+    })
+}
+
+fn fixed(requests: u32, unit: Unit) -> Limit {
+    Limit::new(requests, unit)
+        .with_algorithm(Algorithm::FixedWindow)
+        .expect("fixed window")
+}
+
+/// Units left in the counter's block, 0 without one.
+fn held(leases: &Leases) -> u64 {
+    let entries = leases.entries.lock().expect("entries");
+    entries
+        .get(KEY)
+        .and_then(|e| e.block.as_ref())
+        .map_or(0, |b| b.left)
+}
+
+/// `count` requests of one unit spread evenly over one period; how many were admitted.
+fn one_period(counter: &mut Counter, leases: &Leases, count: u64) -> u64 {
+    let step = PERIOD_NS / count;
+    (0..count)
+        .filter(|_| {
+            let admitted = counter.request(leases, 1);
+            counter.clock.advance(step);
+            admitted
+        })
+        .count() as u64
+}
+
+#[test]
+fn a_block_is_sized_to_one_period_of_recent_traffic() {
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
+    let leases = leases(0.01);
+    assert_eq!(one_period(&mut counter, &leases, 50), 50);
+    assert_eq!(leases.counts.taken.load(super::Ordering::Relaxed), 0);
+    // The next period knows the last one's 50 requests: one take of 50, the rest local.
+    assert_eq!(one_period(&mut counter, &leases, 50), 50);
+    assert_eq!(leases.counts.taken.load(super::Ordering::Relaxed), 1);
+    assert_eq!(
+        leases.counts.units_leased.load(super::Ordering::Relaxed),
+        50
+    );
+    assert_eq!(
+        leases
+            .counts
+            .local_admissions
+            .load(super::Ordering::Relaxed),
+        49
+    );
+    // Traffic far above the largest block (1 % of the limit) takes blocks of that size.
+    one_period(&mut counter, &leases, 4_000);
+    counter.request(&leases, 1);
+    assert!(held(&leases) < 1_000);
+    assert!(leases.counts.units_leased.load(super::Ordering::Relaxed) >= 50 + 1_000);
+}
+
+#[test]
+fn blocks_shrink_near_the_limit_down_to_one_unit_per_call() {
+    let mut counter = Counter::new(vec![fixed(2_000, Unit::Hour)], 0);
+    let leases = leases(0.01);
+    let mut admitted = 0;
+    let mut sizes = Vec::new();
+    for _ in 0..40 {
+        let before = leases.counts.units_leased.load(super::Ordering::Relaxed);
+        admitted += one_period(&mut counter, &leases, 100);
+        let after = leases.counts.units_leased.load(super::Ordering::Relaxed);
+        sizes.push((after - before, counter.room()));
+    }
+    // Every unit of the hour admitted, and not one more.
+    assert_eq!(admitted, 2_000);
+    assert_eq!(counter.room(), 0);
+    // Blocks of the largest size (20) while there is room, a quarter of the room near it,
+    // then none: the last units go to the store one request at a time.
+    assert_eq!(sizes.first().map(|s| s.0), Some(0));
+    assert!(sizes.iter().any(|&(leased, _)| leased >= 5 * 20));
+    let last_take = counter_last_take(&sizes);
+    assert!(last_take > 0);
+    assert!(sizes[last_take].0 < 5 * 20, "{sizes:?}");
+    // The last block left under 8 units of room: a quarter of it is at most one unit.
+    let entries = leases.entries.lock().expect("entries");
+    let room = entries
+        .get(KEY)
+        .and_then(|e| e.room)
+        .expect("a take's room");
+    assert!(room < 8, "blocks stopped with {room} units of room");
+}
+
+/// The index of the last period in which a block was taken.
+fn counter_last_take(sizes: &[(u64, u64)]) -> usize {
+    sizes
+        .iter()
+        .rposition(|&(leased, _)| leased > 0)
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_small_counter_never_leases() {
+    // 1 % of 700 is 7, under the smallest block.
+    let mut counter = Counter::new(vec![fixed(700, Unit::Second)], 0);
+    let leases = leases(0.01);
+    for _ in 0..10 {
+        one_period(&mut counter, &leases, 10);
+    }
+    assert_eq!(leases.counts.taken.load(super::Ordering::Relaxed), 0);
+    assert_eq!(
+        leases
+            .counts
+            .local_admissions
+            .load(super::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(counter.room(), 700 - 100);
+}
+
+#[test]
+fn leases_off_never_lease() {
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Second)], 0);
+    let leases = Leases::new(LeasePolicy::default());
+    for _ in 0..5 {
+        one_period(&mut counter, &leases, 100);
+    }
+    assert_eq!(leases.counts.taken.load(super::Ordering::Relaxed), 0);
+}
+
+/// Makes the counter hot and leaves it holding a block taken at the clock's time.
+fn take_block(counter: &mut Counter, leases: &Leases) {
+    one_period(counter, leases, 100);
+    assert!(counter.request(leases, 1));
+    assert!(held(leases) > 0, "no block taken");
+}
+
+#[test]
+fn a_fixed_window_block_ends_with_its_window() {
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Second)], SECOND - 5 * PERIOD_NS);
+    let leases = leases(0.01);
+    take_block(&mut counter, &leases);
+    let left = held(&leases);
+    let local = leases
+        .counts
+        .local_admissions
+        .load(super::Ordering::Relaxed);
+    // The window ends: the block is given back (to the old window) and a new one taken.
+    counter.clock.advance(SECOND - counter.clock.now_ns());
+    assert!(counter.request(&leases, 1));
+    assert_eq!(
+        leases
+            .counts
+            .local_admissions
+            .load(super::Ordering::Relaxed),
+        local
+    );
+    assert_eq!(counter.room(), 100_000 - 1 - held(&leases));
+    assert!(left > 0);
+}
+
+/// A counter of 100,000 a second counted by `algorithm`, made hot from time 0, and what
+/// `check` says of the block it took.
+fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, u64) -> T) -> T {
+    let limit = Limit::new(100_000, Unit::Second)
+        .with_algorithm(algorithm)
+        .expect("limit");
+    let mut counter = Counter::new(vec![limit], 0);
+    let leases = leases(0.01);
+    take_block(&mut counter, &leases);
+    let entries = leases.entries.lock().expect("entries");
+    let block = entries
+        .get(KEY)
+        .and_then(|e| e.block.as_ref())
+        .expect("block");
+    check(block, counter.clock.now_ns())
+}
+
+#[test]
+fn a_sliding_window_block_ends_with_its_sub_window() {
+    with_block(Algorithm::SlidingWindow { precision: 10 }, |block, now| {
+        let sub_window = SECOND / 10;
+        let end = (now / sub_window + 1) * sub_window;
+        assert_eq!(block.ends_ns, end);
+        assert!(block.spendable(end - 1) > 0);
+        assert_eq!(block.spendable(end), 0);
+    });
+}
+
+#[test]
+fn a_gcra_block_decays_as_the_bucket_refills() {
+    with_block(Algorithm::TokenBucket { burst: 100_000 }, |block, now| {
+        let left = block.spendable(now);
+        assert_eq!(left, block.left);
+        // One unit refills every 10 µs: that long before the arrival time the take left,
+        // one unit is spendable, at it none.
+        let interval = SECOND / 100_000;
+        let &(tat_ns, _, _) = block.decay.first().expect("decay");
+        assert!(block.spendable(now + 3 * interval) <= left);
+        assert_eq!(block.spendable(tat_ns - 2 * interval), 2.min(left));
+        assert_eq!(block.spendable(tat_ns - interval), 1);
+        assert_eq!(block.spendable(tat_ns), 0);
+    });
+}
+
+#[test]
+fn the_sweep_gives_idle_blocks_back() {
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
+    let leases = leases(0.01);
+    take_block(&mut counter, &leases);
+    let admitted = 100_000 - counter.room() - held(&leases);
+    counter.clock.advance(PERIOD_NS);
+    counter.sweep(&leases, false);
+    assert!(held(&leases) > 0, "a block idle for one period is kept");
+    counter.clock.advance(2 * PERIOD_NS);
+    counter.sweep(&leases, false);
+    assert_eq!(held(&leases), 0);
+    assert_eq!(100_000 - counter.room(), admitted);
+    // With nothing held and nothing seen for a while, the counter is forgotten.
+    counter.clock.advance(4 * PERIOD_NS);
+    counter.sweep(&leases, false);
+    assert!(leases.entries.lock().expect("entries").is_empty());
+}
+
+/// One step of a simulated load: which instance asks, for how many units, and how long
+/// after the previous step.
+#[derive(Debug, Clone)]
+struct Step {
+    instance: usize,
+    units: u64,
+    after_us: u64,
+}
+
+/// Phases of steady traffic, each at its own pace (from far above any limit to idle), so
+/// that blocks are held when a window ends and the next window is overloaded.
+fn steps(instances: usize) -> impl Strategy<Value = Vec<Step>> {
+    let phase = (0..2_000_u64, 1..800_usize).prop_flat_map(move |(gap_us, len)| {
+        let step =
+            (0..instances, 1..4_u64, 0..=gap_us).prop_map(|(instance, units, after_us)| Step {
+                instance,
+                units,
+                after_us,
+            });
+        prop::collection::vec(step, len)
+    });
+    prop::collection::vec(phase, 1..12).prop_map(|phases| phases.concat())
+}
+
+fn load() -> impl Strategy<Value = (Vec<Limit>, f64, Vec<Step>, usize)> {
+    let limit = (800..5_000_u32, 0..3_u8, 1..5_u32).prop_map(|(requests, kind, seconds)| {
+        let algorithm = match kind {
+            0 => Algorithm::FixedWindow,
+            1 => Algorithm::TokenBucket { burst: requests },
+            _ => Algorithm::LeakyBucket { burst: requests },
+        };
+        Limit::new(requests, Unit::Second)
+            .with_multiplier(seconds)
+            .and_then(|l| l.with_algorithm(algorithm))
+            .expect("limit")
+    });
+    (
+        prop::collection::vec(limit, 1..3),
+        0.005..0.5_f64,
+        1..4_usize,
+    )
+        .prop_flat_map(|(limits, fraction, instances)| {
+            (
+                Just(limits),
+                Just(fraction),
+                steps(instances),
+                Just(instances),
+            )
+        })
+}
+
+/// Most units a limit may admit in `[from, to)`: per fixed window its requests; for GCRA
+/// its burst plus what refills over the span.
+fn allowed(limit: &Limit, from_ns: u64, to_ns: u64) -> u64 {
+    let requests = u64::from(limit.requests_per_unit);
+    match limit.algorithm {
+        Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => {
+            let refilled =
+                u128::from(to_ns - from_ns) * u128::from(requests) / u128::from(limit.window_ns);
+            u64::from(burst) + u64::try_from(refilled).unwrap_or(u64::MAX) + 1
+        }
+        _ => requests,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn instances_with_leases_never_admit_past_a_limit((limits, fraction, steps, instances) in load()) {
+        let mut counter = Counter::new(limits.clone(), 7 * SECOND + 123);
+        let all: Vec<Leases> = (0..instances).map(|_| leases(fraction)).collect();
+        let mut admissions: Vec<(u64, u64)> = Vec::new();
+        let mut swept = counter.clock.now_ns();
+        for step in &steps {
+            counter.clock.advance(step.after_us * 1_000);
+            let now = counter.clock.now_ns();
+            if now - swept >= PERIOD_NS {
+                for leases in &all {
+                    counter.sweep(leases, false);
+                }
+                swept = now;
+            }
+            if counter.request(&all[step.instance], step.units) {
+                admissions.push((now, step.units));
+            }
+        }
+        for limit in &limits {
+            match limit.algorithm {
+                Algorithm::FixedWindow => {
+                    let mut per_window = std::collections::BTreeMap::new();
+                    for &(at, units) in &admissions {
+                        *per_window.entry(at / limit.window_ns).or_insert(0) += units;
+                    }
+                    for (window, admitted) in per_window {
+                        prop_assert!(admitted <= allowed(limit, 0, 0),
+                            "window {window}: {admitted} admitted past {limit:?}");
+                    }
+                }
+                _ => {
+                    // Every span starting at an admission: burst plus refill bounds it.
+                    for (i, &(from, _)) in admissions.iter().enumerate() {
+                        let mut admitted = 0;
+                        for &(at, units) in &admissions[i..] {
+                            admitted += units;
+                            prop_assert!(admitted <= allowed(limit, from, at),
+                                "{admitted} admitted in [{from}, {at}] past {limit:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
