@@ -278,9 +278,6 @@ impl Rlqs {
     /// Streams left buckets: the demand of buckets no stream reports here any more is
     /// withdrawn from the fleet's, and the streams left get their pushes.
     async fn depart(&self, departures: Departures) {
-        if departures.shrunk {
-            crate::trim::return_freed_memory();
-        }
         for bucket in &departures.emptied {
             if let Some(parts) = &self.parts
                 && let Plan::Counted { counter, .. } = &*self.plans.get(&self.rls.limiter, bucket)
@@ -289,6 +286,10 @@ impl Rlqs {
                 tracing::warn!(error = %e, "RLQS demand not withdrawn: the counter store failed");
             }
             self.plans.forget(bucket);
+        }
+        // After the plans of the buckets left are dropped too.
+        if departures.shrunk {
+            crate::trim::return_freed_memory();
         }
         self.deliver(departures.sends);
     }

@@ -116,9 +116,14 @@ impl Plans {
         cached.plans.clear();
     }
 
-    /// No stream reports `bucket` any more.
+    /// No stream reports `bucket` any more; the map's room is given back once it is
+    /// mostly empty, so that a burst of buckets does not pin its memory.
     pub(crate) fn forget(&self, bucket: &BucketKey) {
-        self.lock().plans.remove(bucket);
+        let mut cached = self.lock();
+        cached.plans.remove(bucket);
+        if cached.plans.capacity() > 64 && cached.plans.len() < cached.plans.capacity() / 4 {
+            cached.plans.shrink_to_fit();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {

@@ -469,10 +469,12 @@ async fn buckets_are_bounded_over_all_streams_and_given_back_when_they_close() {
         STREAMS * PER_STREAM,
         after >> 20
     );
-    // The allocator keeps what fragments pin; most of the rest goes back (kept: none of
-    // it, before).
+    // The allocator keeps what fragments pin, and the usage charged on each bucket's
+    // counter stays counted until its window ends; a good part still goes back (kept:
+    // none of it, before the streams' memory was given back). Measured: about 45 % before
+    // RLQS charged usage on counters, 32 % since.
     assert!(
-        peak.saturating_sub(after) > (peak - before) / 3,
+        peak.saturating_sub(after) > (peak - before) / 4,
         "RSS {before} before, {peak} at the peak, {after} once every stream closed"
     );
 }
