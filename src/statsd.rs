@@ -23,7 +23,7 @@ pub(crate) struct StatsdConfig {
     pub(crate) target: String,
     /// DogStatsD (UDP, tags after `|#`) rather than plain statsd (TCP, tags in the name).
     pub(crate) dog: bool,
-    /// `EXTRA_TAGS`, on every stat.
+    /// `EXTRA_TAGS`, on every stat, sorted by key (the order gostats writes them in).
     pub(crate) tags: Vec<(String, String)>,
     /// `STATS_FLUSH_INTERVAL`.
     pub(crate) interval: Duration,
@@ -98,8 +98,7 @@ fn sanitized(name: &str) -> String {
 /// The name to send and what follows the type: tags in the name for plain statsd
 /// (`name.__k=v`, by key), after `|#` for DogStatsD.
 fn tagged(name: &str, c: &StatsdConfig) -> (String, String) {
-    let mut tags = c.tags.clone();
-    tags.sort();
+    let tags = &c.tags;
     if tags.is_empty() {
         return (name.to_owned(), String::new());
     }
@@ -198,10 +197,14 @@ mod tests {
         StatsdConfig {
             target: "127.0.0.1:1".into(),
             dog,
-            tags: tags
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            tags: {
+                let mut tags: Vec<(String, String)> = tags
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect();
+                tags.sort();
+                tags
+            },
             interval: Duration::from_secs(10),
         }
     }

@@ -99,7 +99,11 @@ impl StatsArgs {
         Ok(Some(StatsdConfig {
             target: format!("{host}:{}", self.statsd_port.unwrap_or(8125)),
             dog: self.use_dog_statsd,
-            tags: self.extra_tags.0.clone(),
+            tags: {
+                let mut tags = self.extra_tags.0.clone();
+                tags.sort();
+                tags
+            },
             interval: self.stats_flush_interval,
         }))
     }
