@@ -10,9 +10,10 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::ApplyArgs;
 use super::describe::describe;
-use super::tls::{PgTls, SslMode, client_config};
-use super::{ApplyArgs, schema};
+use super::schema::{self, SchemaError};
+use super::tls::{PgTls, SslMode, TlsError, client_config};
 use crate::store::shared::link::Connector;
 use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
@@ -38,11 +39,28 @@ impl std::fmt::Debug for PgTarget {
     }
 }
 
+/// Why a PostgreSQL URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// Not a PostgreSQL URL at all.
+    #[error("POSTGRES_URL must be a postgres:// or postgresql:// URL")]
+    Scheme,
+    /// An `sslmode` libpq does not have.
+    #[error("sslmode={0} is not one of disable, allow, prefer, require, verify-ca, verify-full")]
+    SslMode(String),
+    /// A client certificate without its key, or a key without its certificate.
+    #[error("POSTGRES_URL: sslcert and sslkey go together; give both")]
+    HalfClientCert,
+    /// The driver does not take the rest of the URL.
+    #[error("POSTGRES_URL: {0}")]
+    Driver(#[source] tokio_postgres::Error),
+}
+
 impl PgTarget {
     /// Reads a `postgres://` (or `postgresql://`) URL.
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub fn parse(url: &str) -> Result<Self, TargetError> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err("POSTGRES_URL must be a postgres:// or postgresql:// URL".into());
+            return Err(TargetError::Scheme);
         }
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut kept = Vec::new();
@@ -65,14 +83,13 @@ impl PgTarget {
         tls.client = match (cert, key) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,
-            _ => return Err("POSTGRES_URL: sslcert and sslkey go together; give both".into()),
+            _ => return Err(TargetError::HalfClientCert),
         };
         let rest = match kept.is_empty() {
             true => base.to_owned(),
             false => format!("{base}?{}", kept.join("&")),
         };
-        let mut config: tokio_postgres::Config =
-            rest.parse().map_err(|e| format!("POSTGRES_URL: {e}"))?;
+        let mut config: tokio_postgres::Config = rest.parse().map_err(TargetError::Driver)?;
         config.ssl_mode(match tls.mode {
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -85,7 +102,7 @@ impl PgTarget {
     }
 
     /// Checks the TLS files now, so that a wrong path stops startup.
-    pub(super) fn tls_connector(&self) -> Result<Option<MakeRustlsConnect>, String> {
+    pub(super) fn tls_connector(&self) -> Result<Option<MakeRustlsConnect>, TlsError> {
         Ok(client_config(&self.tls)?.map(MakeRustlsConnect::new))
     }
 }
@@ -124,12 +141,32 @@ pub(super) struct PgConnector {
     pub(super) key_prefix: String,
 }
 
+/// Why a connection to PostgreSQL, or a probe on it, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    /// The TLS files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The server or the connection failed.
+    #[error("{}", describe(.0))]
+    Db(#[source] tokio_postgres::Error),
+    /// Tollgate's statements cannot be prepared: most likely no schema.
+    #[error("{} (is the schema there? `tollgate migrate` creates it)", describe(.0))]
+    Unprepared(#[source] tokio_postgres::Error),
+    /// The schema could not be brought up to date.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The clock's row is not a number.
+    #[error("{0}")]
+    Clock(#[source] tokio_postgres::Error),
+}
+
 const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
 const NOW: &str = "SELECT tollgate_now_us()";
 
 impl PgConnector {
     /// One connection, with its statement timeout set.
-    pub(super) async fn open(&self) -> Result<Client, String> {
+    pub(super) async fn open(&self) -> Result<Client, PgError> {
         let client = match &self.tls {
             Some(tls) => open_with(&self.target.config, tls.clone()).await?,
             None => open_with(&self.target.config, NoTls).await?,
@@ -138,30 +175,26 @@ impl PgConnector {
         client
             .batch_execute(&format!("SET statement_timeout = {timeout_ms}"))
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(PgError::Db)?;
         Ok(client)
     }
 
-    async fn prepared(client: Client) -> Result<PooledConn, String> {
+    async fn prepared(client: Client) -> Result<PooledConn, PgError> {
         let prepare = |sql| client.prepare(sql);
-        let (check, now) = tokio::try_join!(prepare(CHECK), prepare(NOW)).map_err(|e| {
-            format!(
-                "{} (is the schema there? `tollgate migrate` creates it)",
-                describe(&e)
-            )
-        })?;
+        let (check, now) =
+            tokio::try_join!(prepare(CHECK), prepare(NOW)).map_err(PgError::Unprepared)?;
         Ok(PooledConn { client, check, now })
     }
 }
 
-async fn open_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<Client, String>
+async fn open_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<Client, PgError>
 where
     T: MakeTlsConnect<Socket> + Send,
     T::Stream: Send + 'static,
     T::TlsConnect: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    let (client, connection) = config.connect(tls).await.map_err(|e| describe(&e))?;
+    let (client, connection) = config.connect(tls).await.map_err(PgError::Db)?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!("postgres connection ended: {}", describe(&e));
@@ -174,8 +207,9 @@ impl Connector for PgConnector {
     type Conn = Pool;
     const NAME: &'static str = "postgres";
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    type Error = PgError;
 
-    async fn connect(&self) -> Result<Pool, String> {
+    async fn connect(&self) -> Result<Pool, PgError> {
         let mut first = self.open().await?;
         if !self.migrated.load(Ordering::Relaxed) {
             schema::migrate(&mut first, self.unlogged).await?;
@@ -192,14 +226,14 @@ impl Connector for PgConnector {
         })
     }
 
-    async fn time_ns(&self, pool: &Pool) -> Result<u64, String> {
+    async fn time_ns(&self, pool: &Pool) -> Result<u64, PgError> {
         let conn = pool.pick();
         let row = conn
             .client
             .query_one(&conn.now, &[])
             .await
-            .map_err(|e| describe(&e))?;
-        let micros: i64 = row.try_get(0).map_err(|e| e.to_string())?;
+            .map_err(PgError::Db)?;
+        let micros: i64 = row.try_get(0).map_err(PgError::Clock)?;
         Ok(u64::try_from(micros).unwrap_or(0).saturating_mul(1_000))
     }
 
@@ -208,7 +242,7 @@ impl Connector for PgConnector {
         true
     }
 
-    async fn probe_calls(&self, pool: &Pool) -> Result<(), String> {
+    async fn probe_calls(&self, pool: &Pool) -> Result<(), PgError> {
         let limits = probe_limits();
         let (debt, hits) = PROBE_CALL;
         let call = (debt, Ask::Hits(hits));
@@ -233,7 +267,7 @@ impl Connector for PgConnector {
                 if e.code().is_some_and(|code| schema_gone.contains(code)) {
                     self.migrated.store(false, Ordering::Relaxed);
                 }
-                Err(describe(&e))
+                Err(PgError::Db(e))
             }
         }
     }
@@ -270,7 +304,7 @@ mod tests {
 
     #[test]
     fn bad_urls_are_clear_errors() {
-        let err = |url| PgTarget::parse(url).unwrap_err();
+        let err = |url| PgTarget::parse(url).unwrap_err().to_string();
         assert!(err("localhost:5432").contains("postgres://"));
         assert!(err("postgres://h/x?sslmode=maybe").contains("sslmode=maybe"));
         assert!(err("postgres://h/x?sslcert=/c.pem").contains("sslkey"));

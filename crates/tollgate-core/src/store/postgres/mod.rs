@@ -11,9 +11,9 @@ mod listen;
 mod schema;
 mod tls;
 
-pub use connect::PgTarget;
-pub use schema::SCHEMA_VERSION;
-pub use tls::{PgTls, SslMode};
+pub use connect::{PgError, PgTarget, TargetError};
+pub use schema::{SCHEMA_VERSION, SchemaError};
+pub use tls::{PgTls, SslMode, TlsError};
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -62,7 +62,7 @@ impl SharedStore {
         config: PgConfig,
         clock: Arc<dyn Clock>,
         sweep_period: Duration,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, TlsError> {
         let tls = config.target.tls_connector()?;
         let behaviour = config.behaviour;
         let sweep_interval = config.sweep_interval;
@@ -92,7 +92,7 @@ impl SharedStore {
 
 /// Creates or updates the schema at `target` (`tollgate migrate`); the version found
 /// before.
-pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, String> {
+pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, PgError> {
     let connector = PgConnector {
         target: target.clone(),
         tls: target.tls_connector()?,
@@ -103,7 +103,7 @@ pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, String> {
         key_prefix: String::new(),
     };
     let mut client = connector.open().await?;
-    schema::migrate(&mut client, unlogged).await
+    Ok(schema::migrate(&mut client, unlogged).await?)
 }
 
 /// One function call per round trip over a pooled connection.

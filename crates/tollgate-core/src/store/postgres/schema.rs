@@ -30,10 +30,27 @@ const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
 
+/// Why the schema could not be brought up to date.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// A statement of the migration failed.
+    #[error("migrating the schema: {}", describe(.0))]
+    Db(#[source] tokio_postgres::Error),
+    /// A newer Tollgate migrated the database; it is not downgraded.
+    #[error(
+        "the database's schema is version {found}, newer than this Tollgate's \
+         ({SCHEMA_VERSION}); run a Tollgate at least as new"
+    )]
+    Newer {
+        /// The database's version.
+        found: i32,
+    },
+}
+
 /// Brings the schema to [`SCHEMA_VERSION`], makes the counter table logged or unlogged as
 /// asked, and returns the version found before.
-pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, String> {
-    let db = |e: tokio_postgres::Error| format!("migrating the schema: {}", describe(&e));
+pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, SchemaError> {
+    let db = SchemaError::Db;
     let tx = client.transaction().await.map_err(db)?;
     // `IF NOT EXISTS` on what exists is a NOTICE; the log has no use for it.
     tx.batch_execute("SET LOCAL client_min_messages = warning")
@@ -55,10 +72,7 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
         .map_err(db)?
         .get(0);
     if found > SCHEMA_VERSION {
-        return Err(format!(
-            "the database's schema is version {found}, newer than this Tollgate's \
-             ({SCHEMA_VERSION}); run a Tollgate at least as new"
-        ));
+        return Err(SchemaError::Newer { found });
     }
     let complete: bool = tx.query_one(COMPLETE, &[]).await.map_err(db)?.get(0);
     if found < SCHEMA_VERSION {

@@ -5,14 +5,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{VerifierBuilderError, WebPkiServerVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::pem::{Error as PemError, PemObject as _};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
+
+use super::connect::TargetError;
 
 /// libpq's `sslmode`, in increasing order of what is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,18 +32,14 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    pub(super) fn parse(text: &str) -> Result<Self, String> {
+    pub(super) fn parse(text: &str) -> Result<Self, TargetError> {
         Ok(match text {
             "disable" => Self::Disable,
             "allow" | "prefer" => Self::Prefer,
             "require" => Self::Require,
             "verify-ca" => Self::VerifyCa,
             "verify-full" => Self::VerifyFull,
-            other => {
-                return Err(format!(
-                    "sslmode={other} is not one of disable, allow, prefer, require, verify-ca, verify-full"
-                ));
-            }
+            other => return Err(TargetError::SslMode(other.to_owned())),
         })
     }
 }
@@ -57,14 +55,66 @@ pub struct PgTls {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
+/// Why the TLS files of a PostgreSQL URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The process installed no rustls crypto provider.
+    #[error("no rustls crypto provider is installed for TLS to PostgreSQL")]
+    NoProvider,
+    /// `sslrootcert` could not be read as PEM.
+    #[error("sslrootcert {}: {source}", .path.display())]
+    RootFile {
+        /// The file.
+        path: PathBuf,
+        /// What reading it found.
+        source: PemError,
+    },
+    /// A CA of `sslrootcert` was refused.
+    #[error("sslrootcert {}: {source}", .path.display())]
+    RootCert {
+        /// The file.
+        path: PathBuf,
+        /// Why rustls refused it.
+        source: rustls::Error,
+    },
+    /// No CA certificate at all.
+    #[error("sslrootcert: no CA certificate found")]
+    NoRoots,
+    /// The CAs make no verifier.
+    #[error("sslrootcert: {0}")]
+    Verifier(#[source] VerifierBuilderError),
+    /// The provider offers no protocol version rustls takes as safe.
+    #[error(transparent)]
+    Protocols(rustls::Error),
+    /// `sslcert` could not be read as PEM.
+    #[error("sslcert {}: {source}", .path.display())]
+    Cert {
+        /// The file.
+        path: PathBuf,
+        /// What reading it found.
+        source: PemError,
+    },
+    /// `sslkey` could not be read as PEM.
+    #[error("sslkey {}: {source}", .path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What reading it found.
+        source: PemError,
+    },
+    /// The certificate and the key do not make a client identity.
+    #[error("sslcert/sslkey: {0}")]
+    ClientAuth(#[source] rustls::Error),
+}
+
 /// The rustls configuration `tls` asks for; none for plaintext.
-pub(super) fn client_config(tls: &PgTls) -> Result<Option<ClientConfig>, String> {
+pub(super) fn client_config(tls: &PgTls) -> Result<Option<ClientConfig>, TlsError> {
     if tls.mode == SslMode::Disable {
         return Ok(None);
     }
     let provider = CryptoProvider::get_default()
         .cloned()
-        .ok_or("no rustls crypto provider is installed for TLS to PostgreSQL")?;
+        .ok_or(TlsError::NoProvider)?;
     // As libpq: with a root given, `require` checks the chain as `verify-ca` does.
     let mode = match (tls.mode, &tls.root) {
         (SslMode::Require, Some(_)) => SslMode::VerifyCa,
@@ -78,7 +128,7 @@ pub(super) fn client_config(tls: &PgTls) -> Result<Option<ClientConfig>, String>
             let roots = Arc::new(roots(tls.root.as_deref())?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                 .build()
-                .map_err(|e| format!("sslrootcert: {e}"))?;
+                .map_err(TlsError::Verifier)?;
             match mode {
                 SslMode::VerifyFull => webpki,
                 _ => Arc::new(ChainOnly(webpki)),
@@ -87,19 +137,24 @@ pub(super) fn client_config(tls: &PgTls) -> Result<Option<ClientConfig>, String>
     };
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(TlsError::Protocols)?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
     let config = match &tls.client {
         Some((cert, key)) => {
             let chain = CertificateDer::pem_file_iter(cert)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("sslcert {}: {e}", cert.display()))?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("sslkey {}: {e}", key.display()))?;
+                .map_err(|source| TlsError::Cert {
+                    path: cert.clone(),
+                    source,
+                })?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::Key {
+                path: key.clone(),
+                source,
+            })?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("sslcert/sslkey: {e}"))?
+                .map_err(TlsError::ClientAuth)?
         }
         None => builder.with_no_client_auth(),
     };
@@ -107,17 +162,21 @@ pub(super) fn client_config(tls: &PgTls) -> Result<Option<ClientConfig>, String>
 }
 
 /// The CAs of `sslrootcert` (or the system's, for `system` or none given).
-fn roots(path: Option<&Path>) -> Result<RootCertStore, String> {
+fn roots(path: Option<&Path>) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     match path {
         Some(path) if path != Path::new("system") => {
-            for cert in CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?
-            {
-                let cert = cert.map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+            let unreadable = |source| TlsError::RootFile {
+                path: path.to_owned(),
+                source,
+            };
+            for cert in CertificateDer::pem_file_iter(path).map_err(unreadable)? {
                 roots
-                    .add(cert)
-                    .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+                    .add(cert.map_err(unreadable)?)
+                    .map_err(|source| TlsError::RootCert {
+                        path: path.to_owned(),
+                        source,
+                    })?;
             }
         }
         _ => {
@@ -125,7 +184,7 @@ fn roots(path: Option<&Path>) -> Result<RootCertStore, String> {
         }
     }
     if roots.is_empty() {
-        return Err("sslrootcert: no CA certificate found".into());
+        return Err(TlsError::NoRoots);
     }
     Ok(roots)
 }

@@ -321,22 +321,40 @@ pub(super) struct RedisConnector {
     pub(super) key_prefix: String,
 }
 
+/// Why the supervisor could not connect to Redis, or a probe failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LinkError {
+    /// No connection was made.
+    #[error(transparent)]
+    Connect(redis::RedisError),
+    /// `TIME` failed.
+    #[error("TIME: {0}")]
+    Time(#[source] redis::RedisError),
+    /// The probe's counter call failed.
+    #[error(transparent)]
+    Call(redis::RedisError),
+    /// The probe's counter call replied with something else than counters.
+    #[error(transparent)]
+    Reply(#[from] script::BadState),
+    /// The probe's key could not be deleted.
+    #[error("DEL of the probe's key: {0}")]
+    Delete(#[source] redis::RedisError),
+}
+
 impl Connector for RedisConnector {
     type Conn = Conn;
     const NAME: &'static str = "redis";
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    type Error = LinkError;
 
-    async fn connect(&self) -> Result<Conn, String> {
+    async fn connect(&self) -> Result<Conn, LinkError> {
         connect(&self.target, &self.tls)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(LinkError::Connect)
     }
 
-    async fn time_ns(&self, conn: &Conn) -> Result<u64, String> {
-        conn.clone()
-            .time_ns()
-            .await
-            .map_err(|e| format!("TIME: {e}"))
+    async fn time_ns(&self, conn: &Conn) -> Result<u64, LinkError> {
+        conn.clone().time_ns().await.map_err(LinkError::Time)
     }
 
     /// The connection managers reconnect by themselves; a Sentinel set may have moved
@@ -345,7 +363,7 @@ impl Connector for RedisConnector {
         matches!(self.target, RedisTarget::Sentinel { .. })
     }
 
-    async fn probe_calls(&self, conn: &Conn) -> Result<(), String> {
+    async fn probe_calls(&self, conn: &Conn) -> Result<(), LinkError> {
         let limits = probe_limits();
         let (debt, hits) = PROBE_CALL;
         let check = script::Check {
@@ -362,14 +380,12 @@ impl Connector for RedisConnector {
         let reply: script::ScriptReply = conn
             .eval(&call, &self.script)
             .await
-            .map_err(|e| e.to_string())?;
-        script::numbers(reply).map_err(|e| e.to_string())?;
+            .map_err(LinkError::Call)?;
+        script::numbers(reply)?;
         // The probe leaves no key behind: one key per counter, and none that is not.
         let mut del = redis::cmd("DEL");
         del.arg(script::redis_key(&self.key_prefix, PROBE_KEY));
-        conn.query::<()>(&del)
-            .await
-            .map_err(|e| format!("DEL of the probe's key: {e}"))
+        conn.query::<()>(&del).await.map_err(LinkError::Delete)
     }
 }
 

@@ -39,12 +39,15 @@ pub(crate) trait Connector: Send + Sync + 'static {
     /// Longest one connect may take.
     const CONNECT_TIMEOUT: Duration;
 
-    /// Connects; the error is what the operator reads.
-    fn connect(&self) -> impl Future<Output = Result<Self::Conn, String>> + Send;
+    /// Why a connect or a probe failed; its text is what the operator reads.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Connects.
+    fn connect(&self) -> impl Future<Output = Result<Self::Conn, Self::Error>> + Send;
 
     /// The store's clock in nanoseconds since the epoch: the health probe, which also
     /// tells the local view the store's time before any request has run.
-    fn time_ns(&self, conn: &Self::Conn) -> impl Future<Output = Result<u64, String>> + Send;
+    fn time_ns(&self, conn: &Self::Conn) -> impl Future<Output = Result<u64, Self::Error>> + Send;
 
     /// Whether a store that stops answering is connected afresh (its address may have
     /// moved, or its connections died with it), rather than left to recover on its own.
@@ -52,7 +55,10 @@ pub(crate) trait Connector: Send + Sync + 'static {
 
     /// One counter call that writes, on a counter no request uses
     /// ([`super::protocol::PROBE_KEY`]): whether counter calls work.
-    fn probe_calls(&self, conn: &Self::Conn) -> impl Future<Output = Result<(), String>> + Send;
+    fn probe_calls(
+        &self,
+        conn: &Self::Conn,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 /// Told the store's time whenever a probe reads it.
