@@ -1,5 +1,6 @@
 //! What answers say: shadow and quota modes, response headers, dynamic metadata.
 
+use super::flag::Flag as _;
 use super::parse::{parse_header_name, parse_ratio};
 use clap::{Args, ValueEnum};
 
@@ -10,10 +11,15 @@ pub(crate) struct AnswerArgs {
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     pub(crate) near_limit_ratio: f64,
     /// Never deny: the overall answer is OK while statuses still say OVER_LIMIT.
-    #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "SHADOW_MODE", default_value_t = false, flag())]
     pub(crate) shadow_mode: bool,
     /// Add rate-limit headers for Envoy to return to clients.
-    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "LIMIT_RESPONSE_HEADERS_ENABLED",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) limit_response_headers: bool,
     /// Name of the reference-style header of the limit.
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit", value_parser = parse_header_name)]
@@ -30,14 +36,24 @@ pub(crate) struct AnswerArgs {
     pub(crate) response_headers_format: HeaderFormat,
     /// Every descriptor is a budget (the reference's global quota mode): the request is
     /// denied only when all its descriptors are over, and consumption is charged.
-    #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "QUOTA_MODE", default_value_t = false, flag())]
     pub(crate) quota_mode: bool,
     /// Return the domain, the descriptors and the merged metadata of the descriptors that
     /// are not over in the response's dynamic metadata, for Envoy to route on.
-    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "RESPONSE_DYNAMIC_METADATA",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) response_dynamic_metadata: bool,
     /// A request over on one descriptor counts nothing on its others (they are given back).
-    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) stop_cache_key_increment_when_overlimit: bool,
 }
 

@@ -1,5 +1,6 @@
 //! Settings of the command-line clients: `tollgate client`, `explain` and `reset`.
 
+use super::flag::Flag as _;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -44,7 +45,7 @@ pub(crate) struct RequestArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ClientTlsArgs {
     /// Connect over TLS, trusting the system's root certificates (or --tls-ca).
-    #[arg(long, env = "TOLLGATE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "TOLLGATE_TLS", default_value_t = false, flag())]
     pub(crate) tls: bool,
     /// TLS, trusting only this CA (PEM) for the server's certificate.
     #[arg(long, env = "TOLLGATE_TLS_CA")]

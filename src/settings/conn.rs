@@ -1,5 +1,6 @@
 //! Connections: per-port limits and timeouts, gRPC limits, TLS.
 
+use super::flag::Flag as _;
 use super::parse::parse_timeout;
 use crate::listen::ConnLimits;
 use crate::tls::ServerTlsFiles;
@@ -76,7 +77,7 @@ impl ConnArgs {
 #[derive(Debug, Args)]
 pub(crate) struct TlsArgs {
     /// Serve gRPC over TLS with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY.
-    #[arg(long, env = "GRPC_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "GRPC_SERVER_USE_TLS", default_value_t = false, flag())]
     pub(crate) grpc_server_use_tls: bool,
     /// The server's certificate chain (PEM).
     #[arg(long, env = "GRPC_SERVER_TLS_CERT")]
@@ -97,7 +98,7 @@ pub(crate) struct TlsArgs {
     pub(crate) grpc_client_tls_san: Vec<String>,
     /// Serve the HTTP port (health, /json, /metrics) over TLS too, with the same
     /// certificate; it asks clients for no certificate, so probes keep working.
-    #[arg(long, env = "HTTP_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "HTTP_SERVER_USE_TLS", default_value_t = false, flag())]
     pub(crate) http_server_use_tls: bool,
 }
 

@@ -4,6 +4,7 @@
 mod answers;
 mod client;
 mod conn;
+mod flag;
 mod ops;
 mod parse;
 mod rlqs;

@@ -1,5 +1,6 @@
 //! Operations: metrics (Prometheus, statsd), the debug port, logs, tracing, shutdown.
 
+use super::flag::Flag as _;
 use super::parse::{
     parse_debug_port, parse_duration, parse_listen_addr, parse_protocol, parse_ratio, parse_tags,
     parse_timeout,
@@ -14,7 +15,7 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub(crate) struct OpsArgs {
     /// Also serve Prometheus metrics on --prometheus-addr (they are always on the HTTP port).
-    #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, flag())]
     pub(crate) use_prometheus: bool,
     /// Address of the extra metrics listener; ":9090" means all interfaces.
     #[arg(long, env = "PROMETHEUS_ADDR", default_value = ":9090", value_parser = parse_listen_addr)]
@@ -50,10 +51,10 @@ pub(crate) struct OpsArgs {
 pub(crate) struct StatsArgs {
     /// Send the reference's stats to statsd (TCP) every STATS_FLUSH_INTERVAL [default: on
     /// when STATSD_HOST or STATSD_PORT is set]
-    #[arg(long, env = "USE_STATSD", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "USE_STATSD", flag())]
     pub(crate) use_statsd: Option<bool>,
     /// Send them as DogStatsD (UDP, EXTRA_TAGS as tags) instead.
-    #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, flag())]
     pub(crate) use_dog_statsd: bool,
     /// The reference's DogStatsD name rewriting: not supported, refused when set.
     #[arg(
@@ -76,7 +77,7 @@ pub(crate) struct StatsArgs {
     #[arg(long, env = "STATS_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_timeout)]
     pub(crate) stats_flush_interval: Duration,
     /// Send no stats, whatever else says so (Prometheus stays).
-    #[arg(long, env = "DISABLE_STATS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "DISABLE_STATS", default_value_t = false, flag())]
     pub(crate) disable_stats: bool,
 }
 
@@ -139,7 +140,7 @@ pub(crate) enum LogFormat {
 #[derive(Debug, Args)]
 pub(crate) struct TracingArgs {
     /// Export spans of each ShouldRateLimit call (and its Redis round trips) over OTLP.
-    #[arg(long, env = "TRACING_ENABLED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "TRACING_ENABLED", default_value_t = false, flag())]
     pub(crate) tracing_enabled: bool,
     /// OTLP over HTTP (protobuf) or gRPC; empty means http, as in the reference.
     #[arg(long, env = "TRACING_EXPORTER_PROTOCOL", default_value = "http", value_parser = parse_protocol)]

@@ -1,5 +1,6 @@
 //! Where the rules come from (files or xDS) and how they are compiled.
 
+use super::flag::Flag as _;
 use super::parse::{
     one_of, parse_header_map, parse_ratio, parse_time_zone, parse_timeout, parse_xds_message_size,
 };
@@ -19,11 +20,21 @@ pub(crate) struct SourceArgs {
     pub(crate) config_type: ConfigType,
     /// xDS: serve before the first rules arrive, answering ShouldRateLimit with an error
     /// until then (otherwise the ports open only once rules are in force).
-    #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) force_start_without_initial_config: bool,
     /// Health checks fail until rules with at least one domain are loaded, and again
     /// whenever a load leaves none.
-    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) healthy_with_at_least_one_config_loaded: bool,
     #[command(flatten)]
     pub(crate) xds: XdsArgs,
@@ -70,13 +81,23 @@ pub(crate) struct XdsArgs {
     #[arg(long, env = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", default_value_t = 0.5, value_parser = parse_ratio)]
     pub(crate) xds_backoff_random_factor: f64,
     /// Randomise the waits (so that many instances do not reconnect in step).
-    #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "XDS_CLIENT_BACKOFF_JITTER",
+        default_value_t = true,
+        flag()
+    )]
     pub(crate) xds_backoff_jitter: bool,
     /// Largest xDS response accepted, in bytes, 256 to 1 GiB; 0 keeps gRPC's 4 MiB.
     #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value_t = 0, value_parser = parse_xds_message_size)]
     pub(crate) xds_max_msg_size: usize,
     /// Talk TLS to the management server.
-    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) xds_use_tls: bool,
     /// Client certificate (PEM) presented to the management server.
     #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")]
@@ -134,13 +155,13 @@ pub(crate) struct RuleArgs {
     pub(crate) budget_domains: Vec<String>,
     /// Several files or xDS resources may hold the same domain: their descriptors merge
     /// (a descriptor defined twice is still an error).
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, flag())]
     pub(crate) merge_domain_config: bool,
     /// Answer and count exactly as the reference does, in its Redis keys, so that
     /// reference instances and Tollgates share every counter during a migration: fixed
     /// windows, increment first, an error when Redis fails; rules may use nothing the
     /// reference does not have.
-    #[arg(long, env = "REFERENCE_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "REFERENCE_MODE", default_value_t = false, flag())]
     pub(crate) reference_mode: bool,
 }
 

@@ -1,5 +1,6 @@
 //! The counter store: memory, Redis or PostgreSQL, and how requests treat it.
 
+use super::flag::Flag as _;
 use super::parse::{one_of, parse_duration, parse_lease_fraction, parse_timeout};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -26,7 +27,7 @@ pub(crate) struct StoreArgs {
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
     pub(crate) redis_auth: Option<String>,
     /// Connect to Redis over TLS (host:port forms; a rediss:// URL implies it).
-    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "REDIS_TLS", default_value_t = false, flag())]
     pub(crate) redis_tls: bool,
     /// Client certificate (PEM) presented to Redis over TLS (`tls-auth-clients yes`).
     #[arg(long, env = "REDIS_TLS_CLIENT_CERT")]
@@ -38,7 +39,12 @@ pub(crate) struct StoreArgs {
     #[arg(long, env = "REDIS_TLS_CACERT")]
     pub(crate) redis_tls_cacert: Option<PathBuf>,
     /// Verify Redis's certificate chain but not the name in it (single and cluster).
-    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        default_value_t = false,
+        flag()
+    )]
     pub(crate) redis_tls_skip_hostname_verification: bool,
     #[command(flatten)]
     pub(crate) postgres: PostgresArgs,
@@ -72,7 +78,7 @@ pub(crate) struct StoreArgs {
     pub(crate) on_store_error: Option<OnStoreError>,
     /// Hot counters take blocks of their limit from the shared store in one call and
     /// admit from them locally (README, Leases).
-    #[arg(long, env = "LEASES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "LEASES", default_value_t = false, flag())]
     pub(crate) leases: bool,
     /// The largest block a counter leases, as a fraction of its smallest limit (above 0,
     /// at most 0.5).
@@ -128,7 +134,7 @@ pub(crate) struct PostgresArgs {
     pub(crate) postgres_statement_timeout: Duration,
     /// Keep counters in an UNLOGGED table: less write-ahead log, but emptied after a
     /// database crash (and not replicated to standbys).
-    #[arg(long, env = "POSTGRES_UNLOGGED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "POSTGRES_UNLOGGED", default_value_t = false, flag())]
     pub(crate) postgres_unlogged: bool,
     /// How often expired counters are deleted from PostgreSQL.
     #[arg(long, env = "POSTGRES_SWEEP_INTERVAL", default_value = "10s", value_parser = parse_timeout)]

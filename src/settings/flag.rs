@@ -1,0 +1,20 @@
+//! Boolean settings as the reference reads them: `--name` alone, `--name=false`, or the
+//! environment variable set to true/false, yes/no, on/off, 1/0.
+
+use clap::builder::BoolishValueParser;
+use clap::{Arg, ArgAction};
+
+/// Makes an argument such a boolean; the derive calls it for `#[arg(…, flag())]`.
+pub(super) trait Flag {
+    /// This argument as a boolean that may stand alone or take a value.
+    fn flag(self) -> Self;
+}
+
+impl Flag for Arg {
+    fn flag(self) -> Self {
+        self.action(ArgAction::Set)
+            .num_args(0..=1)
+            .default_missing_value("true")
+            .value_parser(BoolishValueParser::new())
+    }
+}
