@@ -12,8 +12,9 @@
 //!   behind, and [`shared_store`]: the limits the Redis and PostgreSQL suites share;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
-//! - [`serial`]: the lock that keeps timing-sensitive tests apart, and [`rng`]: seeded
-//!   randomness for fuzzing and chaos runs;
+//! - [`serial`]: the lock that keeps timing-sensitive tests apart, [`rng`]: seeded
+//!   randomness for fuzzing and chaos runs, and [`fuzz`]: the engine the binary's fuzz
+//!   targets run on;
 //! - [`xds`]: an xDS management server (ADS, State of the World) that pushes rules to
 //!   Tollgate and records its ACKs and NACKs, [`pki`]: a test CA and certificates
 //!   made with the `openssl` command, and [`tls`]: the clients that use them;
@@ -31,6 +32,7 @@
 pub mod accuracy;
 pub mod admin;
 pub mod envoy;
+pub mod fuzz;
 pub mod grpc;
 pub mod helm;
 pub mod http;

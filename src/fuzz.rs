@@ -1,4 +1,13 @@
-//! The fuzz targets and the invariants each checks beyond "no panic".
+//! Fuzzing of what comes from outside: rules files, requests over gRPC and `/json`, and
+//! the counter keys made of request values. Each target checks invariants beyond "no
+//! panic"; the engine that feeds them is the testkit's ([`tollgate_testkit::fuzz`]). The
+//! targets live here because the request targets drive the server's own handlers
+//! in-process. The test suite runs a short pass of each with a fixed seed. A long run,
+//! with a fresh seed and a report of executions per target:
+//!
+//! ```sh
+//! FUZZ_SECONDS=600 cargo test --release --bin tollgate fuzz:: -- --nocapture
+//! ```
 
 use std::sync::Arc;
 
@@ -14,13 +23,14 @@ use tollgate_core::{
     SystemClock, Unit,
 };
 
-use super::signature;
+use tollgate_testkit::fuzz::{run, signature};
+
 use crate::json;
 use crate::metrics::Metrics;
 use crate::rls::{Rls, RlsError};
 use crate::rules_status::{RulesStatus, Source};
 
-pub(super) const CONFIG_TOKENS: &[&[u8]] = &[
+const CONFIG_TOKENS: &[&[u8]] = &[
     b"domain: ",
     b"descriptors:\n",
     b"\n  - key: ",
@@ -68,7 +78,7 @@ pub(super) const CONFIG_TOKENS: &[&[u8]] = &[
     b"year",
 ];
 
-pub(super) const JSON_TOKENS: &[&[u8]] = &[
+const JSON_TOKENS: &[&[u8]] = &[
     b"{",
     b"}",
     b"[",
@@ -97,7 +107,7 @@ pub(super) const JSON_TOKENS: &[&[u8]] = &[
 ];
 
 /// Protobuf field tags and lengths of `RateLimitRequest` and its messages.
-pub(super) const GRPC_TOKENS: &[&[u8]] = &[
+const GRPC_TOKENS: &[&[u8]] = &[
     b"\x0a\x01d",
     b"\x12\x00",
     b"\x12\x0a\x0a\x08\x0a\x01k\x12\x03abc",
@@ -111,13 +121,13 @@ pub(super) const GRPC_TOKENS: &[&[u8]] = &[
     b"\x80\x80\x80\x80\x80",
 ];
 
-pub(super) const KEY_TOKENS: &[&[u8]] = &[
+const KEY_TOKENS: &[&[u8]] = &[
     b"\0", b"|", b"=", b"#", b"%", b"%7C", b"%3D", b"%25", b"{", b"}", b"_", b"*", b"\xff",
 ];
 
 /// Loads the input as a rules file. An accepted file must dump; a rejected one must say
 /// where and why, naming the file.
-pub(super) fn config(input: &[u8]) -> Result<String, String> {
+fn check_config(input: &[u8]) -> Result<String, String> {
     let text = String::from_utf8_lossy(input);
     let mut builder = RulesBuilder::new(Defaults::default());
     builder.add_yaml("fuzz.yaml", &text);
@@ -145,13 +155,13 @@ pub(super) fn config(input: &[u8]) -> Result<String, String> {
 }
 
 /// The service on `fuzz/rules.yaml`, counters in memory, as the server builds it.
-pub(super) struct Service {
+struct Service {
     runtime: tokio::runtime::Runtime,
     rls: Arc<Rls>,
 }
 
 impl Service {
-    pub(super) fn new() -> Self {
+    fn new() -> Self {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/rules.yaml");
         let rules = Rules::load(path.as_ref(), Defaults::default()).expect("fuzz/rules.yaml");
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -184,7 +194,7 @@ impl Service {
 
     /// The input as a gRPC request body: undecodable, invalid (INVALID_ARGUMENT), or
     /// answered with one status per descriptor.
-    pub(super) fn grpc(&self, input: &[u8]) -> Result<String, String> {
+    fn grpc(&self, input: &[u8]) -> Result<String, String> {
         let Ok(request) = RateLimitRequest::decode(input) else {
             return Ok("undecodable".into());
         };
@@ -206,7 +216,7 @@ impl Service {
     }
 
     /// The input as a `/json` body: 400 with a reason, or 200/429 with a JSON answer.
-    pub(super) fn json(&self, input: &[u8]) -> Result<String, String> {
+    fn json(&self, input: &[u8]) -> Result<String, String> {
         let response = self.runtime.block_on(json::handler(
             State(self.rls.clone()),
             Bytes::copy_from_slice(input),
@@ -233,7 +243,7 @@ impl Service {
 
 /// The input as a domain and entries (NUL-separated): the counter key must decode back
 /// to exactly them — the encoding is injective — and hold no Redis hash-tag brace.
-pub(super) fn counter_keys(input: &[u8]) -> Result<String, String> {
+fn check_counter_keys(input: &[u8]) -> Result<String, String> {
     let text = String::from_utf8_lossy(input);
     let mut parts = text.split('\0');
     let domain = parts.next().unwrap_or_default();
@@ -294,4 +304,26 @@ fn unescape(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+#[test]
+fn config() {
+    run("config", CONFIG_TOKENS, check_config);
+}
+
+#[test]
+fn grpc() {
+    let service = Service::new();
+    run("grpc", GRPC_TOKENS, |input| service.grpc(input));
+}
+
+#[test]
+fn json() {
+    let service = Service::new();
+    run("json", JSON_TOKENS, |input| service.json(input));
+}
+
+#[test]
+fn counter_keys() {
+    run("keys", KEY_TOKENS, check_counter_keys);
 }

@@ -1,29 +1,23 @@
-//! Fuzzing of what comes from outside: rules files, requests over gRPC and `/json`, and
-//! the counter keys made of request values. Each target runs its seeds from
+//! Fuzzing without coverage instrumentation, on stable Rust: a target's seeds from
 //! `fuzz/corpus/<target>/`, then mutations of them (see [`mutate`]). An input whose outcome
 //! (a rough signature of the answer: which error, which status) is new joins the pool, so
-//! the run reaches past the seeds without coverage instrumentation, on stable Rust. A panic
-//! or a broken invariant saves the input under `fuzz/crashes/` and fails the test.
+//! the run reaches past the seeds. A panic or a broken invariant saves the input under
+//! `fuzz/crashes/` and fails the test. The targets are the binary's (`src/fuzz.rs`): they
+//! drive its request handlers in-process.
 //!
-//! The test suite runs a short pass of each target with a fixed seed. A long run, with a
-//! fresh seed and a report of executions per target:
-//!
-//! ```sh
-//! FUZZ_SECONDS=600 cargo test --release --bin tollgate fuzz:: -- --nocapture
-//! ```
-//!
-//! `FUZZ_SEED=N` replays a run; `FUZZ_ITERATIONS=N` runs a fixed number of mutations.
+//! Without settings a run is a short pass with a fixed seed, as the test suite runs it.
+//! `FUZZ_SECONDS=N` runs for a time with a fresh seed, `FUZZ_SEED=N` replays a run, and
+//! `FUZZ_ITERATIONS=N` runs a fixed number of mutations.
 
 mod mutate;
-mod targets;
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::rng::Rng;
 use mutate::mutate;
-use tollgate_testkit::rng::Rng;
 
 /// Mutations per target in the test suite, unless `FUZZ_SECONDS` or `FUZZ_ITERATIONS`.
 const SUITE_ITERATIONS: u64 = 2_000;
@@ -47,15 +41,18 @@ fn env_number(name: &str) -> Option<u64> {
     )
 }
 
+/// The repository's `fuzz/` directory.
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+}
+
 fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
-        .join(target)
+    fuzz_dir().join("corpus").join(target)
 }
 
 /// Runs `check` on the seeds of `target`, then on mutations, within the run length the
 /// environment sets. `check` returns the outcome's signature, or the invariant it broke.
-fn fuzz(
+pub fn run(
     target: &str,
     dictionary: &[&[u8]],
     mut check: impl FnMut(&[u8]) -> Result<String, String>,
@@ -136,7 +133,7 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
 }
 
 fn save_crash(target: &str, input: &[u8]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/crashes");
+    let dir = fuzz_dir().join("crashes");
     // FNV-1a names the input after its contents, so one crash is saved once.
     let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -160,7 +157,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// The outcome's signature: `kind` and `text` without digits, without what they quote and
 /// without paths into the input (`descriptors[0].valu`), so that numbers and echoed input
 /// (an unknown field's name, say) do not make every answer new; at most 80 characters.
-fn signature(kind: &str, text: &str) -> String {
+pub fn signature(kind: &str, text: &str) -> String {
     let mut quote = None;
     let mut plain = String::new();
     for word in format!("{kind}: {text}").split(' ') {
@@ -183,26 +180,4 @@ fn signature(kind: &str, text: &str) -> String {
         plain.push(' ');
     }
     plain.chars().take(80).collect()
-}
-
-#[test]
-fn config() {
-    fuzz("config", targets::CONFIG_TOKENS, targets::config);
-}
-
-#[test]
-fn grpc() {
-    let service = targets::Service::new();
-    fuzz("grpc", targets::GRPC_TOKENS, |input| service.grpc(input));
-}
-
-#[test]
-fn json() {
-    let service = targets::Service::new();
-    fuzz("json", targets::JSON_TOKENS, |input| service.json(input));
-}
-
-#[test]
-fn counter_keys() {
-    fuzz("keys", targets::KEY_TOKENS, targets::counter_keys);
 }

@@ -1,7 +1,7 @@
 //! Byte-level mutations in the manner of AFL's "havoc" stage: bit flips, interesting
 //! bytes and numbers, dictionary tokens, deletions, duplications and splices, stacked.
 
-use tollgate_testkit::rng::Rng;
+use crate::rng::Rng;
 
 /// The largest input the mutator makes; larger ones are cut.
 const MAX_LEN: usize = 64 << 10;
@@ -80,6 +80,7 @@ pub(super) fn mutate(rng: &mut Rng, input: &mut Vec<u8>, dictionary: &[&[u8]], o
     }
 }
 
+#[cfg(test)]
 mod tests {
     use super::*;
 
