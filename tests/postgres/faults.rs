@@ -4,12 +4,12 @@
 use std::time::{Duration, SystemTime};
 
 use tollgate_testkit::grpc::{Code, code};
-use tollgate_testkit::load::{Load, assert_all, await_exact_limiting, sent_between, timed_check};
+use tollgate_testkit::load::{Load, assert_all, sent_between, timed_check};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::tollgate::Serve;
 use tollgate_testkit::{free_port, loopback};
 
-use crate::support::{DOMAIN, PROBE_LIMIT, RECOVERY, RULES, blocking, connected};
+use crate::support::{DOMAIN, RECOVERY, RULES, await_exact_probe, blocking, connected};
 
 const STDERR_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -22,10 +22,7 @@ async fn restart_under_load_decides_locally_then_limits_exactly_again() {
         connected(&postgres, &[]).await,
     );
     let mut clients = vec![a.client().await, b.client().await];
-    await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-        format!("before-{r}")
-    })
-    .await;
+    await_exact_probe(&mut clients, DOMAIN, "before", RECOVERY).await;
     let values = (0..50).map(|i| format!("load-{i}")).collect();
     let load = Load::start(&clients, DOMAIN, "busy", values, Duration::from_millis(5)).await;
 
@@ -37,11 +34,7 @@ async fn restart_under_load_decides_locally_then_limits_exactly_again() {
 
     let restarted = SystemTime::now();
     blocking(|| postgres.restart());
-    let (took, rounds) =
-        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-            format!("after-{r}")
-        })
-        .await;
+    let (took, rounds) = await_exact_probe(&mut clients, DOMAIN, "after", RECOVERY).await;
     eprintln!("exact again {took:?} after PostgreSQL restarted, {rounds} rounds");
     let answers = load.finish().await;
     // The default --on-store-error local: every request answered, from the local view
@@ -207,10 +200,7 @@ async fn a_promoted_standby_takes_over() {
     };
     let (a, b) = (start().await, start().await);
     let mut clients = vec![a.client().await, b.client().await];
-    await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-        format!("primary-{r}")
-    })
-    .await;
+    await_exact_probe(&mut clients, DOMAIN, "primary", RECOVERY).await;
 
     blocking(|| primary.stop());
     a.await_store_health(503, RECOVERY).await;
@@ -224,11 +214,7 @@ async fn a_promoted_standby_takes_over() {
     );
 
     blocking(|| standby.promote());
-    let (took, rounds) =
-        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-            format!("promoted-{r}")
-        })
-        .await;
+    let (took, rounds) = await_exact_probe(&mut clients, DOMAIN, "promoted", RECOVERY).await;
     eprintln!("exact again {took:?} after the promotion, {rounds} rounds");
     let rows = blocking(|| {
         standby.psql("SELECT count(*) FROM tollgate_counters WHERE key LIKE '%promoted-%'")

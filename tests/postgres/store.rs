@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::keys::{Shape, counter_key};
-use tollgate_testkit::load::{exactly, round_robin};
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::run;
@@ -13,8 +12,8 @@ use tollgate_testkit::tollgate::{Serve, command};
 use tollgate_testkit::{accuracy, wait};
 
 use crate::support::{
-    ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, DOMAIN, RULES, USER_LIMIT, YEARLY_LIMIT, blocking,
-    connected,
+    ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, DOMAIN, RULES, YEARLY_LIMIT,
+    assert_instances_share_exactly, blocking, connected,
 };
 
 /// The row key of `user=value`.
@@ -58,12 +57,7 @@ async fn instances_share_counters_exactly() {
         connected(&postgres, &[]).await,
     );
     let mut clients = [a.client().await, b.client().await];
-    let got = round_robin(&mut clients, DOMAIN, &[("user", "shared")], USER_LIMIT + 4).await;
-    assert_eq!(
-        got,
-        exactly(USER_LIMIT, 4),
-        "alternating over two instances"
-    );
+    assert_instances_share_exactly(&mut clients, DOMAIN).await;
 
     // A year's counter filled through A is denied by a third instance that never saw it:
     // its first request goes to the database, which denies.

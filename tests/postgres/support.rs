@@ -16,7 +16,8 @@ pub const RULES: &str = tollgate_testkit::shared_store_rules!(
 );
 
 pub use tollgate_testkit::shared_store::{
-    ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, PROBE_LIMIT, USER_LIMIT, YEARLY_LIMIT,
+    ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, USER_LIMIT, YEARLY_LIMIT,
+    assert_instances_share_exactly, await_exact_probe,
 };
 /// How long recovery to exact limiting may take on a loaded machine.
 pub const RECOVERY: Duration = Duration::from_secs(30);

@@ -21,7 +21,7 @@ use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::{Server, start_all_without_store};
 use tollgate_testkit::wait;
 
-use crate::support::{DOMAIN, PROBE_LIMIT, USER_LIMIT, YEARLY_LIMIT, blocking, key, serve};
+use crate::support::{DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, key, serve};
 
 const P95: Duration = Duration::from_millis(200);
 const RECOVERY: Duration = Duration::from_secs(2);
@@ -117,11 +117,7 @@ async fn redis_down_at_start_then_up() {
         let health = server.get("/healthcheck").await;
         assert_eq!(health.status, 200, "{mode}: /healthcheck once Redis is up");
     }
-    let (took, rounds) =
-        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-            format!("up-{r}")
-        })
-        .await;
+    let (took, rounds) = await_exact_probe(&mut clients, DOMAIN, "up", RECOVERY).await;
     eprintln!(
         "exact across all four instances {took:?} after the last became healthy \
          ({slowest:?} after Redis came up), {rounds} rounds"
@@ -143,10 +139,7 @@ async fn kill_during_load(mode: &str) {
     let mut clients = vec![a.client().await, b.client().await];
 
     // Before: limiting is exact across the two instances.
-    await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-        format!("before-{r}")
-    })
-    .await;
+    await_exact_probe(&mut clients, DOMAIN, "before", RECOVERY).await;
     // A counter A's local view knows to be full.
     let (_, round) = await_exact_limiting(
         &mut clients[..1],
@@ -182,11 +175,7 @@ async fn kill_during_load(mode: &str) {
 
     let restarted = SystemTime::now();
     blocking(|| redis.launch());
-    let (took, rounds) =
-        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-            format!("after-{r}")
-        })
-        .await;
+    let (took, rounds) = await_exact_probe(&mut clients, DOMAIN, "after", RECOVERY).await;
     eprintln!("{mode}: exact again {took:?} after Redis answered again, {rounds} rounds");
     let answers = load.finish().await;
 
@@ -256,11 +245,7 @@ async fn frozen_redis_costs_at_most_the_timeout() {
 
     let thawed = SystemTime::now();
     blocking(|| redis.thaw());
-    let (took, rounds) =
-        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-            format!("thawed-{r}")
-        })
-        .await;
+    let (took, rounds) = await_exact_probe(&mut clients, DOMAIN, "thawed", RECOVERY).await;
     eprintln!("exact again {took:?} after SIGCONT, {rounds} rounds");
     let answers = load.finish().await;
 

@@ -13,7 +13,7 @@ use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait;
 
-use crate::support::{DOMAIN, PROBE_LIMIT, USER_LIMIT, YEARLY_LIMIT, blocking, key, serve};
+use crate::support::{DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, key, serve};
 
 async fn through_sentinel(set: &SentinelSet, extra: &[&str]) -> Server {
     serve("sentinel", &set.url())
@@ -100,11 +100,7 @@ async fn failover_keeps_answering_and_resumes_exact_limiting() {
     let promoted = Instant::now();
     eprintln!("the sentinel promoted the replica {failover:?} after the kill");
 
-    let (took, rounds) =
-        await_exact_limiting(&mut clients, DOMAIN, "probe", PROBE_LIMIT, RECOVERY, |r| {
-            format!("after-{r}")
-        })
-        .await;
+    let (took, rounds) = await_exact_probe(&mut clients, DOMAIN, "after", RECOVERY).await;
     eprintln!("exact against the new master {took:?} after the promotion, {rounds} rounds");
     let answers = load.finish().await;
 

@@ -21,6 +21,7 @@ pub const RULES: &str = tollgate_testkit::shared_store_rules!(
 
 pub use tollgate_testkit::shared_store::{
     ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, PROBE_LIMIT, USER_LIMIT, YEARLY_LIMIT,
+    assert_instances_share_exactly, await_exact_probe,
 };
 pub const HOUR: Duration = Duration::from_secs(3_600);
 

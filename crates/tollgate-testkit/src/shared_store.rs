@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::grpc::{Code, Rls, code};
+use crate::load::{await_exact_limiting, exactly, round_robin};
 
 /// A rules file for `domain` with the limits every shared-store suite uses, then `extra`
 /// descriptors (YAML list entries, two spaces in): a string literal, so that a suite's
@@ -67,4 +68,29 @@ pub async fn count_down_then_deny(rls: &mut Rls, domain: &str, denials: usize) {
         assert_eq!(code(&status), Code::OverLimit, "{status:?}");
         assert_eq!(status.limit_remaining, 0, "{status:?}");
     }
+}
+
+/// Waits at most `timeout` until `probe`'s limit is exact across `clients`, each round on
+/// a fresh value `{tag}-{round}`; how long it took and how many rounds.
+pub async fn await_exact_probe(
+    clients: &mut [Rls],
+    domain: &str,
+    tag: &str,
+    timeout: Duration,
+) -> (Duration, usize) {
+    await_exact_limiting(clients, domain, "probe", PROBE_LIMIT, timeout, |r| {
+        format!("{tag}-{r}")
+    })
+    .await
+}
+
+/// Sends `user=shared` round-robin over `clients` until 4 past [`USER_LIMIT`]: the
+/// instances share the counter, so exactly the limit is admitted.
+pub async fn assert_instances_share_exactly(clients: &mut [Rls], domain: &str) {
+    let got = round_robin(clients, domain, &[("user", "shared")], USER_LIMIT + 4).await;
+    assert_eq!(
+        got,
+        exactly(USER_LIMIT, 4),
+        "alternating over two instances"
+    );
 }
