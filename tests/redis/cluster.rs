@@ -10,19 +10,11 @@ use tollgate_testkit::load::{
 };
 use tollgate_testkit::redis::cluster::{RedisCluster, key_slot};
 use tollgate_testkit::serial;
-use tollgate_testkit::tollgate::Server;
 
 use crate::support::{
     DOMAIN, PROBE_LIMIT, USER_LIMIT, assert_accurate_under_overload, await_exact_probe, blocking,
-    key, serve,
+    connected, key,
 };
-
-async fn on_cluster(cluster: &RedisCluster, extra: &[&str]) -> Server {
-    serve("cluster", &cluster.url())
-        .args(extra)
-        .start_connected()
-        .await
-}
 
 #[test]
 fn cluster_forms_routes_and_restarts_nodes() {
@@ -61,8 +53,8 @@ fn cluster_forms_routes_and_restarts_nodes() {
 #[tokio::test]
 async fn limits_and_shares_counters_spread_over_all_masters() {
     let cluster = RedisCluster::start();
-    let a = on_cluster(&cluster, &["--store-timeout", "1s"]).await;
-    let b = on_cluster(&cluster, &["--store-timeout", "1s"]).await;
+    let a = connected("cluster", &cluster.url(), &["--store-timeout", "1s"]).await;
+    let b = connected("cluster", &cluster.url(), &["--store-timeout", "1s"]).await;
     let mut clients = [a.client().await, b.client().await];
 
     const VALUES: usize = 60;
@@ -100,7 +92,7 @@ async fn three_instances_stay_accurate_under_steady_overload() {
     let args = ["--store-timeout", "1s", "--on-store-error", "error"];
     let mut servers = Vec::new();
     for _ in 0..3 {
-        servers.push(on_cluster(&cluster, &args).await);
+        servers.push(connected("cluster", &cluster.url(), &args).await);
     }
     assert_accurate_under_overload(&servers, "cluster").await;
     let key = key("", "acc", "cluster");
@@ -122,8 +114,8 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
     let _timing = serial::timing().await;
     let mut cluster = RedisCluster::start();
     let args = ["--store-timeout", "10ms", "--on-store-error", "local"];
-    let a = on_cluster(&cluster, &args).await;
-    let b = on_cluster(&cluster, &args).await;
+    let a = connected("cluster", &cluster.url(), &args).await;
+    let b = connected("cluster", &cluster.url(), &args).await;
     let mut clients = vec![a.client().await, b.client().await];
 
     let ranges = cluster.slot_ranges();

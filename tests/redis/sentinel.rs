@@ -10,17 +10,11 @@ use tollgate_testkit::load::{
 };
 use tollgate_testkit::redis::sentinel::SentinelSet;
 use tollgate_testkit::serial;
-use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait;
 
-use crate::support::{DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, key, serve};
-
-async fn through_sentinel(set: &SentinelSet, extra: &[&str]) -> Server {
-    serve("sentinel", &set.url())
-        .args(extra)
-        .start_connected()
-        .await
-}
+use crate::support::{
+    DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, connected, key,
+};
 
 /// Waits until the replica holds `key` (replication is asynchronous).
 fn await_replicated(set: &SentinelSet, key: &str) {
@@ -37,8 +31,8 @@ fn await_replicated(set: &SentinelSet, key: &str) {
 async fn limits_through_sentinel_on_the_master() {
     let set = SentinelSet::start();
     assert_eq!(set.master_port_by_sentinel(), Some(set.master.port()));
-    let a = through_sentinel(&set, &["--store-timeout", "1s"]).await;
-    let b = through_sentinel(&set, &["--store-timeout", "1s"]).await;
+    let a = connected("sentinel", &set.url(), &["--store-timeout", "1s"]).await;
+    let b = connected("sentinel", &set.url(), &["--store-timeout", "1s"]).await;
     let mut clients = [a.client().await, b.client().await];
 
     let got = round_robin(
@@ -75,8 +69,8 @@ async fn failover_keeps_answering_and_resumes_exact_limiting() {
     let _timing = serial::timing().await;
     let mut set = SentinelSet::start();
     let args = ["--store-timeout", "10ms", "--on-store-error", "local"];
-    let a = through_sentinel(&set, &args).await;
-    let b = through_sentinel(&set, &args).await;
+    let a = connected("sentinel", &set.url(), &args).await;
+    let b = connected("sentinel", &set.url(), &args).await;
     let mut clients = vec![a.client().await, b.client().await];
 
     // A full counter, replicated before the failover.
@@ -112,7 +106,7 @@ async fn failover_keeps_answering_and_resumes_exact_limiting() {
     );
 
     // An instance started after the failover finds the new master and its counters.
-    let late = through_sentinel(&set, &["--store-timeout", "1s"]).await;
+    let late = connected("sentinel", &set.url(), &["--store-timeout", "1s"]).await;
     let mut late_rls = late.client().await;
     let answer = timed_check(&mut late_rls, DOMAIN, &[("yearly", &full)]).await;
     assert_eq!(

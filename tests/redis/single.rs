@@ -18,18 +18,15 @@ use tollgate_testkit::wait::{self, room_in_window};
 
 use crate::support::{
     DOMAIN, HOUR, RULES, USER_LIMIT, YEARLY_LIMIT, assert_accurate_under_overload,
-    assert_instances_share_exactly, key, serve,
+    assert_instances_share_exactly, connected, key, serve,
 };
 
 const TIMEOUT: &str = "1s";
 
 /// Tollgate on `redis` with the long store timeout, once its store is connected.
 async fn single(redis: &RedisServer, extra: &[&str]) -> Server {
-    serve("single", &redis.url())
-        .args(["--store-timeout", TIMEOUT])
-        .args(extra)
-        .start_connected()
-        .await
+    let args = [&["--store-timeout", TIMEOUT], extra].concat();
+    connected("single", &redis.url(), &args).await
 }
 
 // ---------------------------------------------------------------------------

@@ -43,6 +43,11 @@ pub fn serve(redis_type: &str, url: &str) -> Serve {
     Serve::rules(RULES).redis(redis_type, url)
 }
 
+/// [`serve`] with `args`, once the store is connected.
+pub async fn connected(redis_type: &str, url: &str, args: &[&str]) -> Server {
+    serve(redis_type, url).args(args).start_connected().await
+}
+
 /// Runs a blocking call (a process start or stop, a topology change) without stalling
 /// the runtime's other tasks, such as a background load.
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
