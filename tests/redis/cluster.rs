@@ -13,7 +13,7 @@ use tollgate_testkit::serial;
 
 use crate::support::{
     DOMAIN, PROBE_LIMIT, USER_LIMIT, assert_accurate_under_overload, await_exact_probe, blocking,
-    connected, key,
+    connected, key, two_connected,
 };
 
 #[test]
@@ -53,9 +53,8 @@ fn cluster_forms_routes_and_restarts_nodes() {
 #[tokio::test]
 async fn limits_and_shares_counters_spread_over_all_masters() {
     let cluster = RedisCluster::start();
-    let a = connected("cluster", &cluster.url(), &["--store-timeout", "1s"]).await;
-    let b = connected("cluster", &cluster.url(), &["--store-timeout", "1s"]).await;
-    let mut clients = [a.client().await, b.client().await];
+    let (_servers, mut clients) =
+        two_connected("cluster", &cluster.url(), &["--store-timeout", "1s"]).await;
 
     const VALUES: usize = 60;
     for i in 0..VALUES {
@@ -114,9 +113,7 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
     let _timing = serial::timing().await;
     let mut cluster = RedisCluster::start();
     let args = ["--store-timeout", "10ms", "--on-store-error", "local"];
-    let a = connected("cluster", &cluster.url(), &args).await;
-    let b = connected("cluster", &cluster.url(), &args).await;
-    let mut clients = vec![a.client().await, b.client().await];
+    let (_servers, mut clients) = two_connected("cluster", &cluster.url(), &args).await;
 
     let ranges = cluster.slot_ranges();
     let victim = 0;

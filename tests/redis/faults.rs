@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::load::{
-    Answer, Load, assert_all, assert_latency, await_exact_limiting, exactly, round_robin,
+    Answer, Load, assert_all, assert_latency, await_exact_limiting, exactly, in_sequence,
     sent_between, tally, timed_check,
 };
 use tollgate_testkit::redis::RedisServer;
@@ -21,7 +21,9 @@ use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::{Server, start_all_without_store};
 use tollgate_testkit::wait;
 
-use crate::support::{DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, key, serve};
+use crate::support::{
+    DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, key, serve, two_connected,
+};
 
 const P95: Duration = Duration::from_millis(200);
 const RECOVERY: Duration = Duration::from_secs(2);
@@ -60,13 +62,7 @@ fn outage_answer(mode: &str) -> Result<Code, tonic::Code> {
 /// A fresh `user` counter through `rls` admits exactly its limit: decided from the local
 /// view, as the memory store would.
 async fn assert_local_decisions(rls: &mut Rls, value: &str) {
-    let got = round_robin(
-        std::slice::from_mut(rls),
-        DOMAIN,
-        &[("user", value)],
-        USER_LIMIT + 2,
-    )
-    .await;
+    let got = in_sequence(rls, DOMAIN, &[("user", value)], USER_LIMIT + 2).await;
     assert_eq!(
         got,
         exactly(USER_LIMIT, 2),
@@ -135,8 +131,7 @@ async fn redis_down_at_start_then_up() {
 async fn kill_during_load(mode: &str) {
     let _timing = serial::timing().await;
     let mut redis = RedisServer::start();
-    let (a, b) = (connected(&redis, mode).await, connected(&redis, mode).await);
-    let mut clients = vec![a.client().await, b.client().await];
+    let ([a, _b], mut clients) = two_connected("single", &redis.url(), &args(mode)).await;
 
     // Before: limiting is exact across the two instances.
     await_exact_probe(&mut clients, DOMAIN, "before", RECOVERY).await;
@@ -229,11 +224,7 @@ async fn kill_during_load_error() {
 async fn frozen_redis_costs_at_most_the_timeout() {
     let _timing = serial::timing().await;
     let mut redis = RedisServer::start();
-    let (a, b) = (
-        connected(&redis, "local").await,
-        connected(&redis, "local").await,
-    );
-    let mut clients = vec![a.client().await, b.client().await];
+    let (_servers, mut clients) = two_connected("single", &redis.url(), &args("local")).await;
 
     let load = Load::start(&clients, DOMAIN, "busy", busy_values(), LOAD_PERIOD).await;
 

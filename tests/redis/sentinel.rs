@@ -13,7 +13,7 @@ use tollgate_testkit::serial;
 use tollgate_testkit::wait;
 
 use crate::support::{
-    DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, connected, key,
+    DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, connected, key, two_connected,
 };
 
 /// Waits until the replica holds `key` (replication is asynchronous).
@@ -31,9 +31,8 @@ fn await_replicated(set: &SentinelSet, key: &str) {
 async fn limits_through_sentinel_on_the_master() {
     let set = SentinelSet::start();
     assert_eq!(set.master_port_by_sentinel(), Some(set.master.port()));
-    let a = connected("sentinel", &set.url(), &["--store-timeout", "1s"]).await;
-    let b = connected("sentinel", &set.url(), &["--store-timeout", "1s"]).await;
-    let mut clients = [a.client().await, b.client().await];
+    let (_servers, mut clients) =
+        two_connected("sentinel", &set.url(), &["--store-timeout", "1s"]).await;
 
     let got = round_robin(
         &mut clients,
@@ -69,9 +68,7 @@ async fn failover_keeps_answering_and_resumes_exact_limiting() {
     let _timing = serial::timing().await;
     let mut set = SentinelSet::start();
     let args = ["--store-timeout", "10ms", "--on-store-error", "local"];
-    let a = connected("sentinel", &set.url(), &args).await;
-    let b = connected("sentinel", &set.url(), &args).await;
-    let mut clients = vec![a.client().await, b.client().await];
+    let (_servers, mut clients) = two_connected("sentinel", &set.url(), &args).await;
 
     // A full counter, replicated before the failover.
     let (_, round) = await_exact_limiting(

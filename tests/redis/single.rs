@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tollgate_testkit::accuracy::epoch_ns;
 use tollgate_testkit::grpc::{Code, Rls, code};
-use tollgate_testkit::load::{exactly, round_robin, timed_check};
+use tollgate_testkit::load::{exactly, in_sequence, round_robin, timed_check};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::serial;
 use tollgate_testkit::shared_store::count_down_then_deny;
@@ -18,7 +18,7 @@ use tollgate_testkit::wait::{self, room_in_window};
 
 use crate::support::{
     DOMAIN, HOUR, RULES, USER_LIMIT, YEARLY_LIMIT, assert_accurate_under_overload,
-    assert_instances_share_exactly, connected, key, serve,
+    assert_instances_share_exactly, connected, key, serve, two_connected,
 };
 
 const TIMEOUT: &str = "1s";
@@ -92,8 +92,8 @@ async fn limits_over_redis_then_denies() {
 #[tokio::test]
 async fn two_instances_share_one_counter() {
     let redis = RedisServer::start();
-    let (a, b) = (single(&redis, &[]).await, single(&redis, &[]).await);
-    let mut clients = [a.client().await, b.client().await];
+    let (_servers, mut clients) =
+        two_connected("single", &redis.url(), &["--store-timeout", TIMEOUT]).await;
 
     assert_instances_share_exactly(&mut clients, DOMAIN).await;
 
@@ -129,13 +129,7 @@ async fn cold_instance_denies_a_full_counter_at_once() {
         after_first.since(&before)
     );
 
-    let got = round_robin(
-        std::slice::from_mut(&mut cold_rls),
-        DOMAIN,
-        &[("yearly", "cold")],
-        5,
-    )
-    .await;
+    let got = in_sequence(&mut cold_rls, DOMAIN, &[("yearly", "cold")], 5).await;
     let after = redis.commandstats();
     assert_eq!(got, exactly(0, 5));
     assert_eq!(
@@ -176,13 +170,7 @@ async fn fresh_instance_denies_a_full_counter_from_its_first_request() {
 async fn fill_yearly(redis: &RedisServer, value: &str) -> (Server, Rls) {
     let server = single(redis, &[]).await;
     let mut rls = server.client().await;
-    let got = round_robin(
-        std::slice::from_mut(&mut rls),
-        DOMAIN,
-        &[("yearly", value)],
-        YEARLY_LIMIT,
-    )
-    .await;
+    let got = in_sequence(&mut rls, DOMAIN, &[("yearly", value)], YEARLY_LIMIT).await;
     assert_eq!(got, exactly(YEARLY_LIMIT, 0));
     (server, rls)
 }
@@ -264,13 +252,7 @@ async fn a_value_the_layout_cannot_hold_reads_as_a_fresh_counter() {
     let () = redis.query(&["SET", &cut, "Ï"]);
 
     for value in ["odd", "short", "cut"] {
-        let got = round_robin(
-            std::slice::from_mut(&mut rls),
-            DOMAIN,
-            &[("user", value)],
-            USER_LIMIT + 1,
-        )
-        .await;
+        let got = in_sequence(&mut rls, DOMAIN, &[("user", value)], USER_LIMIT + 1).await;
         assert_eq!(got, exactly(USER_LIMIT, 1), "{value}: counted afresh");
     }
     assert!(redis.ping());
@@ -287,13 +269,7 @@ async fn a_flushed_script_cache_is_loaded_again() {
     // As after a restart or a failover to a node that never saw the script.
     let () = redis.query(&["SCRIPT", "FLUSH"]);
     let before = redis.commandstats();
-    let got = round_robin(
-        std::slice::from_mut(&mut rls),
-        DOMAIN,
-        &[("user", "flush")],
-        USER_LIMIT,
-    )
-    .await;
+    let got = in_sequence(&mut rls, DOMAIN, &[("user", "flush")], USER_LIMIT).await;
     assert_eq!(
         got,
         exactly(USER_LIMIT - 1, 1),
@@ -316,13 +292,7 @@ async fn environment_variables_select_redis_and_the_prefix() {
         .start_connected()
         .await;
     let mut rls = server.client().await;
-    let got = round_robin(
-        std::slice::from_mut(&mut rls),
-        DOMAIN,
-        &[("user", "env")],
-        USER_LIMIT + 1,
-    )
-    .await;
+    let got = in_sequence(&mut rls, DOMAIN, &[("user", "env")], USER_LIMIT + 1).await;
     assert_eq!(got, exactly(USER_LIMIT, 1));
     assert_eq!(redis.keys("*"), [key("env:", "user", "env")]);
 }
@@ -381,13 +351,7 @@ async fn admissions_cost_one_script_call_and_denials_none() {
     assert_eq!(warm.result, Ok(Code::Ok));
 
     let s0 = redis.commandstats();
-    let got = round_robin(
-        std::slice::from_mut(&mut rls),
-        DOMAIN,
-        &[("yearly", "flood")],
-        YEARLY_LIMIT,
-    )
-    .await;
+    let got = in_sequence(&mut rls, DOMAIN, &[("yearly", "flood")], YEARLY_LIMIT).await;
     let s1 = redis.commandstats();
     assert_eq!(got, exactly(YEARLY_LIMIT, 0));
     assert_eq!(
@@ -559,12 +523,6 @@ async fn a_request_over_on_one_descriptor_counts_nothing_on_the_others() {
         assert_eq!(tollgate_testkit::grpc::overall(&resp), Code::OverLimit);
         assert_eq!(code(&resp.statuses[0]), Code::Ok);
     }
-    let got = round_robin(
-        std::slice::from_mut(&mut rls),
-        DOMAIN,
-        &[("user", "ann")],
-        USER_LIMIT + 1,
-    )
-    .await;
+    let got = in_sequence(&mut rls, DOMAIN, &[("user", "ann")], USER_LIMIT + 1).await;
     assert_eq!(got, exactly(USER_LIMIT, 1), "user=ann was never charged");
 }

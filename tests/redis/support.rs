@@ -48,6 +48,15 @@ pub async fn connected(redis_type: &str, url: &str, args: &[&str]) -> Server {
     serve(redis_type, url).args(args).start_connected().await
 }
 
+/// Two instances on the deployment at `url` with `args`, once connected, and a client of
+/// each.
+pub async fn two_connected(redis_type: &str, url: &str, args: &[&str]) -> ([Server; 2], Vec<Rls>) {
+    let a = connected(redis_type, url, args).await;
+    let b = connected(redis_type, url, args).await;
+    let clients = vec![a.client().await, b.client().await];
+    ([a, b], clients)
+}
+
 /// Runs a blocking call (a process start or stop, a topology change) without stalling
 /// the runtime's other tasks, such as a background load.
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {

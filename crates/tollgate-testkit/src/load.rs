@@ -81,6 +81,16 @@ pub async fn round_robin(
     out
 }
 
+/// `count` requests for one descriptor, one after another, through `rls`.
+pub async fn in_sequence(
+    rls: &mut Rls,
+    domain: &str,
+    entries: &[(&str, &str)],
+    count: usize,
+) -> Vec<Result<Code, tonic::Code>> {
+    round_robin(std::slice::from_mut(rls), domain, entries, count).await
+}
+
 /// `limit` admissions followed by `extra` denials.
 pub fn exactly(limit: usize, extra: usize) -> Vec<Result<Code, tonic::Code>> {
     let mut want = vec![Ok(Code::Ok); limit];
