@@ -104,6 +104,8 @@ fn truthy(value: &str) -> Option<bool> {
 mod tests {
     use std::collections::HashMap;
 
+    use tollgate_testkit::envoy_gateway;
+
     use super::*;
 
     fn warnings_for(pairs: &[(&str, &str)]) -> Vec<String> {
@@ -113,21 +115,13 @@ mod tests {
 
     #[test]
     fn envoy_gateway_environment_needs_no_warning() {
-        let found = warnings_for(&[
-            ("RUNTIME_ROOT", "/data"),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-            ("RUNTIME_IGNOREDOTFILES", "true"),
-            ("RUNTIME_WATCH_ROOT", "false"),
-            ("LOG_LEVEL", "info"),
-            ("USE_STATSD", "false"),
-            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-            ("GRPC_SERVER_USE_TLS", "true"),
+        let mut env = envoy_gateway::ENV.to_vec();
+        env.extend([
             ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
             ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
             ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
         ]);
+        let found = warnings_for(&env);
         assert!(found.is_empty(), "{found:#?}");
     }
 

@@ -6,9 +6,9 @@ use tollgate_testkit::envoy::{self, Envoy, Upstream};
 use tollgate_testkit::tollgate::Server;
 
 use crate::support::{
-    EXAMPLE_ENVOY_YAML, KEY_LIMIT, admitted_per_envoy, assert_admitted, assert_key_headers,
-    assert_key_sequence, assert_limited, assert_ratelimit_headers, envoy, timed_get, tollgate,
-    within_one_minute,
+    EXAMPLE_ENVOY_YAML, KEY_LIMIT, admitted_per_envoy, alternate_on_one_key, assert_admitted,
+    assert_key_headers, assert_key_sequence, assert_limited, assert_ratelimit_headers, envoy,
+    timed_get, tollgate, within_one_minute,
 };
 
 /// `path=/login`: requests per sliding minute.
@@ -140,17 +140,7 @@ async fn two_envoys_share_one_limit() {
     );
     let envoys = [&e1, &e2];
 
-    let (start_hits, responses) = within_one_minute(async |n| {
-        let key = format!("shared-{n}");
-        let start_hits = upstream.hits();
-        let mut out = Vec::new();
-        // Alternate: e1, e2, e1, e2, ... twice the limit in all.
-        for i in 0..2 * KEY_LIMIT {
-            out.push(timed_get(envoys[i % 2], &upstream, "/shared", Some(&key)).await);
-        }
-        (start_hits, out)
-    })
-    .await;
+    let (_, start_hits, responses) = alternate_on_one_key(envoys, &upstream).await;
 
     // The remaining count falls across both proxies: one counter.
     assert_key_sequence(&responses, start_hits);

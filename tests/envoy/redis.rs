@@ -19,8 +19,9 @@ use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait::{self, room_in_window};
 
 use crate::support::{
-    KEY_LIMIT, MINUTE, admitted_per_envoy, api_key_counter, assert_admitted, assert_key_headers,
-    assert_key_sequence, assert_limited, envoy, minute_now, timed_get, tollgate, within_one_minute,
+    KEY_LIMIT, MINUTE, admitted_per_envoy, alternate_on_one_key, api_key_counter, assert_admitted,
+    assert_key_headers, assert_key_sequence, assert_limited, envoy, minute_now, timed_get,
+    tollgate, within_one_minute,
 };
 
 /// How long limiting through Envoy may take to be exact again once Redis answers
@@ -117,16 +118,7 @@ async fn two_tollgates_sharing_redis_enforce_one_limit() {
     );
     let envoys = [&e1, &e2];
 
-    let (key, start_hits, responses) = within_one_minute(async |n| {
-        let key = format!("shared-{n}");
-        let start_hits = upstream.hits();
-        let mut out = Vec::new();
-        for i in 0..2 * KEY_LIMIT {
-            out.push(timed_get(envoys[i % 2], &upstream, "/shared", Some(&key)).await);
-        }
-        (key, start_hits, out)
-    })
-    .await;
+    let (key, start_hits, responses) = alternate_on_one_key(envoys, &upstream).await;
 
     assert_key_sequence(&responses, start_hits);
     let per_envoy = admitted_per_envoy(&responses, 2);

@@ -101,6 +101,24 @@ pub async fn within_one_minute<T>(mut attempt: impl AsyncFnMut(u32) -> T) -> T {
     panic!("three attempts in a row crossed a minute boundary");
 }
 
+/// Twice [`KEY_LIMIT`] requests for one fresh key (`shared-N`) within one minute,
+/// alternating between `envoys`: the key, the upstream's hits before, and the answers.
+pub async fn alternate_on_one_key(
+    envoys: [&Envoy; 2],
+    upstream: &Upstream,
+) -> (String, usize, Vec<Timed>) {
+    within_one_minute(async |n| {
+        let key = format!("shared-{n}");
+        let start_hits = upstream.hits();
+        let mut out = Vec::new();
+        for i in 0..2 * KEY_LIMIT {
+            out.push(timed_get(envoys[i % 2], upstream, "/shared", Some(&key)).await);
+        }
+        (key, start_hits, out)
+    })
+    .await
+}
+
 /// The `x-ratelimit-reset` a one-minute fixed window may announce for a decision taken
 /// between `before` and `after`: the seconds left until the next full minute, rounded
 /// down (Envoy sends whole seconds) or up (the reference computes from whole seconds).

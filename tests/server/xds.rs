@@ -11,6 +11,7 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
 };
+use tollgate_testkit::envoy_gateway;
 use tollgate_testkit::grpc::{Code, DescriptorStatus, Rls, code, request};
 use tollgate_testkit::http;
 use tollgate_testkit::pki::Pki;
@@ -606,17 +607,10 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
         pki.ca().display().to_string(),
     );
     let mut cmd = tollgate::serve_from_env();
+    cmd.envs(envoy_gateway::ENV);
     cmd.envs([
-        ("RUNTIME_ROOT", "/data"),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-        ("RUNTIME_IGNOREDOTFILES", "true"),
-        ("RUNTIME_WATCH_ROOT", "false"),
-        ("LOG_LEVEL", "info"),
-        ("USE_STATSD", "false"),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-        ("CONFIG_GRPC_XDS_SERVER_URL", &xds.addr().to_string()),
         ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
-        ("GRPC_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", &xds.addr().to_string()),
         ("GRPC_SERVER_TLS_CERT", &cert),
         ("GRPC_SERVER_TLS_KEY", &key_file),
         ("GRPC_SERVER_TLS_CA_CERT", &ca),
@@ -625,10 +619,8 @@ async fn envoy_gateway_environment_serves_pushed_rules() {
         ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &key_file),
         ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &ca),
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
         ("USE_PROMETHEUS", "true"),
         ("PROMETHEUS_ADDR", "127.0.0.1:0"),
-        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
     ]);
     let server = start(cmd).await;
     xds.wait_ack("envoy-ratelimit", "1").await;

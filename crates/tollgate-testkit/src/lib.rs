@@ -16,7 +16,8 @@
 //!   randomness for fuzzing and chaos runs, and [`fuzz`]: the engine the binary's fuzz
 //!   targets run on;
 //! - [`xds`]: an xDS management server (ADS, State of the World) that pushes rules to
-//!   Tollgate and records its ACKs and NACKs, [`pki`]: a test CA and certificates
+//!   Tollgate and records its ACKs and NACKs, [`envoy_gateway`]: the settings Envoy
+//!   Gateway deploys Tollgate with, [`pki`]: a test CA and certificates
 //!   made with the `openssl` command, and [`tls`]: the clients that use them;
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
 //!   it receives;
@@ -32,6 +33,7 @@
 pub mod accuracy;
 pub mod admin;
 pub mod envoy;
+pub mod envoy_gateway;
 pub mod fuzz;
 pub mod grpc;
 pub mod helm;
