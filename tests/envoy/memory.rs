@@ -6,9 +6,9 @@ use tollgate_testkit::envoy::{self, Envoy, Upstream};
 use tollgate_testkit::tollgate::Server;
 
 use crate::support::{
-    EXAMPLE_ENVOY_YAML, KEY_LIMIT, admitted_per_envoy, alternate_on_one_key, assert_admitted,
-    assert_key_headers, assert_key_sequence, assert_limited, assert_ratelimit_headers, envoy,
-    timed_get, tollgate, within_one_minute,
+    EXAMPLE_ENVOY_YAML, KEY_LIMIT, assert_admitted, assert_key_headers, assert_key_sequence,
+    assert_limited, assert_ratelimit_headers, envoy, take_turns_on_one_key, timed_get, tollgate,
+    within_one_minute,
 };
 
 /// `path=/login`: requests per sliding minute.
@@ -134,17 +134,8 @@ async fn api_keys_are_limited_independently() {
 async fn two_envoys_share_one_limit() {
     let upstream = Upstream::start().await;
     let tollgate = tollgate().start();
-    let (e1, e2) = tokio::join!(
-        envoy(&upstream, tollgate.grpc_addr(), false),
-        envoy(&upstream, tollgate.grpc_addr(), false)
-    );
-    let envoys = [&e1, &e2];
-
-    let (_, start_hits, responses) = alternate_on_one_key(envoys, &upstream).await;
-
     // The remaining count falls across both proxies: one counter.
-    assert_key_sequence(&responses, start_hits);
-    let per_envoy = admitted_per_envoy(&responses, 2);
+    let (_, per_envoy) = take_turns_on_one_key(&upstream, [tollgate.grpc_addr(); 2]).await;
     assert!(
         per_envoy.iter().all(|n| *n > 0),
         "both Envoys admitted some: {per_envoy:?}"

@@ -19,9 +19,9 @@ use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait::{self, room_in_window};
 
 use crate::support::{
-    KEY_LIMIT, MINUTE, admitted_per_envoy, alternate_on_one_key, api_key_counter, assert_admitted,
-    assert_key_headers, assert_key_sequence, assert_limited, envoy, minute_now, timed_get,
-    tollgate, within_one_minute,
+    KEY_LIMIT, MINUTE, api_key_counter, assert_admitted, assert_key_headers, assert_key_sequence,
+    assert_limited, envoy, minute_now, take_turns_on_one_key, timed_get, tollgate,
+    within_one_minute,
 };
 
 /// How long limiting through Envoy may take to be exact again once Redis answers
@@ -112,16 +112,7 @@ async fn two_tollgates_sharing_redis_enforce_one_limit() {
     let redis = blocking(RedisServer::start);
     let upstream = Upstream::start().await;
     let (t1, t2) = tokio::join!(start_tollgate(&redis, None), start_tollgate(&redis, None));
-    let (e1, e2) = tokio::join!(
-        envoy(&upstream, t1.grpc_addr(), false),
-        envoy(&upstream, t2.grpc_addr(), false)
-    );
-    let envoys = [&e1, &e2];
-
-    let (key, start_hits, responses) = alternate_on_one_key(envoys, &upstream).await;
-
-    assert_key_sequence(&responses, start_hits);
-    let per_envoy = admitted_per_envoy(&responses, 2);
+    let (key, per_envoy) = take_turns_on_one_key(&upstream, [t1.grpc_addr(), t2.grpc_addr()]).await;
     assert!(
         per_envoy.iter().all(|n| *n > 0),
         "both Envoys (so both Tollgates) admitted some: {per_envoy:?}"

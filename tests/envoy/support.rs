@@ -101,13 +101,20 @@ pub async fn within_one_minute<T>(mut attempt: impl AsyncFnMut(u32) -> T) -> T {
     panic!("three attempts in a row crossed a minute boundary");
 }
 
-/// Twice [`KEY_LIMIT`] requests for one fresh key (`shared-N`) within one minute,
-/// alternating between `envoys`: the key, the upstream's hits before, and the answers.
-pub async fn alternate_on_one_key(
-    envoys: [&Envoy; 2],
+/// Two Envoys on `upstream`, asking the rate-limit services at `ratelimit`, take turns on
+/// one fresh key (`shared-N`), twice [`KEY_LIMIT`] requests within one minute; the
+/// answers must count down one counter ([`assert_key_sequence`]). The key, and how many
+/// requests each Envoy admitted.
+pub async fn take_turns_on_one_key(
     upstream: &Upstream,
-) -> (String, usize, Vec<Timed>) {
-    within_one_minute(async |n| {
+    ratelimit: [SocketAddr; 2],
+) -> (String, Vec<usize>) {
+    let (e1, e2) = tokio::join!(
+        envoy(upstream, ratelimit[0], false),
+        envoy(upstream, ratelimit[1], false)
+    );
+    let envoys = [&e1, &e2];
+    let (key, start_hits, responses) = within_one_minute(async |n| {
         let key = format!("shared-{n}");
         let start_hits = upstream.hits();
         let mut out = Vec::new();
@@ -116,7 +123,9 @@ pub async fn alternate_on_one_key(
         }
         (key, start_hits, out)
     })
-    .await
+    .await;
+    assert_key_sequence(&responses, start_hits);
+    (key, admitted_per_envoy(&responses, 2))
 }
 
 /// The `x-ratelimit-reset` a one-minute fixed window may announce for a decision taken
@@ -210,7 +219,7 @@ pub fn assert_key_sequence(responses: &[Timed], start_hits: usize) {
 }
 
 /// How many requests each of `n` Envoys, used in turn, had admitted.
-pub fn admitted_per_envoy(responses: &[Timed], n: usize) -> Vec<usize> {
+fn admitted_per_envoy(responses: &[Timed], n: usize) -> Vec<usize> {
     (0..n)
         .map(|e| {
             responses

@@ -111,11 +111,7 @@ fn settings_that_cannot_work_stop_startup() {
             "/nonexistent/ca.pem",
         ),
     ] {
-        let finished = Serve::rules(RULES)
-            .args(&args)
-            .try_start()
-            .map(|_| ())
-            .expect_err("startup must fail");
+        let finished = Serve::rules(RULES).args(&args).refused("startup must fail");
         assert!(!finished.status.success());
         assert!(
             finished.stderr.contains(says),

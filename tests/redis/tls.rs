@@ -166,10 +166,7 @@ fn redis_tls_settings_that_cannot_apply_stop_startup() {
         ),
     ];
     for (serve, reason) in cases {
-        let refused = match serve.try_start() {
-            Ok(server) => panic!("served on {:?}; want {reason:?}", server.addrs),
-            Err(finished) => finished,
-        };
+        let refused = serve.refused(&format!("want {reason:?}"));
         assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
         assert!(
             refused.stderr.contains(reason),

@@ -209,10 +209,7 @@ fn settings_that_cannot_work_stop_startup() {
     ];
     for (args, range) in cases {
         let flag = args[0];
-        let refused = match Serve::rules(RULE).args(args).try_start() {
-            Ok(server) => panic!("{args:?}: served on {:?}", server.addrs),
-            Err(finished) => finished,
-        };
+        let refused = Serve::rules(RULE).args(args).refused(&format!("{args:?}"));
         assert_eq!(
             refused.status.code(),
             Some(2),

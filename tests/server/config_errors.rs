@@ -362,10 +362,7 @@ fn serve_refuses_an_invalid_config_with_exit_code_1() {
         "bad.yaml",
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
     );
-    let finished = match Serve::path(&dir.file("bad.yaml")).try_start() {
-        Ok(server) => panic!("served an invalid config on {:?}", server.addrs),
-        Err(finished) => finished,
-    };
+    let finished = Serve::path(&dir.file("bad.yaml")).refused("an invalid config");
     assert_config_problem(
         &finished,
         "bad.yaml",
@@ -378,10 +375,7 @@ fn serve_refuses_an_invalid_config_with_exit_code_1() {
 fn serve_refuses_a_missing_config_path() {
     let dir = ConfigDir::new();
     let missing = dir.file("missing.yaml");
-    let finished = match Serve::path(&missing).try_start() {
-        Ok(server) => panic!("served a missing config on {:?}", server.addrs),
-        Err(finished) => finished,
-    };
+    let finished = Serve::path(&missing).refused("a missing config");
     assert_eq!(finished.status.code(), Some(1), "{finished:?}");
     assert!(
         finished.stderr.contains("missing.yaml"),

@@ -477,9 +477,7 @@ async fn reference_header_names_are_the_settings() {
     );
     let refused = Serve::rules(RULES)
         .env("LIMIT_RESET_HEADER", "bad header")
-        .try_start()
-        .err()
-        .expect("an invalid header name stops startup");
+        .refused("an invalid header name stops startup");
     assert!(
         refused
             .stderr

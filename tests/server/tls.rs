@@ -279,10 +279,7 @@ fn tls_settings_that_cannot_work_stop_startup_with_the_reason() {
         ),
     ];
     for (what, serve, reason) in cases {
-        let refused = match serve.try_start() {
-            Ok(server) => panic!("{what}: served on {:?}", server.addrs),
-            Err(finished) => finished,
-        };
+        let refused = serve.refused(what);
         assert_eq!(refused.status.code(), Some(1), "{what}: {}", refused.stderr);
         assert!(
             refused.stderr.contains(&reason),

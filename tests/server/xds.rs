@@ -696,10 +696,7 @@ async fn file_rules_honour_the_health_and_merge_settings() {
         "b.yaml",
         "domain: m\ndescriptors:\n  - {key: b, rate_limit: {unit: hour, requests_per_unit: 2}}\n",
     );
-    let refused = match Serve::path(merge.path()).try_start() {
-        Ok(server) => panic!("served duplicate domains on {:?}", server.addrs),
-        Err(finished) => finished,
-    };
+    let refused = Serve::path(merge.path()).refused("duplicate domains");
     assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
     assert!(
         refused.stderr.contains("duplicate domain 'm'"),
@@ -729,16 +726,9 @@ fn config_type_is_checked_at_startup() {
         bad.stderr
     );
     let config = ConfigDir::with_file("r.yaml", "domain: d\n");
-    let both = match Serve::path(&config.file("r.yaml"))
+    let both = Serve::path(&config.file("r.yaml"))
         .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
-        .try_start()
-    {
-        Ok(server) => panic!(
-            "served files with CONFIG_TYPE=GRPC_XDS_SOTW on {:?}",
-            server.addrs
-        ),
-        Err(finished) => finished,
-    };
+        .refused("files with CONFIG_TYPE=GRPC_XDS_SOTW");
     assert_eq!(both.status.code(), Some(1), "{}", both.stderr);
     assert!(
         both.stderr.contains("CONFIG_TYPE=GRPC_XDS_SOTW"),

@@ -235,6 +235,15 @@ impl Serve {
         self.spawn().unwrap_or_else(|e| panic!("{e}")).ready()
     }
 
+    /// Starts the server expecting startup to fail: how it exited. A server that serves
+    /// fails the test, which says what it should have refused.
+    pub fn refused(self, what: &str) -> Finished {
+        match self.try_start() {
+            Ok(server) => panic!("{what}: served on {:?}", server.addrs),
+            Err(finished) => *finished,
+        }
+    }
+
     /// Starts a server whose Redis will not answer (down, refusing the password, not
     /// trusted): it serves only once its first-connect window ([`FIRST_CONNECT`]) is
     /// over. Every such start in the suites goes through here, so that a setting for that
