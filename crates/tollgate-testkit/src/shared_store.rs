@@ -1,5 +1,5 @@
 //! What the Redis and PostgreSQL suites have in common: the limits they serve, one per
-//! purpose, and the figures their tests count against.
+//! purpose, the figures their tests count against, and the checks they make of them.
 
 use std::time::Duration;
 
