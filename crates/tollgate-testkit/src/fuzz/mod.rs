@@ -1,5 +1,5 @@
 //! Fuzzing without coverage instrumentation, on stable Rust: a target's seeds from
-//! `fuzz/corpus/<target>/`, then mutations of them (see [`mutate`]). An input whose outcome
+//! `fuzz/corpus/<target>/`, then mutations of them (`mutate.rs`). An input whose outcome
 //! (a rough signature of the answer: which error, which status) is new joins the pool, so
 //! the run reaches past the seeds. A panic or a broken invariant saves the input under
 //! `fuzz/crashes/` and fails the test. The targets are the binary's (`src/fuzz.rs`): they
