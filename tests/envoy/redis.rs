@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use tollgate_testkit::envoy::{Envoy, Upstream};
 use tollgate_testkit::grpc::request;
+use tollgate_testkit::process::blocking;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait::{self, room_in_window};
@@ -27,12 +28,6 @@ use crate::support::{
 /// How long limiting through Envoy may take to be exact again once Redis answers
 /// after a restart.
 const RECOVERY: Duration = Duration::from_secs(5);
-
-/// Runs a blocking call (a process start or stop) without stalling the runtime's other
-/// tasks.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 /// Tollgate serving the example rules with its counters in `redis`, with
 /// `--on-store-error MODE` if given (else the default); ready once its store is connected.

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use tollgate_testkit::postgres::PostgresServer;
+pub use tollgate_testkit::process::blocking;
 use tollgate_testkit::tollgate::{Serve, Server};
 
 pub const DOMAIN: &str = "pg";
@@ -34,10 +35,4 @@ pub fn serve(postgres: &PostgresServer, extra: &[&str]) -> Serve {
 /// [`serve`], once the store is connected.
 pub async fn connected(postgres: &PostgresServer, extra: &[&str]) -> Server {
     serve(postgres, extra).start_connected().await
-}
-
-/// Runs a blocking call (a server start or stop, psql) without stalling the runtime's
-/// other tasks, such as a background load.
-pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }

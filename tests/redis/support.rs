@@ -6,6 +6,7 @@ use std::time::Duration;
 use tollgate_testkit::accuracy::{OverloadRun, assert_steady_overload_kept};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::keys::{Shape, redis_key};
+pub use tollgate_testkit::process::blocking;
 use tollgate_testkit::tollgate::{Serve, Server};
 
 pub const DOMAIN: &str = "rl";
@@ -55,12 +56,6 @@ pub async fn two_connected(redis_type: &str, url: &str, args: &[&str]) -> ([Serv
     let b = connected(redis_type, url, args).await;
     let clients = vec![a.client().await, b.client().await];
     ([a, b], clients)
-}
-
-/// Runs a blocking call (a process start or stop, a topology change) without stalling
-/// the runtime's other tasks, such as a background load.
-pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 /// The accuracy check of the README ([`assert_steady_overload_kept`]) on the `acc` rule

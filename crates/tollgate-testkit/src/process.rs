@@ -12,7 +12,8 @@
 //!
 //! [`Process`] wraps a child: its stdout and stderr are read line by line as they come,
 //! it can be signalled (with `libc::kill`, no `kill` command needed) and awaited with a
-//! deadline, and it is killed and reaped when dropped. [`run`] runs a one-shot command.
+//! deadline, and it is killed and reaped when dropped. [`run`] runs a one-shot command,
+//! and [`blocking`] a start or stop from an async test.
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -428,6 +429,13 @@ impl Drop for Process {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Runs a blocking call (a process start or stop, psql, a topology change) without
+/// stalling the runtime's other tasks, such as a background load; on a multi-threaded
+/// runtime only.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
 }
 
 /// Runs a command that should exit by itself within `timeout`, and returns its output.
