@@ -2,10 +2,12 @@
 //! bucket's usage every reporting interval; the usage is charged on the counter
 //! `ShouldRateLimit` uses (through the core's counter API), and each limit's rate is
 //! divided among the streams that report the bucket by their demand, as token buckets.
-//! The logic lives in plain modules (`report`, `plan`, `rate`, `table`, `part`); this one
-//! is the stream adapter, and every path through it (a report, a departure, new rules)
-//! is the same few steps: plan, lock the bucket, charge and read, update the table, send.
+//! The logic lives in plain modules (`report`, `plan`, `rate`, `table`, `part`, `others`);
+//! this one is the stream adapter, and every path through it (a report, a departure, new
+//! rules) is the same few steps: plan, lock the bucket, charge and read, update the table,
+//! send.
 
+mod others;
 mod part;
 mod plan;
 mod rate;
@@ -172,7 +174,8 @@ impl Rlqs {
     }
 
     /// Charges `(allowed, denied)`, reported for the last `period_ns`, on the plan's
-    /// counter and says what the bucket's streams here may admit now.
+    /// counter and says what the bucket's streams here may admit now: this instance's
+    /// part of the rate that other clients of the counter leave.
     async fn budget(
         &self,
         plan: &Plan,
@@ -192,7 +195,7 @@ impl Rlqs {
         };
         let store = self.rls.limiter.store();
         let charged = in_window(allowed, period_ns, shortest_ns);
-        let reading = counter.charge(store, charged).await?;
+        let others::Charged { reading, others } = others::charge(store, counter, charged).await?;
         let (over, gap) = match reading.admitted {
             true => (0, reading.remaining),
             false => (charged.saturating_sub(reading.remaining), 0),
@@ -212,7 +215,7 @@ impl Rlqs {
             return Ok(Budget::Fixed(Strategy::AllowAll));
         }
         Ok(self.shadowed(Budget::Rate {
-            per_s: per_s * fraction,
+            per_s: per_s * fraction * (1.0 - others),
             window_ns,
         }))
     }

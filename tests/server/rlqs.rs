@@ -220,6 +220,28 @@ async fn reported_usage_and_should_rate_limit_share_one_counter() {
 }
 
 #[tokio::test]
+async fn envoys_are_given_the_rate_should_rate_limit_callers_leave() {
+    let server = Serve::rules(RULES).start();
+    let mut client = server.client().await;
+    for _ in 0..4 {
+        assert_eq!(
+            code(&client.check("quota", &[("user", "dan")]).await),
+            Code::Ok
+        );
+    }
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "dan")], 1, 0).await;
+    // ShouldRateLimit holds 4 of the 10 a minute: the Envoys divide the rate of the other
+    // 6, and this newly subscribed one gets half of that.
+    let got = rate(stream.strategy().await);
+    assert!(about(got, 10.0 / 60.0 * 0.6 / 2.0), "{got} per second");
+    // A bucket nobody else counts on gets the whole rate's half.
+    stream.report("quota", &[("user", "eve")], 1, 0).await;
+    let whole = rate(stream.strategy().await);
+    assert!(about(whole, 10.0 / 60.0 / 2.0), "{whole} per second");
+}
+
+#[tokio::test]
 async fn zero_limits_deny_all_and_unlimited_or_unmatched_buckets_allow_all() {
     let server = Serve::rules(RULES).start();
     let mut stream = QuotaStream::open(&server).await;
