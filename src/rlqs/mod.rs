@@ -229,8 +229,10 @@ impl Rlqs {
         }
     }
 
-    /// Sends each stream its bucket actions, in order, as one response.
+    /// Sends each stream its bucket actions, in order, as one response. The gauges are
+    /// set first, so that a client told of a change finds it in the metrics.
     fn deliver(&self, sends: Vec<Message>) {
+        self.update_gauges();
         let mut by_stream: Vec<(StreamId, Vec<BucketAction>)> = Vec::new();
         for send in sends {
             let metrics = &self.rls.metrics.rlqs;
@@ -253,8 +255,6 @@ impl Rlqs {
                 }
             }
         }
-        drop(outboxes);
-        self.update_gauges();
     }
 
     fn update_gauges(&self) {
