@@ -116,6 +116,9 @@ impl Rlqs {
         });
         tokio::spawn(sweep(Arc::downgrade(&rlqs)));
         tokio::spawn(follow_rules(Arc::downgrade(&rlqs)));
+        if rlqs.parts.is_some() {
+            tokio::spawn(count_demand(Arc::downgrade(&rlqs)));
+        }
         rlqs
     }
 
@@ -206,8 +209,8 @@ impl Rlqs {
             .usage(rule, allowed, denied, over, gap);
         let fraction = match &self.parts {
             Some(parts) => {
-                let requests = allowed.saturating_add(denied);
-                parts.fraction(store, counter, requests).await?
+                parts.gather(counter, allowed.saturating_add(denied));
+                parts.fraction(store, counter).await?
             }
             None => 1.0,
         };
@@ -411,6 +414,21 @@ async fn sweep(rlqs: std::sync::Weak<Rlqs>) {
         let Some(rlqs) = rlqs.upgrade() else { return };
         let departures = rlqs.table().sweep();
         rlqs.depart(departures).await;
+    }
+}
+
+/// Counts the demand gathered from reports on the shared store, every [`part::FLUSH`].
+async fn count_demand(rlqs: std::sync::Weak<Rlqs>) {
+    let mut ticks = tokio::time::interval(part::FLUSH);
+    loop {
+        ticks.tick().await;
+        let Some(rlqs) = rlqs.upgrade() else { return };
+        if let Some(parts) = &rlqs.parts
+            && let Err(e) = parts.flush(rlqs.rls.limiter.store()).await
+        {
+            // Each report's own store failure is logged at warn already.
+            tracing::debug!(error = %e, "RLQS demand not counted: the counter store failed");
+        }
     }
 }
 

@@ -39,8 +39,8 @@ const LOAD: Duration = Duration::from_secs(80);
 const FIRST_ANSWER: Duration = Duration::from_secs(1);
 
 /// What the Tollgates' parts of a limit may add up to (README: RLQS, bound (d)): the whole
-/// with one Tollgate; with several, while they measure the fleet's demand, up to 1.5 times
-/// it in a bucket's first 10 s and 1.15 times it after.
+/// with one Tollgate; with two, once each until every Envoy has reported twice (10 s), and
+/// 1.15 times it after.
 #[derive(Debug, Clone, Copy)]
 enum Parts {
     One,
@@ -52,7 +52,7 @@ impl Parts {
     fn at(self, since: Duration) -> f64 {
         match self {
             Parts::One => 1.0,
-            Parts::Several if since < Duration::from_secs(10) => 1.5,
+            Parts::Several if since < Duration::from_secs(10) => 2.0,
             Parts::Several => 1.15,
         }
     }
