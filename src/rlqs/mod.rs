@@ -41,7 +41,7 @@ use part::Parts;
 use plan::{Plan, Plans};
 use report::{BucketKey, Usage};
 pub(crate) use table::Strategy;
-use table::{Action, Budget, Departures, Message, StreamId, Table, TooManyBuckets};
+use table::{Action, Allowance, Departures, Message, StreamId, Table, TooManyBuckets};
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
@@ -141,7 +141,9 @@ impl Rlqs {
                     &usage.bucket,
                     Some(stream),
                     (allowed, denied),
-                    |table, budget| table.report(stream, &usage.bucket, allowed, denied, budget),
+                    |table, allowance| {
+                        table.report(stream, &usage.bucket, allowed, denied, allowance)
+                    },
                 )
                 .await;
             match answer {
@@ -159,35 +161,35 @@ impl Rlqs {
 
     /// The one way through a bucket: its plan; its lock, held from counting to dividing
     /// so that each division sees every count before it; `usage` reported by `stream`
-    /// charged on its counter and the budget read; then `op` on the table with that
-    /// budget, which says what to send.
+    /// charged on its counter and the allowance read; then `op` on the table with that
+    /// allowance, which says what to send.
     async fn step(
         &self,
         bucket: &BucketKey,
         stream: Option<StreamId>,
         usage: (u64, u64),
-        op: impl FnOnce(&mut Table, Budget) -> Result<Vec<Message>, TooManyBuckets>,
+        op: impl FnOnce(&mut Table, Allowance) -> Result<Vec<Message>, TooManyBuckets>,
     ) -> Result<Vec<Message>, Step> {
         let plan = self.plans.get(&self.rls.limiter, bucket);
         let _serial = self.lock_for(bucket).lock().await;
         let period_ns = stream.and_then(|s| self.table().period_ns(s, bucket));
-        let budget = self.budget(&plan, usage, period_ns).await?;
-        tracing::debug!(stream, bucket = ?bucket.entries, ?usage, ?budget, "RLQS budget");
-        Ok(op(&mut self.table(), budget)?)
+        let allowance = self.allowance(&plan, usage, period_ns).await?;
+        tracing::debug!(stream, bucket = ?bucket.entries, ?usage, ?allowance, "RLQS allowance");
+        Ok(op(&mut self.table(), allowance)?)
     }
 
     /// Charges `(allowed, denied)`, reported for the last `period_ns`, on the plan's
     /// counter and says what the bucket's streams here may admit now: this instance's
     /// part of the rate that other clients of the counter leave.
-    async fn budget(
+    async fn allowance(
         &self,
         plan: &Plan,
         (allowed, denied): (u64, u64),
         period_ns: Option<u64>,
-    ) -> Result<Budget, StoreError> {
+    ) -> Result<Allowance, StoreError> {
         let (rule, counter, per_s, window_ns, shortest_ns) = match plan {
-            Plan::NoRule => return Ok(self.shadowed(Budget::Fixed(self.config.no_rule))),
-            Plan::Fixed(strategy) => return Ok(self.shadowed(Budget::Fixed(*strategy))),
+            Plan::NoRule => return Ok(self.shadowed(Allowance::Fixed(self.config.no_rule))),
+            Plan::Fixed(strategy) => return Ok(self.shadowed(Allowance::Fixed(*strategy))),
             Plan::Counted {
                 rule,
                 counter,
@@ -215,20 +217,20 @@ impl Rlqs {
             None => 1.0,
         };
         if rule.shadow_mode() {
-            return Ok(Budget::Fixed(Strategy::AllowAll));
+            return Ok(Allowance::Fixed(Strategy::AllowAll));
         }
-        Ok(self.shadowed(Budget::Rate {
+        Ok(self.shadowed(Allowance::Rate {
             per_s: per_s * fraction * (1.0 - others),
             window_ns,
         }))
     }
 
-    /// `budget`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
+    /// `allowance`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
     /// still counted and reported in the metrics, nothing is ever denied.
-    fn shadowed(&self, budget: Budget) -> Budget {
+    fn shadowed(&self, allowance: Allowance) -> Allowance {
         match self.config.shadow {
-            true => Budget::Fixed(Strategy::AllowAll),
-            false => budget,
+            true => Allowance::Fixed(Strategy::AllowAll),
+            false => allowance,
         }
     }
 
@@ -307,8 +309,8 @@ impl Rlqs {
         let mut sends = Vec::new();
         for bucket in buckets {
             let replanned = self
-                .step(&bucket, None, (0, 0), |table, budget| {
-                    Ok(table.replan(&bucket, budget))
+                .step(&bucket, None, (0, 0), |table, allowance| {
+                    Ok(table.replan(&bucket, allowance))
                 })
                 .await;
             match replanned {

@@ -16,8 +16,8 @@ fn bucket(value: &str) -> BucketKey {
 }
 
 /// `per_s` requests per second for this instance's streams together, of a 1 s window.
-fn per_second(per_s: f64) -> Budget {
-    Budget::Rate {
+fn per_second(per_s: f64) -> Allowance {
+    Allowance::Rate {
         per_s,
         window_ns: S,
     }
@@ -55,9 +55,9 @@ fn report(
     stream: StreamId,
     allowed: u64,
     denied: u64,
-    budget: Budget,
+    allowance: Allowance,
 ) -> Vec<Message> {
-    t.report(stream, &bucket("a"), allowed, denied, budget)
+    t.report(stream, &bucket("a"), allowed, denied, allowance)
         .expect("under the bucket cap")
 }
 
@@ -172,7 +172,7 @@ fn a_closed_streams_rate_is_pushed_to_the_others() {
 fn idle_buckets_are_abandoned() {
     let clock = ManualClock::new(100 * S);
     let mut t = table(&clock);
-    let allow = Budget::Fixed(Strategy::AllowAll);
+    let allow = Allowance::Fixed(Strategy::AllowAll);
     report(&mut t, 1, 1, 0, allow);
     t.report(2, &bucket("b"), 1, 0, allow)
         .expect("under the cap");
@@ -204,7 +204,7 @@ fn new_rules_are_pushed_to_every_stream_whose_assignment_changes() {
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, per_second(20.0));
     report(&mut t, 2, 1, 0, per_second(20.0));
-    let deny = Budget::Fixed(Strategy::DenyAll);
+    let deny = Allowance::Fixed(Strategy::DenyAll);
     assert_eq!(
         assigned(&t.replan(&bucket("a"), deny)),
         vec![(1, Strategy::DenyAll), (2, Strategy::DenyAll)]
@@ -231,7 +231,7 @@ fn new_rules_are_pushed_to_every_stream_whose_assignment_changes() {
 fn a_stream_may_not_subscribe_to_unbounded_buckets() {
     let clock = ManualClock::new(100 * S);
     let mut t = table(&clock);
-    let allow = Budget::Fixed(Strategy::AllowAll);
+    let allow = Allowance::Fixed(Strategy::AllowAll);
     for i in 0..MAX_BUCKETS_PER_STREAM {
         t.report(1, &bucket(&i.to_string()), 1, 0, allow)
             .expect("under the cap");
@@ -248,7 +248,7 @@ fn a_stream_may_not_subscribe_to_unbounded_buckets() {
 fn all_streams_together_hold_at_most_the_global_bound() {
     let clock = ManualClock::new(100 * S);
     let mut t = Table::new(Arc::new(clock.clone()), Duration::from_secs(30), 5);
-    let allow = Budget::Fixed(Strategy::AllowAll);
+    let allow = Allowance::Fixed(Strategy::AllowAll);
     for stream in 1..=2 {
         t.open(stream);
         for name in ["a", "b"] {
@@ -469,12 +469,12 @@ async fn simulate(fleet: &Fleet) -> Measured {
                 }
                 None => 1.0,
             };
-            let budget = Budget::Rate {
+            let allowance = Allowance::Rate {
                 per_s: per_s * fraction,
                 window_ns,
             };
             let sends = t
-                .report(id, &bucket("a"), allowed, denied, budget)
+                .report(id, &bucket("a"), allowed, denied, allowance)
                 .expect("under the cap");
             for send in sends {
                 let Action::Assign {
