@@ -167,6 +167,17 @@ fn render(explained: &Value) -> String {
         if let Some(why) = d["storeError"].as_str() {
             out.push_str(&format!("  store: unreadable ({why})\n"));
         }
+        let lease = &d["lease"];
+        if !lease.is_null() {
+            let ends = match lease["ends"].as_str() {
+                Some(ends) => format!(" until its window ends in {ends}"),
+                None => String::new(),
+            };
+            out.push_str(&format!(
+                "  lease: {} units left, {} spendable now{ends}\n",
+                lease["left"], lease["spendable"]
+            ));
+        }
         out.push_str(&format!("  decision: {}\n", str_of(&d["decision"])));
     }
     out
@@ -174,4 +185,29 @@ fn render(explained: &Value) -> String {
 
 fn str_of(v: &Value) -> &str {
     v.as_str().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_lease_is_shown_under_its_counter() {
+        let explained = json!({"descriptors": [{
+            "descriptor": "hot=one",
+            "rule": {"domain": "rl", "path": "hot"},
+            "key": "rl|hot",
+            "lease": {"left": 30, "spendable": 12, "ends": "59.940s"},
+            "decision": "OK",
+        }]});
+        let text = render(&explained);
+        assert!(
+            text.contains(
+                "  lease: 30 units left, 12 spendable now until its window ends in 59.940s\n"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! `POST /explain`: why a request would get its answer, as JSON, counting nothing. The
 //! body is the `/json` request; the answer says per descriptor which rule matched (or why
-//! none did), the counter's key and state in this process and in the shared store, and
-//! the decision it would get.
+//! none did), the counter's key and state in this process and in the shared store, the
+//! lease this instance holds on it, and the decision it would get.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,6 +91,13 @@ fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outco
             Some(Ok(shared)) => out["store"] = view_json(shared, limits),
             Some(Err(why)) => out["storeError"] = json!(why.to_string()),
             None => {}
+        }
+        if let Some(lease) = &peek.lease {
+            out["lease"] = json!({
+                "left": lease.left,
+                "spendable": lease.spendable,
+                "ends": lease.ends.map(seconds),
+            });
         }
     }
     out["decision"] = json!(match outcome {

@@ -2,10 +2,12 @@
 //! bucket's usage every reporting interval; the usage is charged on the counter
 //! `ShouldRateLimit` uses (through the core's counter API), and each limit's rate is
 //! divided among the streams that report the bucket by their demand, as token buckets.
-//! The logic lives in plain modules (`report`, `plan`, `rate`, `table`, `part`); this one
-//! is the stream adapter, and every path through it (a report, a departure, new rules)
-//! is the same few steps: plan, lock the bucket, charge and read, update the table, send.
+//! The logic lives in plain modules (`report`, `plan`, `rate`, `table`, `part`, `others`);
+//! this one is the stream adapter, and every path through it (a report, a departure, new
+//! rules) is the same few steps: plan, lock the bucket, charge and read, update the table,
+//! send.
 
+mod others;
 mod part;
 mod plan;
 mod rate;
@@ -39,7 +41,7 @@ use part::Parts;
 use plan::{Plan, Plans};
 use report::{BucketKey, Usage};
 pub(crate) use table::Strategy;
-use table::{Action, Budget, Departures, Message, StreamId, Table, TooManyBuckets};
+use table::{Action, Allowance, Departures, Message, StreamId, Table, TooManyBuckets};
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
@@ -114,6 +116,9 @@ impl Rlqs {
         });
         tokio::spawn(sweep(Arc::downgrade(&rlqs)));
         tokio::spawn(follow_rules(Arc::downgrade(&rlqs)));
+        if rlqs.parts.is_some() {
+            tokio::spawn(count_demand(Arc::downgrade(&rlqs)));
+        }
         rlqs
     }
 
@@ -136,7 +141,9 @@ impl Rlqs {
                     &usage.bucket,
                     Some(stream),
                     (allowed, denied),
-                    |table, budget| table.report(stream, &usage.bucket, allowed, denied, budget),
+                    |table, allowance| {
+                        table.report(stream, &usage.bucket, allowed, denied, allowance)
+                    },
                 )
                 .await;
             match answer {
@@ -154,34 +161,35 @@ impl Rlqs {
 
     /// The one way through a bucket: its plan; its lock, held from counting to dividing
     /// so that each division sees every count before it; `usage` reported by `stream`
-    /// charged on its counter and the budget read; then `op` on the table with that
-    /// budget, which says what to send.
+    /// charged on its counter and the allowance read; then `op` on the table with that
+    /// allowance, which says what to send.
     async fn step(
         &self,
         bucket: &BucketKey,
         stream: Option<StreamId>,
         usage: (u64, u64),
-        op: impl FnOnce(&mut Table, Budget) -> Result<Vec<Message>, TooManyBuckets>,
+        op: impl FnOnce(&mut Table, Allowance) -> Result<Vec<Message>, TooManyBuckets>,
     ) -> Result<Vec<Message>, Step> {
         let plan = self.plans.get(&self.rls.limiter, bucket);
         let _serial = self.lock_for(bucket).lock().await;
         let period_ns = stream.and_then(|s| self.table().period_ns(s, bucket));
-        let budget = self.budget(&plan, usage, period_ns).await?;
-        tracing::debug!(stream, bucket = ?bucket.entries, ?usage, ?budget, "RLQS budget");
-        Ok(op(&mut self.table(), budget)?)
+        let allowance = self.allowance(&plan, usage, period_ns).await?;
+        tracing::debug!(stream, bucket = ?bucket.entries, ?usage, ?allowance, "RLQS allowance");
+        Ok(op(&mut self.table(), allowance)?)
     }
 
     /// Charges `(allowed, denied)`, reported for the last `period_ns`, on the plan's
-    /// counter and says what the bucket's streams here may admit now.
-    async fn budget(
+    /// counter and says what the bucket's streams here may admit now: this instance's
+    /// part of the rate that other clients of the counter leave.
+    async fn allowance(
         &self,
         plan: &Plan,
         (allowed, denied): (u64, u64),
         period_ns: Option<u64>,
-    ) -> Result<Budget, StoreError> {
+    ) -> Result<Allowance, StoreError> {
         let (rule, counter, per_s, window_ns, shortest_ns) = match plan {
-            Plan::NoRule => return Ok(self.shadowed(Budget::Fixed(self.config.no_rule))),
-            Plan::Fixed(strategy) => return Ok(self.shadowed(Budget::Fixed(*strategy))),
+            Plan::NoRule => return Ok(self.shadowed(Allowance::Fixed(self.config.no_rule))),
+            Plan::Fixed(strategy) => return Ok(self.shadowed(Allowance::Fixed(*strategy))),
             Plan::Counted {
                 rule,
                 counter,
@@ -192,7 +200,7 @@ impl Rlqs {
         };
         let store = self.rls.limiter.store();
         let charged = in_window(allowed, period_ns, shortest_ns);
-        let reading = counter.charge(store, charged).await?;
+        let others::Charged { reading, others } = others::charge(store, counter, charged).await?;
         let (over, gap) = match reading.admitted {
             true => (0, reading.remaining),
             false => (charged.saturating_sub(reading.remaining), 0),
@@ -203,31 +211,33 @@ impl Rlqs {
             .usage(rule, allowed, denied, over, gap);
         let fraction = match &self.parts {
             Some(parts) => {
-                let requests = allowed.saturating_add(denied);
-                parts.fraction(store, counter, requests).await?
+                parts.gather(counter, allowed.saturating_add(denied));
+                parts.fraction(store, counter).await?
             }
             None => 1.0,
         };
         if rule.shadow_mode() {
-            return Ok(Budget::Fixed(Strategy::AllowAll));
+            return Ok(Allowance::Fixed(Strategy::AllowAll));
         }
-        Ok(self.shadowed(Budget::Rate {
-            per_s: per_s * fraction,
+        Ok(self.shadowed(Allowance::Rate {
+            per_s: per_s * fraction * (1.0 - others),
             window_ns,
         }))
     }
 
-    /// `budget`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
+    /// `allowance`, or allow-all under the global shadow mode (`SHADOW_MODE`): usage is
     /// still counted and reported in the metrics, nothing is ever denied.
-    fn shadowed(&self, budget: Budget) -> Budget {
+    fn shadowed(&self, allowance: Allowance) -> Allowance {
         match self.config.shadow {
-            true => Budget::Fixed(Strategy::AllowAll),
-            false => budget,
+            true => Allowance::Fixed(Strategy::AllowAll),
+            false => allowance,
         }
     }
 
-    /// Sends each stream its bucket actions, in order, as one response.
+    /// Sends each stream its bucket actions, in order, as one response. The gauges are
+    /// set first, so that a client told of a change finds it in the metrics.
     fn deliver(&self, sends: Vec<Message>) {
+        self.update_gauges();
         let mut by_stream: Vec<(StreamId, Vec<BucketAction>)> = Vec::new();
         for send in sends {
             let metrics = &self.rls.metrics.rlqs;
@@ -250,8 +260,6 @@ impl Rlqs {
                 }
             }
         }
-        drop(outboxes);
-        self.update_gauges();
     }
 
     fn update_gauges(&self) {
@@ -301,8 +309,8 @@ impl Rlqs {
         let mut sends = Vec::new();
         for bucket in buckets {
             let replanned = self
-                .step(&bucket, None, (0, 0), |table, budget| {
-                    Ok(table.replan(&bucket, budget))
+                .step(&bucket, None, (0, 0), |table, allowance| {
+                    Ok(table.replan(&bucket, allowance))
                 })
                 .await;
             match replanned {
@@ -408,6 +416,21 @@ async fn sweep(rlqs: std::sync::Weak<Rlqs>) {
         let Some(rlqs) = rlqs.upgrade() else { return };
         let departures = rlqs.table().sweep();
         rlqs.depart(departures).await;
+    }
+}
+
+/// Counts the demand gathered from reports on the shared store, every [`part::FLUSH`].
+async fn count_demand(rlqs: std::sync::Weak<Rlqs>) {
+    let mut ticks = tokio::time::interval(part::FLUSH);
+    loop {
+        ticks.tick().await;
+        let Some(rlqs) = rlqs.upgrade() else { return };
+        if let Some(parts) = &rlqs.parts
+            && let Err(e) = parts.flush(rlqs.rls.limiter.store()).await
+        {
+            // Each report's own store failure is logged at warn already.
+            tracing::debug!(error = %e, "RLQS demand not counted: the counter store failed");
+        }
     }
 }
 

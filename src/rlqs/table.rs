@@ -1,6 +1,6 @@
 //! Who reports which bucket, at what rate each may admit, and what to send: the RLQS state
 //! machine, on plain types with an injected clock. The stream adapter feeds it reports
-//! (with the bucket's budget: this instance's part of the limit's rate), closed streams,
+//! (with the bucket's allowance: this instance's part of the limit's rate), closed streams,
 //! rule reloads and idle sweeps, and sends what it returns.
 
 use std::collections::{HashMap, HashSet};
@@ -75,7 +75,7 @@ pub(crate) struct Message {
 /// What the rules and the store say about a bucket now: an answer for every stream, or
 /// the rate this instance's streams divide.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Budget {
+pub(crate) enum Allowance {
     /// The same answer whatever is counted: no rule, unlimited, a limit of 0, shadow mode.
     Fixed(Strategy),
     /// A limit: this instance's streams may admit `per_s` requests per second together;
@@ -99,7 +99,7 @@ struct Sub {
 
 #[derive(Debug)]
 struct Bucket {
-    budget: Budget,
+    allowance: Allowance,
     subs: HashMap<StreamId, Sub>,
 }
 
@@ -178,7 +178,7 @@ impl Table {
         Some(self.clock.now_ns().saturating_sub(sub.last_report_ns))
     }
 
-    /// One bucket's usage report from `stream`, with the bucket's budget now: the answer
+    /// One bucket's usage report from `stream`, with the bucket's allowance now: the answer
     /// for it, then pushes to the bucket's other streams that the change entitles to more.
     pub(crate) fn report(
         &mut self,
@@ -186,7 +186,7 @@ impl Table {
         bucket: &BucketKey,
         allowed: u64,
         denied: u64,
-        budget: Budget,
+        allowance: Allowance,
     ) -> Result<Vec<Message>, TooManyBuckets> {
         let now = self.clock.now_ns();
         let state = self.streams.entry(stream).or_default();
@@ -203,10 +203,10 @@ impl Table {
             .buckets
             .entry(bucket.clone())
             .or_insert_with(|| Bucket {
-                budget,
+                allowance,
                 subs: HashMap::new(),
             });
-        entry.budget = budget;
+        entry.allowance = allowance;
         let requests = allowed.saturating_add(denied);
         match entry.subs.get_mut(&stream) {
             Some(sub) => {
@@ -316,13 +316,13 @@ impl Table {
         self.buckets.keys().cloned().collect()
     }
 
-    /// New rules give `bucket` a new budget: its rate is divided again from nothing, and
+    /// New rules give `bucket` a new allowance: its rate is divided again from nothing, and
     /// every stream whose assignment changes is told.
-    pub(crate) fn replan(&mut self, bucket: &BucketKey, budget: Budget) -> Vec<Message> {
+    pub(crate) fn replan(&mut self, bucket: &BucketKey, allowance: Allowance) -> Vec<Message> {
         let Some(entry) = self.buckets.get_mut(bucket) else {
             return Vec::new();
         };
-        entry.budget = budget;
+        entry.allowance = allowance;
         let mut held: Vec<(StreamId, Option<Strategy>)> = entry
             .subs
             .iter_mut()
@@ -420,13 +420,13 @@ impl Table {
 }
 
 impl Bucket {
-    /// What `stream` would be assigned now: its part of the budget's rate by demand, but
+    /// What `stream` would be assigned now: its part of the allowance's rate by demand, but
     /// no more than the other streams leave, so that the rates assigned here never add up
-    /// to more than the budget; the rate it holds if that is close enough.
+    /// to more than the allowance; the rate it holds if that is close enough.
     fn candidate(&self, stream: StreamId) -> Strategy {
-        let (per_s, window_ns) = match self.budget {
-            Budget::Fixed(strategy) => return strategy,
-            Budget::Rate { per_s, window_ns } => (per_s, window_ns),
+        let (per_s, window_ns) = match self.allowance {
+            Allowance::Fixed(strategy) => return strategy,
+            Allowance::Rate { per_s, window_ns } => (per_s, window_ns),
         };
         let Some(sub) = self.subs.get(&stream) else {
             return Strategy::DenyAll;
@@ -451,12 +451,12 @@ impl Bucket {
         token_bucket(due, burst_s(window_ns))
     }
 
-    /// `stream`'s part of the budget's rate, by demand. A stream that has only subscribed
+    /// `stream`'s part of the allowance's rate, by demand. A stream that has only subscribed
     /// showed one request, not a rate: it counts as the others do on average, and twice,
     /// as if an equal newcomer followed, so that the first Envoy of a bucket does not take
     /// the whole rate before the others have subscribed.
     fn fair(&self, stream: StreamId) -> f64 {
-        let Budget::Rate { per_s, .. } = self.budget else {
+        let Allowance::Rate { per_s, .. } = self.allowance else {
             return 0.0;
         };
         let measured: Vec<f64> = self

@@ -34,11 +34,39 @@ descriptors:
 "#;
 /// How long the load runs.
 const LOAD: Duration = Duration::from_secs(80);
-/// With several Tollgates, when the measure begins and what their parts of a limit may add
-/// up to: the parts are measured over 20 s of the fleet's demand, and stray a little from
-/// the whole as each Tollgate counts its Envoys' reports (README: RLQS).
-const PARTS_MEASURED: Duration = Duration::from_secs(20);
-const PARTS_STRAY: f64 = 1.15;
+/// The first report is the bucket's first request's, answered within the first second:
+/// the bound holds from then on.
+const FIRST_ANSWER: Duration = Duration::from_secs(1);
+
+/// What the Tollgates' parts of a limit may add up to (README: RLQS, bound (d)): the whole
+/// with one Tollgate; with two, once each until every Envoy has reported twice (10 s), and
+/// 1.15 times it after.
+#[derive(Debug, Clone, Copy)]
+enum Parts {
+    One,
+    Several,
+}
+
+impl Parts {
+    /// What the parts add up to `since` the bucket's first request.
+    fn at(self, since: Duration) -> f64 {
+        match self {
+            Parts::One => 1.0,
+            Parts::Several if since < Duration::from_secs(10) => 2.0,
+            Parts::Several => 1.15,
+        }
+    }
+
+    /// Requests a rate of `per_s` times the parts admits in `[from, from + window)`, `from`
+    /// counted since the bucket's first request.
+    fn allowance(self, per_s: f64, from: Duration, window: Duration) -> f64 {
+        let step = Duration::from_millis(100);
+        let steps = (window.as_millis() / step.as_millis()) as u32;
+        (0..steps)
+            .map(|i| per_s * step.as_secs_f64() * self.at(from + step * i))
+            .sum()
+    }
+}
 
 async fn rlqs_envoy(upstream: &Upstream, tollgate: &Server) -> Envoy {
     Envoy::start(&render_rlqs(
@@ -95,39 +123,40 @@ fn admitted_by(client: &[Sent]) -> usize {
     client.iter().filter(|s| s.status == 200).count()
 }
 
-/// Admitted per epoch-aligned second from `from` to `to`.
-fn per_second(clients: &[&[Sent]], from: SystemTime, to: SystemTime) -> Vec<usize> {
+/// Admitted per epoch-aligned second from `from` to `to`: when each second starts, and
+/// its admissions.
+fn per_second(clients: &[&[Sent]], from: SystemTime, to: SystemTime) -> Vec<(SystemTime, usize)> {
     let into = epoch(from).subsec_nanos();
     let mut start = from + Duration::from_nanos(u64::from((1_000_000_000 - into) % 1_000_000_000));
     let mut out = Vec::new();
     while start + Duration::from_secs(1) <= to {
-        out.push(admitted(clients, start, Duration::from_secs(1)));
+        out.push((start, admitted(clients, start, Duration::from_secs(1))));
         start += Duration::from_secs(1);
     }
     out
 }
 
-/// The README's bound for a limit of `limit` per `window` over `envoys` Envoys: the
-/// limit's rate over the window, times what the Tollgates' parts add up to (`parts`: 1 for
-/// one Tollgate), plus the tokens the Envoys' buckets hold when the window starts, plus a
-/// bucket started full in it per Envoy (a changed rate), each at most a quarter of the
-/// window's rate and a second of it, and two tokens at least.
-fn bound(limit: usize, window: Duration, envoys: usize, parts: f64) -> usize {
+/// The README's bound for a limit of `limit` per `window` over `envoys` Envoys, for the
+/// window that starts `from` after the bucket's first request: the limit's rate over the
+/// window times what the Tollgates' parts add up to meanwhile, plus the tokens the Envoys'
+/// buckets hold when the window starts, plus a bucket started full in it per Envoy (a
+/// changed rate), each at most a quarter of the window's rate and a second of it, and two
+/// tokens at least.
+fn bound(limit: usize, window: Duration, envoys: usize, parts: Parts, from: Duration) -> usize {
     let per_s = limit as f64 / window.as_secs_f64();
     let burst_s = (window.as_secs_f64() / 4.0).min(1.0);
     let bursts = ((per_s * burst_s).ceil() as usize + envoys).max(2 * envoys);
-    (limit as f64 * parts).floor() as usize + 2 * bursts
+    parts.allowance(per_s, from, window).floor() as usize + 2 * bursts
 }
 
-/// Two Envoys, 2.5 times each limit offered, 70 % through a and 30 % through b: after the
-/// first report (with several Tollgates, once their parts are measured: `settle`, and
-/// what they may add up to: `parts`), no second admits more than the bound of 20 per
-/// second nor any minute more than that of 600 per minute, at least 90 % of each limit is used, and a's share is about its demand's. Then b
-/// goes, and a alone gets the whole limit.
+/// Two Envoys, 2.5 times each limit offered, 70 % through a and 30 % through b: from the
+/// first answer on, no second admits more than the bound of 20 per second nor any minute
+/// more than that of 600 per minute, at least 90 % of each limit is used, and a's share is
+/// about its demand's. Then b goes, and a alone gets the whole limit.
 async fn two_envoys_hold_per_second_and_per_minute_limits(
     a: Envoy,
     b: Envoy,
-    (settle, parts): (Duration, f64),
+    parts: Parts,
     what: &str,
 ) {
     let start = SystemTime::now();
@@ -138,35 +167,45 @@ async fn two_envoys_hold_per_second_and_per_minute_limits(
         drive(a.listener, "slow", 17.5, until),
         drive(b.listener, "slow", 7.5, until),
     );
-    // The first report is the bucket's first request's: answered within the first second.
-    let from = start + settle.max(Duration::from_secs(1));
-    let before = per_second(&[&fast_a, &fast_b], start + Duration::from_secs(1), from);
-    println!("{what}: fast, admitted per second before the measure: {before:?}");
-    let fast = per_second(&[&fast_a, &fast_b], from, until);
-    let fast_bound = bound(20, Duration::from_secs(1), 2, parts);
-    println!("{what}: fast, admitted per second (bound {fast_bound}): {fast:?}");
+    let from = start + FIRST_ANSWER;
+    let seconds = per_second(&[&fast_a, &fast_b], from, until);
+    let fast: Vec<usize> = seconds.iter().map(|(_, n)| *n).collect();
+    let fast_bounds: Vec<usize> = seconds
+        .iter()
+        .map(|(at, _)| {
+            let since = at.duration_since(start).unwrap_or_default();
+            bound(20, Duration::from_secs(1), 2, parts, since)
+        })
+        .collect();
+    println!("{what}: fast, admitted per second: {fast:?}, bounds {fast_bounds:?}");
     let mean = fast.iter().sum::<usize>() as f64 / fast.len() as f64;
     println!(
         "{what}: fast, mean {mean:.2} per second; a {} b {}",
         admitted_by(&fast_a),
         admitted_by(&fast_b)
     );
-    assert!(fast.iter().all(|n| *n <= fast_bound), "{what}: {fast:?}");
+    assert!(
+        fast.iter().zip(&fast_bounds).all(|(n, most)| n <= most),
+        "{what}: {fast:?} against {fast_bounds:?}"
+    );
     assert!(mean >= 18.0, "{what}: {mean} per second of 20");
     let minute = Duration::from_secs(60);
-    let slow: Vec<usize> = (0..)
-        .map(|s| from + Duration::from_secs(s))
-        .take_while(|t| *t + minute <= until)
-        .map(|t| admitted(&[&slow_a, &slow_b], t, minute))
+    let slow: Vec<(usize, usize)> = (0..)
+        .map(Duration::from_secs)
+        .take_while(|s| from + *s + minute <= until)
+        .map(|s| {
+            let since = FIRST_ANSWER + s;
+            (
+                admitted(&[&slow_a, &slow_b], from + s, minute),
+                bound(600, minute, 2, parts, since),
+            )
+        })
         .collect();
-    let slow_bound = bound(600, minute, 2, parts);
-    println!(
-        "{what}: slow, admitted per minute from each second on (bound {slow_bound}): {slow:?}"
-    );
+    println!("{what}: slow, admitted per minute from each second on, and its bound: {slow:?}");
     assert!(!slow.is_empty(), "{what}: a whole minute measured");
-    assert!(slow.iter().all(|n| *n <= slow_bound), "{what}: {slow:?}");
+    assert!(slow.iter().all(|(n, most)| n <= most), "{what}: {slow:?}");
     assert!(
-        slow.iter().all(|n| *n >= 540),
+        slow.iter().all(|(n, _)| *n >= 540),
         "{what}: {slow:?} per minute of 600"
     );
     for (x, y, tenant) in [(&fast_a, &fast_b, "fast"), (&slow_a, &slow_b, "slow")] {
@@ -183,10 +222,14 @@ async fn two_envoys_hold_per_second_and_per_minute_limits(
     let alone_from = SystemTime::now() + Duration::from_secs(6);
     let alone_until = alone_from + Duration::from_secs(3);
     let fast_a = drive(a.listener, "fast", 35.0, alone_until).await;
-    let alone = per_second(&[&fast_a], alone_from, alone_until);
+    let alone: Vec<usize> = per_second(&[&fast_a], alone_from, alone_until)
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
     println!("{what}: a alone, fast, admitted per second: {alone:?}");
+    let alone_bound = bound(20, Duration::from_secs(1), 1, parts, LOAD);
     assert!(
-        alone.iter().all(|n| (18..=fast_bound).contains(n)),
+        alone.iter().all(|n| (18..=alone_bound).contains(n)),
         "{what}: {alone:?}"
     );
 }
@@ -197,8 +240,7 @@ async fn one_tollgate_holds_per_second_and_per_minute_limits_over_two_envoys() {
     let tollgate = Serve::rules(RULES).start();
     let a = rlqs_envoy(&upstream, &tollgate).await;
     let b = rlqs_envoy(&upstream, &tollgate).await;
-    two_envoys_hold_per_second_and_per_minute_limits(a, b, (Duration::ZERO, 1.0), "one Tollgate")
-        .await;
+    two_envoys_hold_per_second_and_per_minute_limits(a, b, Parts::One, "one Tollgate").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -212,7 +254,7 @@ async fn two_tollgates_on_one_redis_hold_per_second_and_per_minute_limits() {
     two_envoys_hold_per_second_and_per_minute_limits(
         a,
         b,
-        (PARTS_MEASURED, PARTS_STRAY),
+        Parts::Several,
         "two Tollgates on one Redis",
     )
     .await;

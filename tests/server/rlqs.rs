@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::raw_grpc::{RawGrpc, STREAM_RATE_LIMIT_QUOTAS, frame};
 use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
 use tonic::Streaming;
@@ -157,6 +157,16 @@ fn about(rate: f64, want: f64) -> bool {
     rate <= want && rate >= 0.99 * want
 }
 
+/// `n` requests of `user` through `ShouldRateLimit`, each admitted.
+async fn admit(client: &mut Rls, user: &str, n: usize) {
+    for _ in 0..n {
+        assert_eq!(
+            code(&client.check("quota", &[("user", user)]).await),
+            Code::Ok
+        );
+    }
+}
+
 fn blanket(rule: BlanketRule) -> Strategy {
     Strategy::BlanketRule(rule as i32)
 }
@@ -195,12 +205,7 @@ async fn the_first_report_subscribes_and_is_answered_with_a_token_bucket_and_a_t
 async fn reported_usage_and_should_rate_limit_share_one_counter() {
     let server = Serve::rules(RULES).start();
     let mut client = server.client().await;
-    for _ in 0..7 {
-        assert_eq!(
-            code(&client.check("quota", &[("user", "bob")]).await),
-            Code::Ok
-        );
-    }
+    admit(&mut client, "bob", 7).await;
     // Envoy reports what it admitted: charged on the counter ShouldRateLimit counts on.
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "bob")], 1, 0).await;
@@ -217,6 +222,23 @@ async fn reported_usage_and_should_rate_limit_share_one_counter() {
         code(&client.check("quota", &[("user", "bob")]).await),
         Code::OverLimit
     );
+}
+
+#[tokio::test]
+async fn envoys_are_given_the_rate_should_rate_limit_callers_leave() {
+    let server = Serve::rules(RULES).start();
+    let mut client = server.client().await;
+    admit(&mut client, "dan", 4).await;
+    let mut stream = QuotaStream::open(&server).await;
+    stream.report("quota", &[("user", "dan")], 1, 0).await;
+    // ShouldRateLimit holds 4 of the 10 a minute: the Envoys divide the rate of the other
+    // 6, and this newly subscribed one gets half of that.
+    let got = rate(stream.strategy().await);
+    assert!(about(got, 10.0 / 60.0 * 0.6 / 2.0), "{got} per second");
+    // A bucket nobody else counts on gets the whole rate's half.
+    stream.report("quota", &[("user", "eve")], 1, 0).await;
+    let whole = rate(stream.strategy().await);
+    assert!(about(whole, 10.0 / 60.0 / 2.0), "{whole} per second");
 }
 
 #[tokio::test]

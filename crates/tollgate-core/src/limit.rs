@@ -261,6 +261,11 @@ impl Limit {
         self.requests_per_unit
     }
 
+    /// Units the limit holds at once: a bucket's burst, a window's requests.
+    pub fn capacity(&self) -> u32 {
+        self.algorithm.burst().unwrap_or(self.requests_per_unit)
+    }
+
     /// The unit Envoy is told (the nearest one when the window is a multiple).
     pub fn unit(&self) -> Unit {
         self.unit

@@ -128,7 +128,7 @@ impl<R: Recorder> std::fmt::Debug for Limiter<R> {
 }
 
 /// One descriptor resolved before counting.
-enum Plan<'a> {
+enum Resolved<'a> {
     NoLimit,
     Unlimited,
     /// Limits from a rule (or a request override), the counter to count them on, and what
@@ -208,10 +208,10 @@ impl<R: Recorder> Limiter<R> {
 
         let verdicts = join_all(plans.iter().map(|plan| async move {
             match plan {
-                Plan::Limited {
+                Resolved::Limited {
                     limits, key, hits, ..
                 } => Some(self.store.decide(key, limits, *hits).await),
-                Plan::NoLimit | Plan::Unlimited => None,
+                Resolved::NoLimit | Resolved::Unlimited => None,
             }
         }))
         .await;
@@ -227,14 +227,14 @@ impl<R: Recorder> Limiter<R> {
                 sources.push(None);
             }
             outcomes.push(match (plan, verdict) {
-                (Plan::Unlimited, _) => Outcome::Unlimited,
+                (Resolved::Unlimited, _) => Outcome::Unlimited,
                 (
-                    Plan::Limited {
+                    Resolved::Limited {
                         limits, rule, hits, ..
                     },
                     Some(verdict),
                 ) => outcome(limits, *rule, verdict, hits.counted(), self.is_quota(plan)),
-                (Plan::NoLimit, _) | (Plan::Limited { .. }, None) => Outcome::NoLimit,
+                (Resolved::NoLimit, _) | (Resolved::Limited { .. }, None) => Outcome::NoLimit,
             });
         }
         if self.options.all_or_nothing && !reference && outcomes.iter().any(Outcome::is_over) {
@@ -242,7 +242,7 @@ impl<R: Recorder> Limiter<R> {
         }
         for ((plan, outcome), descriptor) in plans.iter().zip(&outcomes).zip(&req.descriptors) {
             if let (
-                Plan::Limited {
+                Resolved::Limited {
                     rule: Some(rule), ..
                 },
                 Outcome::Limited(limited),
@@ -271,10 +271,10 @@ impl<R: Recorder> Limiter<R> {
 
     /// Gives back what the admitted descriptors of a request counted, because another of
     /// its descriptors is over (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-    async fn give_back(&self, plans: &[Plan<'_>], outcomes: &mut [Outcome]) {
+    async fn give_back(&self, plans: &[Resolved<'_>], outcomes: &mut [Outcome]) {
         let refunds = join_all(plans.iter().zip(outcomes.iter()).map(|(plan, outcome)| {
             let undo = match (plan, outcome) {
-                (Plan::Limited { limits, key, .. }, Outcome::Limited(l))
+                (Resolved::Limited { limits, key, .. }, Outcome::Limited(l))
                     if l.admitted && l.hits > 0 =>
                 {
                     Some((limits, key, l.hits))
@@ -298,10 +298,10 @@ impl<R: Recorder> Limiter<R> {
     /// The reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, for its key layout: the
     /// counts before the request decide. If any descriptor would go over its limit, only
     /// the descriptors that would are counted; the others are checked instead.
-    async fn hold_back(&self, plans: &mut [Plan<'_>]) -> Result<(), DecideError> {
+    async fn hold_back(&self, plans: &mut [Resolved<'_>]) -> Result<(), DecideError> {
         let before = join_all(plans.iter().map(|plan| async move {
             match plan {
-                Plan::Limited {
+                Resolved::Limited {
                     limits, key, hits, ..
                 } => {
                     let verdict = self.store.apply(key, limits, Hits::Check).await?;
@@ -309,7 +309,7 @@ impl<R: Recorder> Limiter<R> {
                         !verdict.decision.admitted || hits.counted() > verdict.decision.remaining;
                     Ok::<_, StoreError>(over)
                 }
-                Plan::NoLimit | Plan::Unlimited => Ok(false),
+                Resolved::NoLimit | Resolved::Unlimited => Ok(false),
             }
         }))
         .await
@@ -317,7 +317,7 @@ impl<R: Recorder> Limiter<R> {
         .collect::<Result<Vec<bool>, _>>()?;
         if before.contains(&true) {
             for (plan, over) in plans.iter_mut().zip(before) {
-                if let (Plan::Limited { hits, .. }, false) = (plan, over) {
+                if let (Resolved::Limited { hits, .. }, false) = (plan, over) {
                     *hits = Hits::Check;
                 }
             }
@@ -330,15 +330,15 @@ impl<R: Recorder> Limiter<R> {
         &self,
         domain: &str,
         descriptor: &Descriptor<'_>,
-        plan: &Plan<'_>,
+        plan: &Resolved<'_>,
         outcome: &Outcome,
         source: Option<DecidedBy>,
         now_ns: u64,
     ) {
         let entries = Entries(descriptor);
         let (rule, key) = match plan {
-            Plan::Limited { rule, key, .. } => (RuleName(*rule), key.as_str()),
-            Plan::NoLimit | Plan::Unlimited => (RuleName(None), ""),
+            Resolved::Limited { rule, key, .. } => (RuleName(*rule), key.as_str()),
+            Resolved::NoLimit | Resolved::Unlimited => (RuleName(None), ""),
         };
         let Outcome::Limited(limited) = outcome else {
             let decision = match outcome {
@@ -382,9 +382,9 @@ impl<R: Recorder> Limiter<R> {
     }
 
     /// Whether a descriptor counts as a budget for the request's overall answer.
-    fn is_quota(&self, plan: &Plan<'_>) -> bool {
+    fn is_quota(&self, plan: &Resolved<'_>) -> bool {
         self.options.quota_mode
-            || matches!(plan, Plan::Limited { rule: Some(rule), .. } if rule.quota_mode)
+            || matches!(plan, Resolved::Limited { rule: Some(rule), .. } if rule.quota_mode)
     }
 
     /// Counts `hits` against each of `descriptors` of `domain` and answers whether they fit:
@@ -406,7 +406,7 @@ impl<R: Recorder> Limiter<R> {
         (index, descriptor): (usize, &Descriptor<'_>),
         rule: Option<&'a Rule>,
         domain_known: bool,
-    ) -> Result<Plan<'a>, InvalidRequest> {
+    ) -> Result<Resolved<'a>, InvalidRequest> {
         let limits: Cow<'a, [Limit]>;
         let shape: Cow<'a, str>;
         if let Some(requested) = descriptor.limit.filter(|_| domain_known) {
@@ -423,8 +423,8 @@ impl<R: Recorder> Limiter<R> {
             limits = Cow::Owned(own.into());
         } else {
             match rule.map(Rule::policy) {
-                None => return Ok(Plan::NoLimit),
-                Some(Policy::Unlimited { .. }) => return Ok(Plan::Unlimited),
+                None => return Ok(Resolved::NoLimit),
+                Some(Policy::Unlimited { .. }) => return Ok(Resolved::Unlimited),
                 Some(Policy::Limited {
                     limits: l,
                     shape: s,
@@ -442,7 +442,7 @@ impl<R: Recorder> Limiter<R> {
             Hits::Consume(n) if charged => Hits::Charge(n),
             other => other,
         };
-        Ok(Plan::Limited {
+        Ok(Resolved::Limited {
             limits,
             rule,
             key,

@@ -16,8 +16,8 @@ fn bucket(value: &str) -> BucketKey {
 }
 
 /// `per_s` requests per second for this instance's streams together, of a 1 s window.
-fn per_second(per_s: f64) -> Budget {
-    Budget::Rate {
+fn per_second(per_s: f64) -> Allowance {
+    Allowance::Rate {
         per_s,
         window_ns: S,
     }
@@ -55,9 +55,9 @@ fn report(
     stream: StreamId,
     allowed: u64,
     denied: u64,
-    budget: Budget,
+    allowance: Allowance,
 ) -> Vec<Message> {
-    t.report(stream, &bucket("a"), allowed, denied, budget)
+    t.report(stream, &bucket("a"), allowed, denied, allowance)
         .expect("under the bucket cap")
 }
 
@@ -172,7 +172,7 @@ fn a_closed_streams_rate_is_pushed_to_the_others() {
 fn idle_buckets_are_abandoned() {
     let clock = ManualClock::new(100 * S);
     let mut t = table(&clock);
-    let allow = Budget::Fixed(Strategy::AllowAll);
+    let allow = Allowance::Fixed(Strategy::AllowAll);
     report(&mut t, 1, 1, 0, allow);
     t.report(2, &bucket("b"), 1, 0, allow)
         .expect("under the cap");
@@ -204,7 +204,7 @@ fn new_rules_are_pushed_to_every_stream_whose_assignment_changes() {
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, per_second(20.0));
     report(&mut t, 2, 1, 0, per_second(20.0));
-    let deny = Budget::Fixed(Strategy::DenyAll);
+    let deny = Allowance::Fixed(Strategy::DenyAll);
     assert_eq!(
         assigned(&t.replan(&bucket("a"), deny)),
         vec![(1, Strategy::DenyAll), (2, Strategy::DenyAll)]
@@ -231,7 +231,7 @@ fn new_rules_are_pushed_to_every_stream_whose_assignment_changes() {
 fn a_stream_may_not_subscribe_to_unbounded_buckets() {
     let clock = ManualClock::new(100 * S);
     let mut t = table(&clock);
-    let allow = Budget::Fixed(Strategy::AllowAll);
+    let allow = Allowance::Fixed(Strategy::AllowAll);
     for i in 0..MAX_BUCKETS_PER_STREAM {
         t.report(1, &bucket(&i.to_string()), 1, 0, allow)
             .expect("under the cap");
@@ -248,7 +248,7 @@ fn a_stream_may_not_subscribe_to_unbounded_buckets() {
 fn all_streams_together_hold_at_most_the_global_bound() {
     let clock = ManualClock::new(100 * S);
     let mut t = Table::new(Arc::new(clock.clone()), Duration::from_secs(30), 5);
-    let allow = Budget::Fixed(Strategy::AllowAll);
+    let allow = Allowance::Fixed(Strategy::AllowAll);
     for stream in 1..=2 {
         t.open(stream);
         for name in ["a", "b"] {
@@ -342,14 +342,15 @@ struct Measured {
     bounds: Vec<f64>,
     /// Per Envoy, what it admitted over the measured windows before and after the shift.
     by_envoy: Vec<(u64, u64)>,
-    /// The largest sum of the rates assigned at once, over the limit's rate, once the
-    /// instances' parts are measured.
-    most_assigned: f64,
+    /// The largest sum of the rates assigned at once, over the limit's rate: from every
+    /// Envoy's first answer until the instances' parts are measured, and after.
+    most_assigned: (f64, f64),
 }
 
 async fn simulate(fleet: &Fleet) -> Measured {
     const TICK_NS: u64 = 10_000_000;
-    // Instances' parts are measured over 20 s of demand: until then they may overlap.
+    const FLUSH_NS: u64 = crate::rlqs::part::FLUSH.as_nanos() as u64;
+    // Instances' parts are measured over 20 s of demand: until then they may overlap more.
     const DEMAND_SETTLED_NS: u64 = 20 * S;
     let window_ns = u64::from(fleet.window_s) * S;
     // Just after a window starts, at no round second.
@@ -394,7 +395,7 @@ async fn simulate(fleet: &Fleet) -> Measured {
     let mut bounds = vec![0f64; windows + 1];
     let mut by_envoy = vec![(0, 0); envoys.len()];
     let mut answered_ns = 0;
-    let mut most_assigned = 0f64;
+    let mut most_assigned = (0f64, 0f64);
     let shift_ns = start + fleet.seconds * S / 2;
     for tick in 0..(fleet.seconds * S / TICK_NS) {
         let now = start + tick * TICK_NS;
@@ -410,9 +411,18 @@ async fn simulate(fleet: &Fleet) -> Measured {
         if (now - start).is_multiple_of(window_ns) {
             bounds[window] += envoys.iter().map(|e| e.tokens).sum::<f64>();
         }
+        if (now - start).is_multiple_of(FLUSH_NS) {
+            for part in &parts {
+                part.flush(&store).await.expect("memory store");
+            }
+        }
         let assigned: f64 = envoys.iter().filter_map(|e| e.strategy).map(rate_of).sum();
-        if answered_ns > 0 && now >= answered_ns + DEMAND_SETTLED_NS {
-            most_assigned = most_assigned.max(assigned / per_s);
+        if answered_ns > 0 {
+            let most = match now < answered_ns + DEMAND_SETTLED_NS {
+                true => &mut most_assigned.0,
+                false => &mut most_assigned.1,
+            };
+            *most = most.max(assigned / per_s);
         }
         bounds[window] += assigned.min(f64::MAX) * TICK_NS as f64 / S as f64;
         for i in 0..envoys.len() {
@@ -453,18 +463,18 @@ async fn simulate(fleet: &Fleet) -> Measured {
             let id = i as StreamId + 1;
             let t = &mut tables[instance];
             let fraction = match parts.get(instance) {
-                Some(part) => part
-                    .fraction(&store, &counter, allowed + denied)
-                    .await
-                    .expect("memory store"),
+                Some(part) => {
+                    part.gather(&counter, allowed + denied);
+                    part.fraction(&store, &counter).await.expect("memory store")
+                }
                 None => 1.0,
             };
-            let budget = Budget::Rate {
+            let allowance = Allowance::Rate {
                 per_s: per_s * fraction,
                 window_ns,
             };
             let sends = t
-                .report(id, &bucket("a"), allowed, denied, budget)
+                .report(id, &bucket("a"), allowed, denied, allowance)
                 .expect("under the cap");
             for send in sends {
                 let Action::Assign {
@@ -510,7 +520,7 @@ async fn holds(fleet: Fleet) {
         fleet.window_s
     );
     println!(
-        "{what}: admitted {:?}, bounds {:?}, by Envoy {:?}, most assigned {:.3} of the rate",
+        "{what}: admitted {:?}, bounds {:?}, by Envoy {:?}, most assigned {:.3?} of the rate",
         measured.admitted,
         measured
             .bounds
@@ -531,11 +541,17 @@ async fn holds(fleet: Fleet) {
         );
     }
     // One Tollgate never assigns more than the limit's rate in all; several keep within
-    // it up to how far their parts' sum strays while demand moves.
-    let slack = if fleet.instances == 1 { 1.0 } else { 1.25 };
+    // it up to how far their parts' sum strays (README: RLQS, bound (d)): while an
+    // Envoy's demand is not reported yet, at most once per instance; within 15 % once it
+    // is measured.
+    let slack = (
+        fleet.instances as f64,
+        1.0 + 0.15 * (fleet.instances - 1) as f64,
+    );
+    let (early, settled) = measured.most_assigned;
     assert!(
-        measured.most_assigned <= slack + 1e-9,
-        "{what}: {} of the rate assigned at once",
+        early <= slack.0 + 1e-9 && settled <= slack.1 + 1e-9,
+        "{what}: {:?} of the rate assigned at once",
         measured.most_assigned
     );
     let over_limit = measured

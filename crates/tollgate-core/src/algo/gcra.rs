@@ -23,7 +23,7 @@ impl Gcra {
     }
 
     fn burst(limit: &Limit) -> u64 {
-        u64::from(limit.algorithm.burst().unwrap_or(limit.requests_per_unit))
+        u64::from(limit.capacity())
     }
 
     /// The time `units` occupy in the bucket, in whole microseconds: the resolution of

@@ -2,7 +2,9 @@
 //! that matched (or why none did), the counter's key, what every holder of the counter
 //! says of it, and the decision it would get.
 
-use super::{Limiter, NoMatch, Plan, Recorder, drop_replaced, find_rules, no_match, outcome, over};
+use super::{
+    Limiter, NoMatch, Recorder, Resolved, drop_replaced, find_rules, no_match, outcome, over,
+};
 use crate::decision::{Decision, Outcome};
 use crate::limit::Limit;
 use crate::request::{InvalidRequest, Request};
@@ -73,7 +75,7 @@ impl<R: Recorder> Limiter<R> {
                 (Some(found), None, _) => Matched::Replaced((*found).clone()),
                 (None, _, None) => Matched::Override,
             };
-            let Plan::Limited {
+            let Resolved::Limited {
                 limits,
                 rule,
                 key,
@@ -81,7 +83,7 @@ impl<R: Recorder> Limiter<R> {
             } = plan
             else {
                 outcomes.push(match plan {
-                    Plan::Unlimited => Outcome::Unlimited,
+                    Resolved::Unlimited => Outcome::Unlimited,
                     _ => Outcome::NoLimit,
                 });
                 descriptors.push(Explained {

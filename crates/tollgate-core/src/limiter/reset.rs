@@ -1,6 +1,6 @@
 //! Setting the counters a request names back to empty: an operator's "please unblock me".
 
-use super::{DecideError, Limiter, Plan, Recorder, find_rules};
+use super::{DecideError, Limiter, Recorder, Resolved, find_rules};
 use crate::request::Request;
 
 impl<R: Recorder> Limiter<R> {
@@ -15,7 +15,7 @@ impl<R: Recorder> Limiter<R> {
         let matched = find_rules(domain, req);
         for (i, (descriptor, rule)) in req.descriptors.iter().zip(matched).enumerate() {
             let plan = self.plan(&req.domain, (i, descriptor), rule, domain.is_some())?;
-            if let Plan::Limited { key, limits, .. } = plan {
+            if let Resolved::Limited { key, limits, .. } = plan {
                 self.store.reset(&key, &limits).await?;
                 keys.push(key);
             }

@@ -16,7 +16,7 @@ mod shared;
 mod table;
 
 pub use memory::{Capacity, MemoryStore};
-pub use peek::{CounterView, LimitView, Peek};
+pub use peek::{CounterView, LeaseView, LimitView, Peek};
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub use shared::lease::LeasePolicy;
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -244,6 +244,7 @@ impl Store {
             Self::Memory(m) => Peek {
                 local: m.peek(key, limits, hits),
                 shared: None,
+                lease: None,
             },
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.peek(key, limits, hits).await,

@@ -26,6 +26,18 @@ pub struct CounterView {
     pub(crate) would: Verdict,
 }
 
+/// A block of a counter's units this instance took from the shared store ahead of use
+/// and admits from locally (README: Leases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Units of the block not admitted yet.
+    pub left: u64,
+    /// Of them, the units that may be admitted now (a bucket's block only as it refills).
+    pub spendable: u64,
+    /// Until the block's window ends and it can no longer be spent (None for a bucket's).
+    pub ends: Option<Duration>,
+}
+
 /// What the holders of one counter say.
 #[derive(Debug, Clone)]
 pub struct Peek {
@@ -34,6 +46,8 @@ pub struct Peek {
     /// The shared store's own value (None for the memory store), or why it could not be
     /// read.
     pub shared: Option<Result<CounterView, super::StoreError>>,
+    /// This instance's lease on the counter, if it holds one.
+    pub lease: Option<LeaseView>,
 }
 
 impl CounterView {

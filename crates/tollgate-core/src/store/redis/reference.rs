@@ -149,6 +149,7 @@ impl ReferenceStore {
             return Peek {
                 local: unheld,
                 shared: None,
+                lease: None,
             };
         };
         let window = Window::of(limit, self.now_ns());
@@ -183,6 +184,7 @@ impl ReferenceStore {
         Peek {
             local: unheld,
             shared: Some(shared),
+            lease: None,
         }
     }
 

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::protocol::Ask;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use super::protocol::{Reply, lease_effect};
 use super::{SharedStore, Snapshot, StoreError, bump};
 use crate::algo::{Hits, LimitState, Verdict, evaluate};
 use crate::limit::{Algorithm, Limit};
+use crate::store::LeaseView;
 
 /// How hot counters lease blocks of their limit.
 #[derive(Debug, Clone, Copy)]
@@ -66,11 +68,15 @@ struct Block {
 }
 
 impl Block {
+    /// The latest the store's clock can be at local time `local_ns`.
+    fn store_ns(&self, local_ns: u64) -> u64 {
+        self.taken_ns
+            .saturating_add(local_ns.saturating_sub(self.sent_local_ns))
+    }
+
     /// Units that may be spent at local time `local_ns`.
     fn spendable(&self, local_ns: u64) -> u64 {
-        let store_ns = self
-            .taken_ns
-            .saturating_add(local_ns.saturating_sub(self.sent_local_ns));
+        let store_ns = self.store_ns(local_ns);
         if store_ns >= self.ends_ns {
             return 0;
         }
@@ -260,6 +266,33 @@ impl Leases {
             entry.taking || entry.block.is_some() || !idle(entry.period * PERIOD_NS)
         });
         out
+    }
+
+    /// The block held on `key` at local time `local_ns`, if any.
+    pub(crate) fn view(&self, key: &str, local_ns: u64) -> Option<LeaseView> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let block = entries.get(key)?.block.as_ref()?;
+        let ends = (block.ends_ns != u64::MAX)
+            .then(|| Duration::from_nanos(block.ends_ns.saturating_sub(block.store_ns(local_ns))));
+        Some(LeaseView {
+            left: block.left,
+            spendable: block.spendable(local_ns),
+            ends,
+        })
+    }
+
+    /// Counter `key` was reset (all counters: None): the blocks held on it are dropped,
+    /// not given back, since what they leased was deleted with it.
+    pub(crate) fn forget(&self, key: Option<&str>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match key {
+            Some(key) => {
+                if let Some(entry) = entries.get_mut(key) {
+                    entry.block = None;
+                }
+            }
+            None => entries.values_mut().for_each(|entry| entry.block = None),
+        }
     }
 
     /// Counts units given back.

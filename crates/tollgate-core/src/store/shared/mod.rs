@@ -332,6 +332,7 @@ impl SharedStore {
         Peek {
             local,
             shared: Some(shared),
+            lease: self.leases.view(key, self.local.local_ns()),
         }
     }
 
@@ -344,6 +345,7 @@ impl SharedStore {
         )
         .await;
         self.local.forget(key);
+        self.leases.forget(Some(key));
         match result {
             Err(_) => Err(StoreError::Timeout),
             Ok(Ok(())) => Ok(()),

@@ -1,9 +1,10 @@
 //! Counter resets across instances. The instance that resets a counter deletes it in the
 //! store and announces its key (Redis PUBLISH, PostgreSQL NOTIFY); every instance listens
-//! and drops the key from its local view, so the next request anywhere asks the store and
-//! is admitted. A key too long to announce is announced as [`ALL`], and a listener that
-//! (re)subscribes may have missed announcements: both drop every view, which is always
-//! safe, since the views only save round trips.
+//! and drops the key from its local view (and its lease on it, whose units went with the
+//! counter), so the next request anywhere asks the store and is admitted. A key too long to announce is announced as [`ALL`], and a listener that
+//! (re)subscribes may have missed announcements: both drop every view and lease, which is
+//! always safe, since the views only save round trips and a dropped lease only leaves its
+//! units unused until its window ends.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -64,5 +65,8 @@ fn forget(store: &Weak<SharedStore>, announced: &str) -> bool {
         ALL => store.local.forget_all(),
         key => store.local.forget(key),
     }
+    store
+        .leases
+        .forget(Some(announced).filter(|key| *key != ALL));
     true
 }

@@ -137,6 +137,34 @@ fn a_block_is_sized_to_one_period_of_recent_traffic() {
 }
 
 #[test]
+fn a_block_is_shown_as_held_and_a_reset_drops_it() {
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
+    let leases = leases(0.01);
+    assert_eq!(leases.view(KEY, 0), None);
+    one_period(&mut counter, &leases, 50);
+    one_period(&mut counter, &leases, 50);
+    // A third period takes 50 at its start and spends 20 of them.
+    one_period(&mut counter, &leases, 20);
+    let now = counter.clock.now_ns();
+    let view = leases.view(KEY, now).expect("a block");
+    assert_eq!((view.left, view.spendable), (30, 30));
+    assert_eq!(
+        view.ends,
+        Some(std::time::Duration::from_nanos(60 * SECOND - now)),
+        "spendable until the minute ends"
+    );
+    leases.forget(Some("another"));
+    assert_eq!(held(&leases), 30);
+    leases.forget(Some(KEY));
+    assert_eq!(leases.view(KEY, now), None);
+    // The next take is of the last period's 20, half of them spent.
+    assert_eq!(one_period(&mut counter, &leases, 10), 10);
+    assert_eq!(held(&leases), 10, "a new block");
+    leases.forget(None);
+    assert_eq!(held(&leases), 0);
+}
+
+#[test]
 fn blocks_shrink_near_the_limit_down_to_one_unit_per_call() {
     let mut counter = Counter::new(vec![fixed(2_000, Unit::Hour)], 0);
     let leases = leases(0.01);
