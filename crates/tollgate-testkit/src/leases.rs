@@ -27,7 +27,7 @@ const TIGHT_LIMIT: u64 = 3_000;
 const TIGHT_BLOCK: u64 = 30;
 const INSTANCES: usize = 2;
 /// Concurrent callers per instance.
-const CALLERS: usize = 4;
+pub const CALLERS: usize = 4;
 
 /// A shared store under test: how a Tollgate serving `rules` on it starts, and how many
 /// calls of Tollgate's store operation the store itself has counted so far.
@@ -104,9 +104,9 @@ pub async fn call_rarely_and_never_admit_past_the_limit(store: Store<'_>) {
     );
 }
 
-/// `per_caller` requests for `key=one` from each of [`CALLERS`] tasks per client, one
-/// after another; the admissions.
-async fn admissions(clients: &[Rls], key: &'static str, per_caller: usize) -> u64 {
+/// `per_caller` requests for `key=one` (domain `rl`) from each of [`CALLERS`] tasks per
+/// client, one after another; the admissions.
+pub async fn admissions(clients: &[Rls], key: &'static str, per_caller: usize) -> u64 {
     let mut tasks = tokio::task::JoinSet::new();
     for client in clients {
         for _ in 0..CALLERS {
