@@ -7,7 +7,8 @@
 #     that no system Python is touched (Debian 12 and Ubuntu 23.04+ refuse a system-wide
 #     pip install). Debian's python3-venv is installed when venvs cannot be made;
 #   - a PostgreSQL server (initdb, postgres, psql under /usr/lib/postgresql/*/bin):
-#     Debian's postgresql package. The tests start their own servers on free ports;
+#     Debian's postgresql package, which includes the pg_stat_statements extension
+#     that the lease test counts calls with. The tests start their own servers on free ports;
 #   - Helm 3.22.0, for the chart's tests (`helm lint`, `helm template`): the Go module
 #     helm.sh/helm/v3, built with `go install` into target/test-deps/helm (cached: built
 #     once per version). Without Go it is skipped, saying so, and the chart tests skip too;

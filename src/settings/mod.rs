@@ -224,12 +224,12 @@ mod tests {
     }
 
     #[test]
-    fn leases_are_off_by_default_and_their_fraction_bounded() {
+    fn leases_are_on_by_default_and_their_fraction_bounded() {
         let s = serve(&[]);
-        assert!(!s.store.leases);
-        assert_eq!(s.store.lease_max_fraction, 0.01);
-        let s = serve(&["--leases", "--lease-max-fraction", "0.5"]);
         assert!(s.store.leases);
+        assert_eq!(s.store.lease_max_fraction, 0.01);
+        let s = serve(&["--leases=false", "--lease-max-fraction", "0.5"]);
+        assert!(!s.store.leases);
         assert_eq!(s.store.lease_max_fraction, 0.5);
         for bad in ["0", "-0.1", "0.51", "1", "NaN", "a lot"] {
             let flag = format!("--lease-max-fraction={bad}");

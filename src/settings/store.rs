@@ -77,8 +77,8 @@ pub(crate) struct StoreArgs {
     #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
     pub(crate) on_store_error: Option<OnStoreError>,
     /// Hot counters take blocks of their limit from the shared store in one call and
-    /// admit from them locally (README, Leases).
-    #[arg(long, env = "LEASES", default_value_t = false, flag())]
+    /// admit from them locally (README, Leases); reference mode never leases.
+    #[arg(long, env = "LEASES", default_value_t = true, flag())]
     pub(crate) leases: bool,
     /// The largest block a counter leases, as a fraction of its smallest limit (above 0,
     /// at most 0.5).

@@ -1,10 +1,12 @@
 //! Tollgate's PostgreSQL store against a real PostgreSQL server that each test starts on
 //! a free port: limiting, sharing between instances, local denials, accuracy under
 //! overload, the schema, settings and `tollgate migrate` (`store`); restart under load,
-//! bad credentials, an unreachable server and the statement timeout (`faults`).
+//! bad credentials, an unreachable server and the statement timeout (`faults`); leases
+//! on a hot counter (`leases`).
 
 mod admin;
 mod debts;
 mod faults;
+mod leases;
 mod store;
 mod support;

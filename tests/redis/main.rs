@@ -1,12 +1,14 @@
 //! Tollgate's Redis store against real redis-servers: one server, a 3-master Cluster, a
 //! sentinel set, TLS, and the failures of each (down, killed under load, frozen, failed
-//! over). Tests that measure time take the testkit's timing lock.
+//! over), leases, and reference mode's counting. Tests that measure time take the
+//! testkit's timing lock.
 
 mod admin;
 mod cluster;
 mod debts;
 mod faults;
 mod leases;
+mod reference_mode;
 mod sentinel;
 mod single;
 mod support;

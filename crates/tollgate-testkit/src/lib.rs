@@ -9,8 +9,8 @@
 //! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
 //!   send, and [`keys`]: where counters live in Redis;
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
-//!   behind, and [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
-//!   share;
+//!   behind, [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
+//!   share, and [`leases`]: the leasing run both suites make;
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
 //! - [`serial`]: the lock that keeps timing-sensitive tests apart, [`rng`]: seeded
@@ -40,6 +40,7 @@ pub mod grpc;
 pub mod helm;
 pub mod http;
 pub mod keys;
+pub mod leases;
 pub mod load;
 pub mod otlp;
 pub mod pki;

@@ -186,6 +186,28 @@ impl PostgresServer {
         });
     }
 
+    /// Loads pg_stat_statements, which counts each statement's calls as they finish (the
+    /// cumulative statistics system would report them seconds late): a restart.
+    pub fn count_statements(&mut self) {
+        self.psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'");
+        self.stop();
+        self.restart();
+        self.psql("CREATE EXTENSION pg_stat_statements");
+    }
+
+    /// Calls so far of the statements that start with `prefix`, once
+    /// [`Self::count_statements`] has loaded the counting.
+    pub fn statement_calls(&self, prefix: &str) -> u64 {
+        let escaped = prefix.replace('\'', "''");
+        let calls = self.psql(&format!(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
+             WHERE starts_with(query, '{escaped}')"
+        ));
+        calls
+            .parse()
+            .unwrap_or_else(|e| panic!("pg_stat_statements calls {calls:?}: {e}"))
+    }
+
     /// Makes this standby the primary, and waits until it is.
     pub fn promote(&self) {
         assert_eq!(self.psql("SELECT pg_promote()"), "t", "promotion");

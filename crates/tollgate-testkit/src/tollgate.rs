@@ -64,7 +64,7 @@ pub fn command_at(binary: &Path) -> Command {
     // The debug port's default is the reference's fixed 6070 on every interface: tests
     // that want it name a free loopback port.
     cmd.env("DEBUG_PORT", "off");
-    // `LEASES=true cargo test` runs a suite with leasing on (a test may still set it).
+    // `LEASES=false cargo test` runs a suite with leasing off (a test may still set it).
     if let Some(leases) = std::env::var_os("LEASES") {
         cmd.env("LEASES", leases);
     }

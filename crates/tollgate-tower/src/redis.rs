@@ -42,7 +42,11 @@ impl RedisStore {
             url: url.into(),
             key_prefix: String::new(),
             behaviour: SharedBehaviour {
-                leases: tollgate_core::store::LeasePolicy::default(),
+                // No drain in an embedding service would give held blocks back.
+                leases: tollgate_core::store::LeasePolicy {
+                    enabled: false,
+                    ..tollgate_core::store::LeasePolicy::default()
+                },
                 timeout: Duration::from_millis(10),
                 on_error: OnStoreError::Local,
                 local_capacity: Capacity::default(),

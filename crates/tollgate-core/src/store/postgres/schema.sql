@@ -65,6 +65,9 @@ $$;
 --   p_extra     see p_mode ('l', 'g'); 0 otherwise
 -- Returns {admitted (1/0; for 'l' the units taken, 0 for none; 1 for 'g'), now, then the state as it was before this call, before its
 -- debt too}.
+-- The check and the write each walk the limits in a loop of their own: a set-returning
+-- function listing the limits once would run a query per walk, which made a call several
+-- times slower (pgbench, 0.08-0.12 ms against 0.35-1.2 ms).
 CREATE OR REPLACE FUNCTION tollgate_apply(
     p_key text, p_mode text, p_hits bigint, p_debt bigint, p_deadline bigint, p_now bigint,
     p_kinds text, p_windows bigint[], p_params bigint[], p_rpus bigint[], p_bounds bigint[],

@@ -34,7 +34,7 @@ pub struct LeasePolicy {
 impl Default for LeasePolicy {
     fn default() -> Self {
         Self {
-            enabled: false,
+            enabled: true,
             max_fraction: 0.01,
         }
     }

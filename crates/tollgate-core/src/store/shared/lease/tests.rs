@@ -225,7 +225,10 @@ fn a_small_counter_never_leases() {
 #[test]
 fn leases_off_never_lease() {
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Second)], 0);
-    let leases = Leases::new(LeasePolicy::default());
+    let leases = Leases::new(LeasePolicy {
+        enabled: false,
+        ..LeasePolicy::default()
+    });
     for _ in 0..5 {
         one_period(&mut counter, &leases, 100);
     }
