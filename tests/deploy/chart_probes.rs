@@ -140,7 +140,20 @@ async fn the_rendered_deployment_serves_its_probes_and_metrics_on_redis() {
         &limit(60, Unit::Minute, "per-tenant"),
         59,
     );
-    let keys: Vec<String> = redis.query(&["KEYS", "*tenant*"]);
+    // Under load the answer may come before the count lands (a call past its wait goes on
+    // in the background): the key is awaited, not expected at once.
+    let (keys, _) = wait::until_async(
+        "the counter in Redis",
+        Duration::from_secs(10),
+        async || {
+            let keys: Vec<String> = redis.query(&["KEYS", "*tenant*"]);
+            match keys.is_empty() {
+                true => Err("no key yet".to_owned()),
+                false => Ok(keys),
+            }
+        },
+    )
+    .await;
     assert_eq!(keys.len(), 1, "{keys:?}");
 
     // On SIGTERM the readiness probe fails while the pod drains (SHUTDOWN_DELAY).
