@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::{LeasePolicy, Leases, PERIOD_NS};
+use super::{LeasePolicy, Leases, Miss, PERIOD_NS};
 use crate::algo::{Hits, LimitState};
 use crate::clock::{Clock, ManualClock};
 use crate::limit::{Algorithm, Limit};
@@ -41,14 +41,15 @@ impl Counter {
     /// the block, by a take, or as plain hits; whether it was admitted.
     fn request(&mut self, leases: &Leases, n: u64) -> bool {
         let now = self.clock.now_ns();
-        let (want, stale) = match leases.spend(KEY, &self.limits, n, now) {
+        let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
             Ok(_) => return true,
             Err(next) => next,
         };
         if let Some((_, _, ask)) = stale {
             self.call(ask);
         }
-        let Some(want) = want else {
+        // Every take here is answered before the next request: none is waited for.
+        let Miss::Take(want) = miss else {
             return self.call(Ask::Hits(Hits::Consume(n))) == 1;
         };
         let granted = self.call(Ask::Take { need: n, want });
