@@ -10,7 +10,7 @@
 //!
 //! A hot counter (`--keys 1`) over `--instances` Tollgates on one shared store, beside one
 //! Tollgate on the memory store (`--beside-memory`), shows what leases save: the store's
-//! commands and CPU per admission. With `--window-seconds` and a limit below the offered
+//! calls and CPU per admission. With `--window-seconds` and a limit below the offered
 //! load, the run also reports admissions per epoch-aligned window.
 //!
 //! Run: `cargo bench --bench load -- [OPTIONS]` (`--help` lists them).
@@ -332,16 +332,12 @@ impl SharedStore {
         }
     }
 
-    /// Commands Redis has run so far (`total_commands_processed`); None for other stores.
-    fn commands(&self) -> Result<Option<u64>> {
+    /// Scripts Redis has run so far (EVALSHA and EVAL, from INFO commandstats): Tollgate's
+    /// calls, each one round trip; None for other stores.
+    fn calls(&self) -> Option<u64> {
         match self {
-            Self::Redis(redis) => {
-                let total = redis
-                    .info_field("stats", "total_commands_processed")
-                    .ok_or("no total_commands_processed in INFO stats")?;
-                Ok(Some(total.parse()?))
-            }
-            Self::None | Self::Postgres(_) => Ok(None),
+            Self::Redis(redis) => Some(redis.commandstats().scripts()),
+            Self::None | Self::Postgres(_) => None,
         }
     }
 }
@@ -544,8 +540,8 @@ struct Measurement {
     cpu_us: f64,
     /// CPU time of the shared store behind it, if any.
     store_cpu_us: Option<f64>,
-    /// Commands the store ran (Redis only).
-    store_commands: Option<u64>,
+    /// Calls the store ran (Redis only).
+    store_calls: Option<u64>,
     /// The answers by epoch-aligned window, with `--window-seconds`.
     windows: Option<OverloadRun>,
     seconds: f64,
@@ -599,20 +595,15 @@ async fn measure(
 
     let pids = server.pids();
     let store_pid = store.and_then(SharedStore::pid);
-    let commands = || {
-        store
-            .map(SharedStore::commands)
-            .transpose()
-            .map(Option::flatten)
-    };
+    let calls = || store.and_then(SharedStore::calls);
     tokio::time::sleep_until(measure_start).await;
     let cpu_before = total_cpu_ticks(&pids)?;
     let store_before = store_pid.map(tree_cpu_ticks).transpose()?;
-    let commands_before = commands()?;
+    let calls_before = calls();
     tokio::time::sleep_until(end).await;
     let cpu_after = total_cpu_ticks(&pids)?;
     let store_after = store_pid.map(tree_cpu_ticks).transpose()?;
-    let commands_after = commands()?;
+    let calls_after = calls();
 
     let answers = load.await?;
     let micros =
@@ -632,8 +623,8 @@ async fn measure(
         stats,
         cpu_us: micros(cpu_before, cpu_after),
         store_cpu_us: store_before.zip(store_after).map(|(b, a)| micros(b, a)),
-        store_commands: commands_before
-            .zip(commands_after)
+        store_calls: calls_before
+            .zip(calls_after)
             .map(|(b, a)| a.saturating_sub(b)),
         windows,
         seconds: args.duration as f64,
@@ -750,7 +741,7 @@ struct Row {
     over_limit: u64,
     cpu_us_per_req: f64,
     store_cpu_us_per_req: Option<f64>,
-    store_commands_per_req: Option<f64>,
+    store_calls_per_req: Option<f64>,
     /// Admissions per whole aligned window and the share of the limit used over them.
     windows: Option<(Vec<u64>, f64)>,
 }
@@ -866,7 +857,7 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed,
         store_cpu_us_per_req: m.store_cpu_us.map(|us| us / completed),
-        store_commands_per_req: m.store_commands.map(|n| n as f64 / completed),
+        store_calls_per_req: m.store_calls.map(|n| n as f64 / completed),
         windows: m.windows.map(|run| {
             let per_window = run.per_window().iter().map(|w| w.certain).collect();
             (per_window, run.utilisation())
@@ -878,14 +869,14 @@ fn print_row(round: u64, r: &Row) {
     let store = r
         .store_cpu_us_per_req
         .map_or(String::new(), |us| format!(" store_cpu_us_per_req={us:.1}"));
-    let commands = r
-        .store_commands_per_req
-        .map_or(String::new(), |n| format!(" store_commands_per_req={n:.4}"));
+    let calls = r
+        .store_calls_per_req
+        .map_or(String::new(), |n| format!(" store_calls_per_req={n:.4}"));
     let windows = r.windows.as_ref().map_or(String::new(), |(per, used)| {
         format!(" per_aligned_window={per:?} utilisation={used:.3}")
     });
     println!(
-        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store}{commands}{windows}",
+        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store}{calls}{windows}",
         r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
     );
 }
@@ -897,7 +888,7 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
     let of = |name: &'static str| rows.iter().filter(move |r| r.name == name);
     for &name in servers {
         let store: Vec<f64> = of(name).filter_map(|r| r.store_cpu_us_per_req).collect();
-        let commands: Vec<f64> = of(name).filter_map(|r| r.store_commands_per_req).collect();
+        let calls: Vec<f64> = of(name).filter_map(|r| r.store_calls_per_req).collect();
         let used: Vec<f64> = of(name)
             .filter_map(|r| Some(r.windows.as_ref()?.1))
             .collect();
@@ -911,7 +902,7 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
             spread(of(name).map(|r| f64::from(r.p99_us)).collect(), 0),
             spread(of(name).map(|r| r.cpu_us_per_req).collect(), 1),
             optional("store_cpu_us_per_req", store, 1),
-            optional("store_commands_per_req", commands, 4),
+            optional("store_calls_per_req", calls, 4),
             optional("utilisation", used, 3),
         );
     }

@@ -97,8 +97,10 @@ struct Entry {
     /// While a take is out: woken when it is answered or fails.
     taking: Option<Arc<Notify>>,
     block: Option<Block>,
-    /// The store's room after the last take, which a next block stays well within.
-    room: Option<u64>,
+    /// The store's room after the last take, which a next block stays well within, and
+    /// the local time it is known until: the end of the take's window (it only shrinks
+    /// within it), or for GCRA a period (it grows as the bucket refills).
+    room: Option<(u64, u64)>,
 }
 
 /// Counts behind the lease metrics.
@@ -173,10 +175,16 @@ impl Leases {
             return Err((Miss::Usual, None));
         }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if !entries.contains_key(key) && entries.len() >= MAX_ENTRIES {
-            return Err((Miss::Usual, None));
+        // The key is copied only for a new entry: a hot counter's requests do not allocate.
+        if !entries.contains_key(key) {
+            if entries.len() >= MAX_ENTRIES {
+                return Err((Miss::Usual, None));
+            }
+            entries.insert(key.to_owned(), Entry::default());
         }
-        let entry = entries.entry(key.to_owned()).or_default();
+        let Some(entry) = entries.get_mut(key) else {
+            return Err((Miss::Usual, None));
+        };
         let period = local_ns / PERIOD_NS;
         if period != entry.period {
             entry.rate = if period == entry.period + 1 {
@@ -200,10 +208,11 @@ impl Leases {
             return Err((Miss::Usual, stale));
         }
         // Near the limit, a quarter of the room at the last take: down to one per call.
+        let room = entry.room.filter(|&(_, until)| local_ns < until);
         let want = entry
             .rate
             .clamp(n, most)
-            .min(entry.room.map_or(most, |room| room / 4));
+            .min(room.map_or(most, |(room, _)| room / 4));
         if want <= n {
             return Err((Miss::Usual, stale));
         }
@@ -221,10 +230,13 @@ impl Leases {
     /// `n` units from the entry's block, if it may spend them at `local_ns`.
     fn spend_held(&self, entry: &mut Entry, n: u64, local_ns: u64) -> Option<Verdict> {
         let block = entry.block.as_mut()?;
-        if block.spendable(local_ns) < n {
+        let spendable = block.spendable(local_ns);
+        if spendable < n {
             return None;
         }
-        block.left -= n;
+        // Units past `spendable` (for GCRA, those the bucket has refilled) are dropped, not
+        // kept for later: spent late, they would come on top of what the bucket admits anew.
+        block.left = spendable - n;
         block.last_spent_local_ns = local_ns;
         self.counts.local_admissions.fetch_add(1, Ordering::Relaxed);
         let mut verdict = block.base;
@@ -243,11 +255,16 @@ impl Leases {
         (after, now_ns, sent_local_ns): (&[LimitState], u64, u64),
     ) -> Option<GiveBack> {
         let base = evaluate(after, limits, now_ns, 0);
+        let ends_ns = ends_ns(limits, now_ns);
+        let known_until = match ends_ns {
+            u64::MAX => sent_local_ns.saturating_add(PERIOD_NS),
+            ends => sent_local_ns.saturating_add(ends - now_ns),
+        };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let entry = entries.get_mut(key)?;
         let waiting = entry.taking.take();
         if granted == 0 {
-            entry.room = Some(0);
+            entry.room = Some((0, known_until));
             wake(waiting);
             return None;
         }
@@ -255,12 +272,12 @@ impl Leases {
         self.counts
             .units_leased
             .fetch_add(granted, Ordering::Relaxed);
-        entry.room = Some(base.decision.remaining);
+        entry.room = Some((base.decision.remaining, known_until));
         let block = Block {
             left: granted - n,
             taken_ns: now_ns,
             sent_local_ns,
-            ends_ns: ends_ns(limits, now_ns),
+            ends_ns,
             decay: decay(after, limits),
             base,
             last_spent_local_ns: sent_local_ns,
@@ -507,5 +524,7 @@ pub(super) fn spawn_sweeper(store: &Arc<SharedStore>) {
     });
 }
 
+#[cfg(test)]
+mod simulation;
 #[cfg(test)]
 mod tests;

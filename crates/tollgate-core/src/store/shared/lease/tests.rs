@@ -12,34 +12,38 @@ use crate::unit::Unit;
 
 const KEY: &str = "hot";
 const MS: u64 = 1_000_000;
-const SECOND: u64 = 1_000 * MS;
+pub(super) const SECOND: u64 = 1_000 * MS;
 
 /// One shared counter as the store holds it, and the clock both sides read.
-struct Counter {
+pub(super) struct Counter {
     limits: Vec<Limit>,
     states: Vec<LimitState>,
-    clock: ManualClock,
+    pub(super) clock: ManualClock,
+    /// Store calls made so far.
+    pub(super) calls: u64,
 }
 
 impl Counter {
-    fn new(limits: Vec<Limit>, start_ns: u64) -> Self {
+    pub(super) fn new(limits: Vec<Limit>, start_ns: u64) -> Self {
         let states = limits.iter().map(LimitState::new).collect();
         Self {
             limits,
             states,
             clock: ManualClock::new(start_ns),
+            calls: 0,
         }
     }
 
     /// One store call at the clock's time; its flag (units granted, or admitted).
     fn call(&mut self, ask: Ask) -> u64 {
         let now = self.clock.now_ns();
+        self.calls += 1;
         lease_effect(&mut self.states, &self.limits, now, 0, ask)
     }
 
     /// A request of `n` units through `leases`, as `SharedStore::apply` makes it: from
     /// the block, by a take, or as plain hits; whether it was admitted.
-    fn request(&mut self, leases: &Leases, n: u64) -> bool {
+    pub(super) fn request(&mut self, leases: &Leases, n: u64) -> bool {
         let now = self.clock.now_ns();
         let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
             Ok(_) => return true,
@@ -62,7 +66,7 @@ impl Counter {
     }
 
     /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
-    fn sweep(&mut self, leases: &Leases, all: bool) {
+    pub(super) fn sweep(&mut self, leases: &Leases, all: bool) {
         for (_, _, ask) in leases.sweep(self.clock.now_ns(), all) {
             self.call(ask);
         }
@@ -76,11 +80,43 @@ impl Counter {
     }
 }
 
-fn leases(max_fraction: f64) -> Leases {
+pub(super) fn leases(max_fraction: f64) -> Leases {
     Leases::new(LeasePolicy {
         enabled: true,
         max_fraction,
     })
+}
+
+/// Instances with leases on one counter, each swept every period as `spawn_sweeper`
+/// sweeps.
+pub(super) struct Fleet {
+    pub(super) counter: Counter,
+    instances: Vec<Leases>,
+    swept_ns: u64,
+}
+
+impl Fleet {
+    pub(super) fn new(limits: Vec<Limit>, max_fraction: f64, instances: usize, at: u64) -> Self {
+        Self {
+            counter: Counter::new(limits, at),
+            instances: (0..instances).map(|_| leases(max_fraction)).collect(),
+            swept_ns: at,
+        }
+    }
+
+    /// A request of `n` units to instance `i`, `after_ns` after the last step; whether
+    /// it was admitted.
+    pub(super) fn request(&mut self, i: usize, n: u64, after_ns: u64) -> bool {
+        self.counter.clock.advance(after_ns);
+        let now = self.counter.clock.now_ns();
+        if now - self.swept_ns >= PERIOD_NS {
+            for leases in &self.instances {
+                self.counter.sweep(leases, false);
+            }
+            self.swept_ns = now;
+        }
+        self.counter.request(&self.instances[i], n)
+    }
 }
 
 fn fixed(requests: u32, unit: Unit) -> Limit {
@@ -164,7 +200,8 @@ fn blocks_shrink_near_the_limit_down_to_one_unit_per_call() {
     let room = entries
         .get(KEY)
         .and_then(|e| e.room)
-        .expect("a take's room");
+        .expect("a take's room")
+        .0;
     assert!(room < 8, "blocks stopped with {room} units of room");
 }
 
@@ -281,6 +318,39 @@ fn a_gcra_block_decays_as_the_bucket_refills() {
 }
 
 #[test]
+fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
+    // One unit a millisecond, a burst of 1,000: blocks of up to 10.
+    let limit = Limit::new(1_000, Unit::Second)
+        .with_algorithm(Algorithm::TokenBucket { burst: 1_000 })
+        .expect("limit");
+    let mut counter = Counter::new(vec![limit], SECOND);
+    let leases = leases(0.01);
+    take_block(&mut counter, &leases);
+    let left = held(&leases);
+    // Until 5 ms before the arrival time the take left, when the bucket has refilled all
+    // but 5 units of the block: the rest, unspent, has drained as if spent.
+    let tat_ns = {
+        let entries = leases.entries.lock().expect("entries");
+        let block = entries.get(KEY).and_then(|e| e.block.as_ref());
+        block.and_then(|b| b.decay.first()).expect("decay").0
+    };
+    counter
+        .clock
+        .advance(tat_ns - 5 * MS - counter.clock.now_ns());
+    assert!(left > 5, "a block of {left}");
+    // Another instance fills the bucket; this one then spends what it may of its block.
+    let mut admitted = 0;
+    while counter.call(Ask::Hits(Hits::Consume(1))) == 1 {
+        admitted += 1;
+    }
+    while counter.request(&leases, 1) {
+        admitted += 1;
+    }
+    // A bucket admits its burst at one instant, and no more.
+    assert_eq!(admitted, 1_000);
+}
+
+#[test]
 fn the_sweep_gives_idle_blocks_back() {
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
@@ -369,21 +439,11 @@ proptest! {
 
     #[test]
     fn instances_with_leases_never_admit_past_a_limit((limits, fraction, steps, instances) in load()) {
-        let mut counter = Counter::new(limits.clone(), 7 * SECOND + 123);
-        let all: Vec<Leases> = (0..instances).map(|_| leases(fraction)).collect();
+        let mut fleet = Fleet::new(limits.clone(), fraction, instances, 7 * SECOND + 123);
         let mut admissions: Vec<(u64, u64)> = Vec::new();
-        let mut swept = counter.clock.now_ns();
         for step in &steps {
-            counter.clock.advance(step.after_us * 1_000);
-            let now = counter.clock.now_ns();
-            if now - swept >= PERIOD_NS {
-                for leases in &all {
-                    counter.sweep(leases, false);
-                }
-                swept = now;
-            }
-            if counter.request(&all[step.instance], step.units) {
-                admissions.push((now, step.units));
+            if fleet.request(step.instance, step.units, step.after_us * 1_000) {
+                admissions.push((fleet.counter.clock.now_ns(), step.units));
             }
         }
         for limit in &limits {
