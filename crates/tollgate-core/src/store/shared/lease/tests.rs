@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::{LeasePolicy, Leases, Miss, PERIOD_NS};
-use crate::algo::{Hits, LimitState};
-use crate::clock::{Clock, ManualClock};
+use crate::algo::{Gcra, Hits, LimitState, mul_div};
+use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO};
 use crate::limit::{Algorithm, Limit};
 use crate::store::shared::protocol::{Ask, lease_effect};
 use crate::unit::Unit;
@@ -21,6 +21,8 @@ pub(super) struct Counter {
     pub(super) clock: ManualClock,
     /// Store calls made so far.
     pub(super) calls: u64,
+    /// Those of them that counted units: takes granted and hits admitted.
+    counting: u64,
 }
 
 impl Counter {
@@ -31,6 +33,7 @@ impl Counter {
             states,
             clock: ManualClock::new(start_ns),
             calls: 0,
+            counting: 0,
         }
     }
 
@@ -38,7 +41,11 @@ impl Counter {
     fn call(&mut self, ask: Ask) -> u64 {
         let now = self.clock.now_ns();
         self.calls += 1;
-        lease_effect(&mut self.states, &self.limits, now, 0, ask)
+        let flag = lease_effect(&mut self.states, &self.limits, now, 0, ask);
+        if flag > 0 && !matches!(ask, Ask::GiveBack { .. }) {
+            self.counting += 1;
+        }
+        flag
     }
 
     /// A request of `n` units through `leases`, as `SharedStore::apply` makes it: from
@@ -420,15 +427,19 @@ fn load() -> impl Strategy<Value = (Vec<Limit>, f64, Vec<Step>, usize)> {
         })
 }
 
-/// Most units a limit may admit in `[from, to)`: per fixed window its requests; for GCRA
-/// its burst plus what refills over the span.
-fn allowed(limit: &Limit, from_ns: u64, to_ns: u64) -> u64 {
+/// Most units a limit may admit in `[from, to]` when `calls` store calls in it counted
+/// units: per fixed window its requests. For GCRA, what one bucket admits: the units that
+/// fit in the span plus the burst's tolerance, `(to − from + span(burst)) × requests /
+/// window` (each admission moves the arrival time by its span, which may be at most the
+/// tolerance ahead of now). Spans are whole microseconds, so a call's span may fall short
+/// of its units' exact share by under a microsecond: each counting call adds one.
+fn allowed(limit: &Limit, from_ns: u64, to_ns: u64, calls: u64) -> u64 {
     let requests = u64::from(limit.requests_per_unit);
     match limit.algorithm {
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => {
-            let refilled =
-                u128::from(to_ns - from_ns) * u128::from(requests) / u128::from(limit.window_ns);
-            u64::from(burst) + u64::try_from(refilled).unwrap_or(u64::MAX) + 1
+            let tolerance = Gcra::span(limit, u64::from(burst));
+            let bucket_ns = (to_ns - from_ns) + tolerance + calls * NANOS_PER_MICRO;
+            mul_div(bucket_ns, requests, limit.window_ns)
         }
         _ => requests,
     }
@@ -440,36 +451,79 @@ proptest! {
     #[test]
     fn instances_with_leases_never_admit_past_a_limit((limits, fraction, steps, instances) in load()) {
         let mut fleet = Fleet::new(limits.clone(), fraction, instances, 7 * SECOND + 123);
-        let mut admissions: Vec<(u64, u64)> = Vec::new();
+        // Each admission: when, how many units, and the counting calls before and after it.
+        let mut admissions: Vec<(u64, u64, u64, u64)> = Vec::new();
         for step in &steps {
+            let before = fleet.counter.counting;
             if fleet.request(step.instance, step.units, step.after_us * 1_000) {
-                admissions.push((fleet.counter.clock.now_ns(), step.units));
+                let now = fleet.counter.clock.now_ns();
+                admissions.push((now, step.units, before, fleet.counter.counting));
             }
         }
         for limit in &limits {
             match limit.algorithm {
                 Algorithm::FixedWindow => {
                     let mut per_window = std::collections::BTreeMap::new();
-                    for &(at, units) in &admissions {
+                    for &(at, units, _, _) in &admissions {
                         *per_window.entry(at / limit.window_ns).or_insert(0) += units;
                     }
                     for (window, admitted) in per_window {
-                        prop_assert!(admitted <= allowed(limit, 0, 0),
+                        prop_assert!(admitted <= allowed(limit, 0, 0, 0),
                             "window {window}: {admitted} admitted past {limit:?}");
                     }
                 }
                 _ => {
-                    // Every span starting at an admission: burst plus refill bounds it.
-                    for (i, &(from, _)) in admissions.iter().enumerate() {
+                    // Every span starting at an admission: one bucket's bound.
+                    for (i, &(from, _, counted, _)) in admissions.iter().enumerate() {
                         let mut admitted = 0;
-                        for &(at, units) in &admissions[i..] {
+                        for &(at, units, _, after) in &admissions[i..] {
                             admitted += units;
-                            prop_assert!(admitted <= allowed(limit, from, at),
-                                "{admitted} admitted in [{from}, {at}] past {limit:?}");
+                            let most = allowed(limit, from, at, after - counted);
+                            prop_assert!(admitted <= most,
+                                "{admitted} admitted in [{from}, {at}] past {most} of {limit:?}");
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// The README's under-use bound: with steady demand above a fixed window's limit on
+    /// every instance, each window admits all of its limit but what blocks hold when it
+    /// ends, at most one block (`LEASE_MAX_FRACTION` of the limit) per instance.
+    #[test]
+    fn instances_with_leases_use_a_limit_their_demand_passes(
+        requests in 800..5_000_u32,
+        seconds in 1..3_u32,
+        fraction in 0.005..0.5_f64,
+        instances in 1..5_usize,
+        demand in 1.2..3.0_f64,
+    ) {
+        let limit = Limit::new(requests, Unit::Second)
+            .with_multiplier(seconds)
+            .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+            .expect("limit");
+        let window_ns = limit.window_ns;
+        let mut fleet = Fleet::new(vec![limit], fraction, instances, 7 * window_ns);
+        let per_window = (f64::from(requests) * demand) as u64;
+        let gap_ns = window_ns / per_window;
+        let mut admitted = std::collections::BTreeMap::new();
+        for step in 1..2 * per_window {
+            if fleet.request(step as usize % instances, 1, gap_ns) {
+                let window = fleet.counter.clock.now_ns() / window_ns;
+                *admitted.entry(window).or_insert(0_u64) += 1;
+            }
+        }
+        let block = (f64::from(requests) * fraction) as u64;
+        let unused = instances as u64 * block;
+        for (window, admitted) in admitted {
+            prop_assert!(admitted <= u64::from(requests));
+            prop_assert!(admitted + unused >= u64::from(requests),
+                "window {window}: {admitted} of {requests}, {instances} instances, blocks of {block}");
         }
     }
 }
