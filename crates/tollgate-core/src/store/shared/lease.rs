@@ -9,6 +9,7 @@
 //! clock estimate never stretches a block.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -131,7 +132,7 @@ pub(crate) enum Miss {
     Take(u64),
     /// Waits for the take that is out, then spends from its block: one take serves the
     /// requests that arrive during its round trip, instead of each going to the store.
-    Wait(OwnedNotified),
+    Wait(Pin<Box<OwnedNotified>>),
 }
 
 impl Leases {
@@ -202,7 +203,7 @@ impl Leases {
         let stale = entry.block.take().and_then(|b| give_back(key, b));
         if let Some(taking) = &entry.taking {
             // Made under the lock, so the take's answer cannot come between.
-            return Err((Miss::Wait(taking.clone().notified_owned()), stale));
+            return Err((Miss::Wait(Box::pin(taking.clone().notified_owned())), stale));
         }
         if entry.rate < 2 {
             return Err((Miss::Usual, stale));
