@@ -324,6 +324,26 @@ impl Leases {
     }
 }
 
+/// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
+/// it lets the counter take again and the requests waiting for it go on.
+struct TakeOut<'a> {
+    leases: &'a Leases,
+    key: &'a str,
+}
+
+impl TakeOut<'_> {
+    /// The take was answered: `Leases::took` ends it.
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for TakeOut<'_> {
+    fn drop(&mut self) {
+        self.leases.failed(self.key);
+    }
+}
+
 /// Wakes the requests waiting for a take that is over.
 fn wake(taking: Option<Arc<Notify>>) {
     if let Some(notify) = taking {
@@ -407,8 +427,11 @@ impl SharedStore {
                 return self.leases.spend_waited(key, n, now).map(Ok);
             }
         };
+        let out = TakeOut {
+            leases: &self.leases,
+            key,
+        };
         if !self.is_up() {
-            self.leases.failed(key);
             return None;
         }
         let now = self.local.now_ns();
@@ -418,17 +441,12 @@ impl SharedStore {
         let trip = self
             .backend
             .check_and_count(key, limits, (0, ask), deadline, now);
-        let raw = match tokio::time::timeout(self.behaviour.timeout, trip).await {
-            Ok(Ok(raw)) => raw,
-            Ok(Err(_)) | Err(_) => {
-                self.leases.failed(key);
-                return None;
-            }
+        let Ok(Ok(raw)) = tokio::time::timeout(self.behaviour.timeout, trip).await else {
+            return None;
         };
         let (Ok(Reply::Ran { now_ns, states, .. }), Some(&flag)) =
             (super::protocol::decode(&raw, limits), raw.first())
         else {
-            self.leases.failed(key);
             return None;
         };
         bump(&self.counts.round_trips);
@@ -456,6 +474,7 @@ impl SharedStore {
             .local
             .adopt(key, limits, (0, Hits::Check), snapshot, unsettled);
         let taken = (granted, n.min(granted));
+        out.answered();
         if let Some(back) = self
             .leases
             .took(key, limits, taken, (&after, now_ns, sent_local))

@@ -358,6 +358,29 @@ fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
 }
 
 #[test]
+fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again() {
+    use futures_util::FutureExt;
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
+    let leases = leases(0.01);
+    one_period(&mut counter, &leases, 100);
+    let now = counter.clock.now_ns();
+    let spend = || leases.spend(KEY, &counter.limits, 1, now);
+    assert!(matches!(spend(), Err((Miss::Take(_), _))));
+    let Err((Miss::Wait(waiting), _)) = spend() else {
+        panic!("a second request does not wait for the take");
+    };
+    drop(super::TakeOut {
+        leases: &leases,
+        key: KEY,
+    });
+    assert!(
+        waiting.now_or_never().is_some(),
+        "the waiter is still asleep"
+    );
+    assert!(matches!(spend(), Err((Miss::Take(_), _))));
+}
+
+#[test]
 fn the_sweep_gives_idle_blocks_back() {
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
