@@ -8,6 +8,11 @@
 //! percentiles, error / over-limit counts and the server's CPU time per
 //! request, read from `/proc/PID/stat`.
 //!
+//! A hot counter (`--keys 1`) over `--instances` Tollgates on one shared store, beside one
+//! Tollgate on the memory store (`--beside-memory`), shows what leases save: the store's
+//! calls and CPU per admission. With `--window-seconds` and a limit below the offered
+//! load, the run also reports admissions per epoch-aligned window.
+//!
 //! Run: `cargo bench --bench load -- [OPTIONS]` (`--help` lists them).
 
 use std::error::Error;
@@ -15,7 +20,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -29,6 +34,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tollgate_testkit::accuracy::{OverloadRun, epoch_ns};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::load::{Answer, closed_loop, open_loop, percentile};
 use tollgate_testkit::postgres::PostgresServer;
@@ -58,9 +64,20 @@ struct Args {
     /// Extra argument for `tollgate serve` (repeatable).
     #[arg(long = "tollgate-arg", allow_hyphen_values = true)]
     tollgate_args: Vec<String>,
-    /// requests_per_unit (per second) of the `user` rule.
+    /// requests_per_unit (per second, or per `--window-seconds`) of the `user` rule.
     #[arg(long, default_value_t = 1_000_000_000)]
     limit: u32,
+    /// The `user` rule's window in seconds (`unit_multiplier`); given, the run reports
+    /// admissions per epoch-aligned window and fails if one holds more than the limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3_600))]
+    window_seconds: Option<u32>,
+    /// Tollgate processes on the shared store, the connections spread over them in turn.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    instances: u64,
+    /// Measure one Tollgate on the memory store in every round too, as `memory`, under
+    /// the same load: the mark for Tollgates on a shared store.
+    #[arg(long)]
+    beside_memory: bool,
     /// Make the `user` rule a `detailed_metric` one (a series per request value, up to
     /// DETAILED_METRIC_LIMIT), to measure what recording costs.
     #[arg(long)]
@@ -229,14 +246,15 @@ fn run_noop_server() -> Result<()> {
 // Server processes (parent side)
 // ---------------------------------------------------------------------------
 
-/// A server under load: the no-op one, Tollgate or the reference, all killed when
-/// dropped (and when this process dies: the testkit spawns them so).
+/// A server under load: the no-op one, Tollgate (one or more processes) or the
+/// reference, all killed when dropped (and when this process dies: the testkit spawns
+/// them so).
 enum ServerProcess {
     Noop {
         process: Process,
         grpc_addr: SocketAddr,
     },
-    Tollgate(tollgate::Server),
+    Tollgate(Vec<tollgate::Server>),
     Reference {
         server: Reference,
         _rules: RuntimeRoot,
@@ -244,19 +262,19 @@ enum ServerProcess {
 }
 
 impl ServerProcess {
-    fn pid(&self) -> u32 {
+    fn pids(&self) -> Vec<u32> {
         match self {
-            ServerProcess::Noop { process, .. } => process.pid(),
-            ServerProcess::Tollgate(server) => server.pid(),
-            ServerProcess::Reference { server, .. } => server.pid(),
+            ServerProcess::Noop { process, .. } => vec![process.pid()],
+            ServerProcess::Tollgate(servers) => servers.iter().map(|s| s.pid()).collect(),
+            ServerProcess::Reference { server, .. } => vec![server.pid()],
         }
     }
 
-    fn grpc_addr(&self) -> SocketAddr {
+    fn grpc_addrs(&self) -> Vec<SocketAddr> {
         match self {
-            ServerProcess::Noop { grpc_addr, .. } => *grpc_addr,
-            ServerProcess::Tollgate(server) => server.grpc_addr(),
-            ServerProcess::Reference { server, .. } => server.grpc,
+            ServerProcess::Noop { grpc_addr, .. } => vec![*grpc_addr],
+            ServerProcess::Tollgate(servers) => servers.iter().map(|s| s.grpc_addr()).collect(),
+            ServerProcess::Reference { server, .. } => vec![server.grpc],
         }
     }
 }
@@ -313,9 +331,24 @@ impl SharedStore {
             Self::Postgres(postgres) => postgres.pid(),
         }
     }
+
+    /// Scripts Redis has run so far (EVALSHA and EVAL, from INFO commandstats): Tollgate's
+    /// calls, each one round trip; None for other stores.
+    fn calls(&self) -> Option<u64> {
+        match self {
+            Self::Redis(redis) => Some(redis.commandstats().scripts()),
+            Self::None | Self::Postgres(_) => None,
+        }
+    }
 }
 
-fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<ServerProcess> {
+/// `instances` Tollgates counting in `store`, started at once.
+fn start_tollgate(
+    binary: &Path,
+    args: &Args,
+    store: &SharedStore,
+    instances: u64,
+) -> Result<ServerProcess> {
     if !binary.is_file() {
         return Err(format!(
             "tollgate binary not found at {} (run `cargo build --release` or pass --tollgate)",
@@ -323,22 +356,29 @@ fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<Ser
         )
         .into());
     }
-    let rules =
-        tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args.limit, args.detailed_metric));
     let mut extra = args.tollgate_args.clone();
     extra.extend(store.tollgate_args());
-    let server = tollgate::Serve::with_binary(binary, &rules.file("rules.yaml"))
-        .keep(rules)
-        .args(&extra)
-        .spawn()?
-        .ready()
-        .map_err(|exit| {
-            format!(
-                "tollgate exited ({}) before listening; stderr:\n{}",
-                exit.status, exit.stderr
-            )
-        })?;
-    Ok(ServerProcess::Tollgate(server))
+    let starting = (0..instances)
+        .map(|_| {
+            let rules = tollgate::ConfigDir::with_file("rules.yaml", &rules_yaml(args));
+            tollgate::Serve::with_binary(binary, &rules.file("rules.yaml"))
+                .keep(rules)
+                .args(&extra)
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let servers = starting
+        .into_iter()
+        .map(|s| {
+            s.ready().map_err(|exit| {
+                format!(
+                    "tollgate exited ({}) before listening; stderr:\n{}",
+                    exit.status, exit.stderr
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ServerProcess::Tollgate(servers))
 }
 
 /// The reference on the same rules, counting in `redis`: its defaults, but no statsd
@@ -347,7 +387,7 @@ fn start_tollgate(binary: &Path, args: &Args, store: &SharedStore) -> Result<Ser
 async fn start_reference(args: &Args, redis: &RedisServer) -> Result<ServerProcess> {
     let installed = reference::installed()?;
     let rules = RuntimeRoot::new();
-    rules.write("rules.yaml", &rules_yaml(args.limit, args.detailed_metric));
+    rules.write("rules.yaml", &rules_yaml(args));
     let mut env = reference::plain_env(&redis.host_port(), &rules);
     env.extend(args.reference_env.iter().cloned());
     let server = Reference::try_start(installed, &env).await?;
@@ -357,15 +397,24 @@ async fn start_reference(args: &Args, redis: &RedisServer) -> Result<ServerProce
     })
 }
 
-/// `user` gets the configured limit (and a series per value when `detailed`); `hot`
-/// allows 1/s so hot traffic is almost always over limit.
-fn rules_yaml(limit: u32, detailed: bool) -> String {
+/// `user` gets the configured limit and window (and a series per value with
+/// `--detailed-metric`); `hot` allows 1/s so hot traffic is almost always over limit.
+fn rules_yaml(args: &Args) -> String {
     [
         "domain: bench".to_owned(),
         "descriptors:".to_owned(),
         "  - key: user".to_owned(),
-        format!("    detailed_metric: {detailed}"),
-        format!("    rate_limit: {{unit: second, requests_per_unit: {limit}}}"),
+        format!("    detailed_metric: {}", args.detailed_metric),
+        match args.window_seconds {
+            Some(seconds) => format!(
+                "    rate_limit: {{unit: second, unit_multiplier: {seconds}, requests_per_unit: {}}}",
+                args.limit
+            ),
+            None => format!(
+                "    rate_limit: {{unit: second, requests_per_unit: {}}}",
+                args.limit
+            ),
+        },
         "  - key: hot".to_owned(),
         "    rate_limit: {unit: second, requests_per_unit: 1}".to_owned(),
         String::new(),
@@ -491,17 +540,27 @@ struct Measurement {
     cpu_us: f64,
     /// CPU time of the shared store behind it, if any.
     store_cpu_us: Option<f64>,
+    /// Calls the store ran (Redis only).
+    store_calls: Option<u64>,
+    /// The answers by epoch-aligned window, with `--window-seconds`.
+    windows: Option<OverloadRun>,
     seconds: f64,
+}
+
+/// CPU ticks of all of `pids`.
+fn total_cpu_ticks(pids: &[u32]) -> Result<u64> {
+    pids.iter().map(|&pid| cpu_ticks(pid)).sum()
 }
 
 async fn measure(
     server: &ServerProcess,
-    store: Option<u32>,
+    store: Option<&SharedStore>,
     args: &Args,
     ticks_per_s: u64,
 ) -> Result<Measurement> {
-    let channels = connect(server.grpc_addr(), args.connections).await?;
+    let channels = connect(&server.grpc_addrs(), args.connections).await?;
     let now = tokio::time::Instant::now();
+    let wall_now = SystemTime::now();
     let measure_start = now + Duration::from_secs(args.warmup);
     let end = measure_start + Duration::from_secs(args.duration);
     let work = Workload {
@@ -534,30 +593,76 @@ async fn measure(
         }
     };
 
+    let pids = server.pids();
+    let store_pid = store.and_then(SharedStore::pid);
+    let calls = || store.and_then(SharedStore::calls);
     tokio::time::sleep_until(measure_start).await;
-    let cpu_before = cpu_ticks(server.pid())?;
-    let store_before = store.map(tree_cpu_ticks).transpose()?;
+    let cpu_before = total_cpu_ticks(&pids)?;
+    let store_before = store_pid.map(tree_cpu_ticks).transpose()?;
+    let calls_before = calls();
     tokio::time::sleep_until(end).await;
-    let cpu_after = cpu_ticks(server.pid())?;
-    let store_after = store.map(tree_cpu_ticks).transpose()?;
+    let cpu_after = total_cpu_ticks(&pids)?;
+    let store_after = store_pid.map(tree_cpu_ticks).transpose()?;
+    let calls_after = calls();
 
     let answers = load.await?;
     let micros =
         |before: u64, after: u64| after.saturating_sub(before) as f64 * 1e6 / ticks_per_s as f64;
+    let stats = Stats::of(&answers);
+    let windows = args.window_seconds.map(|seconds| {
+        let from = wall_now + Duration::from_secs(args.warmup);
+        by_window(
+            answers,
+            from,
+            Duration::from_secs(args.duration),
+            seconds,
+            args.limit,
+        )
+    });
     Ok(Measurement {
-        stats: Stats::of(&answers),
+        stats,
         cpu_us: micros(cpu_before, cpu_after),
         store_cpu_us: store_before.zip(store_after).map(|(b, a)| micros(b, a)),
+        store_calls: calls_before
+            .zip(calls_after)
+            .map(|(b, a)| a.saturating_sub(b)),
+        windows,
         seconds: args.duration as f64,
     })
 }
 
-/// One Channel per connection: each connects eagerly to a single HTTP/2
+/// The answers of a measured interval from `from`, lasting `length`, by the whole
+/// epoch-aligned windows of `seconds` inside it. A window must end a second before the
+/// interval does, so that no answer of it is still in flight when the load stops.
+fn by_window(
+    mut answers: Vec<Answer>,
+    from: SystemTime,
+    length: Duration,
+    seconds: u32,
+    limit: u32,
+) -> OverloadRun {
+    let window = Duration::from_secs(u64::from(seconds));
+    let window_ns = window.as_nanos();
+    let start_ns = epoch_ns(from).div_ceil(window_ns) * window_ns;
+    let last_end_ns = epoch_ns(from + length - Duration::from_secs(1));
+    let windows = last_end_ns.saturating_sub(start_ns) / window_ns;
+    let start_offset = u64::try_from(start_ns).unwrap_or(u64::MAX);
+    answers.sort_by_key(|a| a.sent);
+    OverloadRun {
+        start: UNIX_EPOCH + Duration::from_nanos(start_offset),
+        window,
+        windows: u32::try_from(windows).unwrap_or(u32::MAX),
+        limit: u64::from(limit),
+        answers,
+    }
+}
+
+/// `connections` Channels, over `addrs` in turn: each connects eagerly to a single HTTP/2
 /// connection that the request loops on it multiplex over.
-async fn connect(addr: SocketAddr, connections: u64) -> Result<Vec<Channel>> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true);
+async fn connect(addrs: &[SocketAddr], connections: u64) -> Result<Vec<Channel>> {
     let mut channels = Vec::new();
-    for _ in 0..connections {
+    for addr in addrs.iter().cycle().take(usize::try_from(connections)?) {
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true);
         channels.push(endpoint.connect().await?);
     }
     Ok(channels)
@@ -636,6 +741,9 @@ struct Row {
     over_limit: u64,
     cpu_us_per_req: f64,
     store_cpu_us_per_req: Option<f64>,
+    store_calls_per_req: Option<f64>,
+    /// Admissions per whole aligned window and the share of the limit used over them.
+    windows: Option<(Vec<u64>, f64)>,
 }
 
 fn run_bench(args: &Args) -> Result<()> {
@@ -644,7 +752,7 @@ fn run_bench(args: &Args) -> Result<()> {
         .build()?;
     let ticks_per_s = clock_ticks_per_second();
     let store = SharedStore::start(args);
-    let store_pid = store.pid();
+    let memory = SharedStore::None;
     let tollgate = match &args.tollgate {
         Some(path) => path.clone(),
         None => tollgate::binary()?,
@@ -654,6 +762,9 @@ fn run_bench(args: &Args) -> Result<()> {
         servers.push("noop");
     }
     if args.only != Only::Noop {
+        if args.beside_memory {
+            servers.push("memory");
+        }
         servers.push("tollgate");
         if args.baseline.is_some() {
             servers.push("baseline");
@@ -669,19 +780,33 @@ fn run_bench(args: &Args) -> Result<()> {
         for &name in &servers {
             let (server, behind) = match name {
                 "noop" => (start_noop()?, None),
-                "tollgate" => (start_tollgate(&tollgate, args, &store)?, store_pid),
+                "memory" => (start_tollgate(&tollgate, args, &memory, 1)?, None),
+                "tollgate" => (
+                    start_tollgate(&tollgate, args, &store, args.instances)?,
+                    Some(&store),
+                ),
                 "reference" => {
                     let SharedStore::Redis(redis) = &store else {
                         return Err("--reference needs --redis".into());
                     };
-                    (runtime.block_on(start_reference(args, redis))?, store_pid)
+                    (
+                        runtime.block_on(start_reference(args, redis))?,
+                        Some(&store),
+                    )
                 }
                 _ => {
                     let binary = args.baseline.as_deref().ok_or("no baseline binary")?;
-                    (start_tollgate(binary, args, &store)?, store_pid)
+                    (
+                        start_tollgate(binary, args, &store, args.instances)?,
+                        Some(&store),
+                    )
                 }
             };
-            let m = runtime.block_on(measure(&server, behind, args, ticks_per_s))?;
+            let mut m = runtime.block_on(measure(&server, behind, args, ticks_per_s))?;
+            if name == "reference" {
+                // Its calls are not scripts: a count of scripts would read 0.
+                m.store_calls = None;
+            }
             let row = summarize(name, m);
             print_row(round, &row);
             check(&row, args)?;
@@ -692,11 +817,21 @@ fn run_bench(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Fails the run on any error, and on a denied share far from the one asked for: a fast
-/// wrong answer is not a result.
+/// Fails the run on any error, on an aligned window admitting past the limit, and
+/// otherwise on a denied share far from the one asked for: a fast wrong answer is not a
+/// result.
 fn check(row: &Row, args: &Args) -> Result<()> {
     if row.errors > 0 {
         return Err(format!("{}: {} requests failed", row.name, row.errors).into());
+    }
+    if let Some((per_window, _)) = &row.windows {
+        let limit = u64::from(args.limit);
+        return match per_window.iter().find(|&&admitted| admitted > limit) {
+            Some(admitted) => {
+                Err(format!("{}: {admitted} admitted in a window of {limit}", row.name).into())
+            }
+            None => Ok(()),
+        };
     }
     let answered = (row.rps * args.duration as f64).max(1.0);
     let denied = row.over_limit as f64 / answered;
@@ -726,6 +861,11 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed,
         store_cpu_us_per_req: m.store_cpu_us.map(|us| us / completed),
+        store_calls_per_req: m.store_calls.map(|n| n as f64 / completed),
+        windows: m.windows.map(|run| {
+            let per_window = run.per_window().iter().map(|w| w.certain).collect();
+            (per_window, run.utilisation())
+        }),
     }
 }
 
@@ -733,8 +873,14 @@ fn print_row(round: u64, r: &Row) {
     let store = r
         .store_cpu_us_per_req
         .map_or(String::new(), |us| format!(" store_cpu_us_per_req={us:.1}"));
+    let calls = r
+        .store_calls_per_req
+        .map_or(String::new(), |n| format!(" store_calls_per_req={n:.4}"));
+    let windows = r.windows.as_ref().map_or(String::new(), |(per, used)| {
+        format!(" per_aligned_window={per:?} utilisation={used:.3}")
+    });
     println!(
-        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store}",
+        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store}{calls}{windows}",
         r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
     );
 }
@@ -746,16 +892,22 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
     let of = |name: &'static str| rows.iter().filter(move |r| r.name == name);
     for &name in servers {
         let store: Vec<f64> = of(name).filter_map(|r| r.store_cpu_us_per_req).collect();
+        let calls: Vec<f64> = of(name).filter_map(|r| r.store_calls_per_req).collect();
+        let used: Vec<f64> = of(name)
+            .filter_map(|r| Some(r.windows.as_ref()?.1))
+            .collect();
+        let optional = |label: &str, values: Vec<f64>, digits: usize| match values.is_empty() {
+            true => String::new(),
+            false => format!("  {label} {}", spread(values, digits)),
+        };
         println!(
-            "{name:<9} rps {}  p99_us {}  cpu_us_per_req {}{}",
+            "{name:<9} rps {}  p99_us {}  cpu_us_per_req {}{}{}{}",
             spread(of(name).map(|r| r.rps).collect(), 0),
             spread(of(name).map(|r| f64::from(r.p99_us)).collect(), 0),
             spread(of(name).map(|r| r.cpu_us_per_req).collect(), 1),
-            if store.is_empty() {
-                String::new()
-            } else {
-                format!("  store_cpu_us_per_req {}", spread(store, 1))
-            },
+            optional("store_cpu_us_per_req", store, 1),
+            optional("store_calls_per_req", calls, 4),
+            optional("utilisation", used, 3),
         );
     }
     let mut comparisons: Vec<(&'static str, &'static str)> = servers
@@ -765,6 +917,9 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
         .collect();
     if servers.contains(&"reference") {
         comparisons.push(("tollgate", "reference"));
+    }
+    if servers.contains(&"memory") {
+        comparisons.push(("tollgate", "memory"));
     }
     for (name, base) in comparisons {
         let pairs: Vec<(&Row, &Row)> = of(base).zip(of(name)).collect();

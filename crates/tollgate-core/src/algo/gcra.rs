@@ -28,7 +28,7 @@ impl Gcra {
 
     /// The time `units` occupy in the bucket, in whole microseconds: the resolution of
     /// Redis time, so that the Redis script computes the very same spans.
-    fn span(limit: &Limit, units: u64) -> u64 {
+    pub(crate) fn span(limit: &Limit, units: u64) -> u64 {
         let window_us = limit.window_ns / NANOS_PER_MICRO;
         mul_div(units, window_us, u64::from(limit.requests_per_unit))
             .saturating_mul(NANOS_PER_MICRO)

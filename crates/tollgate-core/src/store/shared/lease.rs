@@ -9,9 +9,13 @@
 //! clock estimate never stretches a block.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 
 use super::protocol::Ask;
 use std::sync::Arc;
@@ -97,10 +101,13 @@ struct Entry {
     count: u64,
     /// Requests in the last whole period.
     rate: u64,
-    taking: bool,
+    /// While a take is out: woken when it is answered or fails.
+    taking: Option<Arc<Notify>>,
     block: Option<Block>,
-    /// The store's room after the last take, which a next block stays well within.
-    room: Option<u64>,
+    /// The store's room after the last take, which a next block stays well within, and
+    /// the local time it is known until: the end of the take's window (it only shrinks
+    /// within it), or for GCRA a period (it grows as the bucket refills).
+    room: Option<(u64, u64)>,
 }
 
 /// Counts behind the lease metrics.
@@ -122,6 +129,17 @@ pub(crate) struct Leases {
 
 /// A block to give back: the counter, its limits, the call.
 pub(crate) type GiveBack = (String, Vec<Limit>, Ask);
+
+/// What a request the counter's block cannot serve does next.
+pub(crate) enum Miss {
+    /// Goes to the store as usual.
+    Usual,
+    /// Takes a block of this many units.
+    Take(u64),
+    /// Waits for the take that is out, then spends from its block: one take serves the
+    /// requests that arrive during its round trip, instead of each going to the store.
+    Wait(Pin<Box<OwnedNotified>>),
+}
 
 impl Leases {
     pub(crate) fn new(policy: LeasePolicy) -> Self {
@@ -150,24 +168,30 @@ impl Leases {
     }
 
     /// Admits `n` units from the counter's block at local time `local_ns` if it holds them;
-    /// else, when the counter is hot, the block to ask for (marked as being taken). A
-    /// block that can no longer serve is handed back for giving back.
+    /// else, when the counter is hot, the block to ask for (marked as being taken) or the
+    /// take to wait for. A block that can no longer serve is handed back for giving back.
     pub(crate) fn spend(
         &self,
         key: &str,
         limits: &[Limit],
         n: u64,
         local_ns: u64,
-    ) -> Result<Verdict, (Option<u64>, Option<GiveBack>)> {
+    ) -> Result<Verdict, (Miss, Option<GiveBack>)> {
         let most = self.max_block(limits);
         if most == 0 || n >= most {
-            return Err((None, None));
+            return Err((Miss::Usual, None));
         }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if !entries.contains_key(key) && entries.len() >= MAX_ENTRIES {
-            return Err((None, None));
+        // The key is copied only for a new entry: a hot counter's requests do not allocate.
+        if !entries.contains_key(key) {
+            if entries.len() >= MAX_ENTRIES {
+                return Err((Miss::Usual, None));
+            }
+            entries.insert(key.to_owned(), Entry::default());
         }
-        let entry = entries.entry(key.to_owned()).or_default();
+        let Some(entry) = entries.get_mut(key) else {
+            return Err((Miss::Usual, None));
+        };
         let period = local_ns / PERIOD_NS;
         if period != entry.period {
             entry.rate = if period == entry.period + 1 {
@@ -179,31 +203,53 @@ impl Leases {
             entry.count = 0;
         }
         entry.count += n;
-        if let Some(block) = entry.block.as_mut()
-            && block.spendable(local_ns) >= n
-        {
-            block.left -= n;
-            block.last_spent_local_ns = local_ns;
-            self.counts.local_admissions.fetch_add(1, Ordering::Relaxed);
-            let mut verdict = block.base;
-            verdict.decision.admitted = true;
-            verdict.decision.remaining = verdict.decision.remaining.saturating_add(block.left);
+        if let Some(verdict) = self.spend_held(entry, n, local_ns) {
             return Ok(verdict);
         }
         let stale = entry.block.take().and_then(|b| give_back(key, b));
-        if entry.taking || entry.rate < 2 {
-            return Err((None, stale));
+        if let Some(taking) = &entry.taking {
+            // Made under the lock, so the take's answer cannot come between.
+            return Err((Miss::Wait(Box::pin(taking.clone().notified_owned())), stale));
+        }
+        if entry.rate < 2 {
+            return Err((Miss::Usual, stale));
         }
         // Near the limit, a quarter of the room at the last take: down to one per call.
+        let room = entry.room.filter(|&(_, until)| local_ns < until);
         let want = entry
             .rate
             .clamp(n, most)
-            .min(entry.room.map_or(most, |room| room / 4));
+            .min(room.map_or(most, |(room, _)| room / 4));
         if want <= n {
-            return Err((None, stale));
+            return Err((Miss::Usual, stale));
         }
-        entry.taking = true;
-        Err((Some(want), stale))
+        entry.taking = Some(Arc::new(Notify::new()));
+        Err((Miss::Take(want), stale))
+    }
+
+    /// After waiting for a take: `n` units from the block it left, if it holds them (the
+    /// request was counted in the rate when it first came).
+    pub(crate) fn spend_waited(&self, key: &str, n: u64, local_ns: u64) -> Option<Verdict> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        self.spend_held(entries.get_mut(key)?, n, local_ns)
+    }
+
+    /// `n` units from the entry's block, if it may spend them at `local_ns`.
+    fn spend_held(&self, entry: &mut Entry, n: u64, local_ns: u64) -> Option<Verdict> {
+        let block = entry.block.as_mut()?;
+        let spendable = block.spendable(local_ns);
+        if spendable < n {
+            return None;
+        }
+        // Units past `spendable` (for GCRA, those the bucket has refilled) are dropped, not
+        // kept for later: spent late, they would come on top of what the bucket admits anew.
+        block.left = spendable - n;
+        block.last_spent_local_ns = local_ns;
+        self.counts.local_admissions.fetch_add(1, Ordering::Relaxed);
+        let mut verdict = block.base;
+        verdict.decision.admitted = true;
+        verdict.decision.remaining = verdict.decision.remaining.saturating_add(block.left);
+        Some(verdict)
     }
 
     /// The store's answer to a take sent at local time `sent_local_ns`: `granted` units
@@ -216,36 +262,44 @@ impl Leases {
         (after, now_ns, sent_local_ns): (&[LimitState], u64, u64),
     ) -> Option<GiveBack> {
         let base = evaluate(after, limits, now_ns, 0);
+        let ends_ns = ends_ns(limits, now_ns);
+        let known_until = match ends_ns {
+            u64::MAX => sent_local_ns.saturating_add(PERIOD_NS),
+            ends => sent_local_ns.saturating_add(ends - now_ns),
+        };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let entry = entries.get_mut(key)?;
-        entry.taking = false;
+        let waiting = entry.taking.take();
         if granted == 0 {
-            entry.room = Some(0);
+            entry.room = Some((0, known_until));
+            wake(waiting);
             return None;
         }
         self.counts.taken.fetch_add(1, Ordering::Relaxed);
         self.counts
             .units_leased
             .fetch_add(granted, Ordering::Relaxed);
-        entry.room = Some(base.decision.remaining);
+        entry.room = Some((base.decision.remaining, known_until));
         let block = Block {
             left: granted - n,
             taken_ns: now_ns,
             sent_local_ns,
-            ends_ns: ends_ns(limits, now_ns),
+            ends_ns,
             decay: decay(after, limits),
             base,
             last_spent_local_ns: sent_local_ns,
             limits: limits.to_vec(),
         };
-        entry.block.replace(block).and_then(|b| give_back(key, b))
+        let stale = entry.block.replace(block).and_then(|b| give_back(key, b));
+        wake(waiting);
+        stale
     }
 
     /// A take that failed: the counter may try again.
     pub(crate) fn failed(&self, key: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = entries.get_mut(key) {
-            entry.taking = false;
+            wake(entry.taking.take());
         }
     }
 
@@ -263,7 +317,7 @@ impl Leases {
             if done && let Some(back) = entry.block.take().and_then(|b| give_back(key, b)) {
                 out.push(back);
             }
-            entry.taking || entry.block.is_some() || !idle(entry.period * PERIOD_NS)
+            entry.taking.is_some() || entry.block.is_some() || !idle(entry.period * PERIOD_NS)
         });
         out
     }
@@ -300,6 +354,33 @@ impl Leases {
         self.counts
             .units_returned
             .fetch_add(units, Ordering::Relaxed);
+    }
+}
+
+/// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
+/// it lets the counter take again and the requests waiting for it go on.
+struct TakeOut<'a> {
+    leases: &'a Leases,
+    key: &'a str,
+}
+
+impl TakeOut<'_> {
+    /// The take was answered: `Leases::took` ends it.
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for TakeOut<'_> {
+    fn drop(&mut self) {
+        self.leases.failed(self.key);
+    }
+}
+
+/// Wakes the requests waiting for a take that is over.
+fn wake(taking: Option<Arc<Notify>>) {
+    if let Some(notify) = taking {
+        notify.notify_waiters();
     }
 }
 
@@ -361,17 +442,29 @@ impl SharedStore {
         n: u64,
     ) -> Option<Result<Verdict, StoreError>> {
         let sent_local = self.local.local_ns();
-        let want = match self.leases.spend(key, limits, n, sent_local) {
+        let (miss, stale) = match self.leases.spend(key, limits, n, sent_local) {
             Ok(verdict) => return Some(Ok(verdict)),
-            Err((want, stale)) => {
-                if let Some(back) = stale {
-                    self.send_back(back);
-                }
-                want?
+            Err(miss) => miss,
+        };
+        if let Some(back) = stale {
+            self.send_back(back);
+        }
+        let want = match miss {
+            Miss::Usual => return None,
+            Miss::Take(want) => want,
+            Miss::Wait(taken) => {
+                // Bounded by the store timeout, as the take is; after it the request goes
+                // the usual way within what is left of its own timeout.
+                let _ = tokio::time::timeout(self.behaviour.timeout, taken).await;
+                let now = self.local.local_ns();
+                return self.leases.spend_waited(key, n, now).map(Ok);
             }
         };
+        let out = TakeOut {
+            leases: &self.leases,
+            key,
+        };
         if !self.is_up() {
-            self.leases.failed(key);
             return None;
         }
         let now = self.local.now_ns();
@@ -381,17 +474,12 @@ impl SharedStore {
         let trip = self
             .backend
             .check_and_count(key, limits, (0, ask), deadline, now);
-        let raw = match tokio::time::timeout(self.behaviour.timeout, trip).await {
-            Ok(Ok(raw)) => raw,
-            Ok(Err(_)) | Err(_) => {
-                self.leases.failed(key);
-                return None;
-            }
+        let Ok(Ok(raw)) = tokio::time::timeout(self.behaviour.timeout, trip).await else {
+            return None;
         };
         let (Ok(Reply::Ran { now_ns, states, .. }), Some(&flag)) =
             (super::protocol::decode(&raw, limits), raw.first())
         else {
-            self.leases.failed(key);
             return None;
         };
         bump(&self.counts.round_trips);
@@ -419,6 +507,7 @@ impl SharedStore {
             .local
             .adopt(key, limits, (0, Hits::Check), snapshot, unsettled);
         let taken = (granted, n.min(granted));
+        out.answered();
         if let Some(back) = self
             .leases
             .took(key, limits, taken, (&after, now_ns, sent_local))
@@ -488,5 +577,7 @@ pub(super) fn spawn_sweeper(store: &Arc<SharedStore>) {
     });
 }
 
+#[cfg(test)]
+mod simulation;
 #[cfg(test)]
 mod tests;

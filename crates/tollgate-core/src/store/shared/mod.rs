@@ -367,11 +367,15 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        let began = self.local.local_ns();
         if let Hits::Consume(n) = hits
             && let Some(leased) = self.lease(key, limits, n).await
         {
             return leased.map(|verdict| (verdict, DecidedBy::Lease));
         }
+        // A failed take, or a wait for one, spent part of the request's timeout.
+        let spent = Duration::from_nanos(self.local.local_ns().saturating_sub(began));
+        let timeout = self.behaviour.timeout.saturating_sub(spent);
         let now = self.local.now_ns();
         let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
@@ -398,12 +402,12 @@ impl SharedStore {
             true => 0,
             false => self.debts.take(key, now),
         };
-        let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
+        let deadline = self.local.deadline_ns(now, timeout);
         let span = self.backend.span(limits.len());
         let call = (debt, hits);
         let sent = self.in_flight.send(key, hits);
         match self
-            .round_trip(key, limits, call, deadline, self.behaviour.timeout)
+            .round_trip(key, limits, call, deadline, timeout)
             .instrument(span)
             .await
         {

@@ -3,52 +3,64 @@
 
 use proptest::prelude::*;
 
-use super::{LeasePolicy, Leases, PERIOD_NS};
-use crate::algo::{Hits, LimitState};
-use crate::clock::{Clock, ManualClock};
+use super::{LeasePolicy, Leases, Miss, PERIOD_NS};
+use crate::algo::{Gcra, Hits, LimitState, mul_div};
+use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO};
 use crate::limit::{Algorithm, Limit};
 use crate::store::shared::protocol::{Ask, lease_effect};
 use crate::unit::Unit;
 
 const KEY: &str = "hot";
 const MS: u64 = 1_000_000;
-const SECOND: u64 = 1_000 * MS;
+pub(super) const SECOND: u64 = 1_000 * MS;
 
 /// One shared counter as the store holds it, and the clock both sides read.
-struct Counter {
+pub(super) struct Counter {
     limits: Vec<Limit>,
     states: Vec<LimitState>,
-    clock: ManualClock,
+    pub(super) clock: ManualClock,
+    /// Store calls made so far.
+    pub(super) calls: u64,
+    /// Those of them that counted units: takes granted and hits admitted.
+    counting: u64,
 }
 
 impl Counter {
-    fn new(limits: Vec<Limit>, start_ns: u64) -> Self {
+    pub(super) fn new(limits: Vec<Limit>, start_ns: u64) -> Self {
         let states = limits.iter().map(LimitState::new).collect();
         Self {
             limits,
             states,
             clock: ManualClock::new(start_ns),
+            calls: 0,
+            counting: 0,
         }
     }
 
     /// One store call at the clock's time; its flag (units granted, or admitted).
     fn call(&mut self, ask: Ask) -> u64 {
         let now = self.clock.now_ns();
-        lease_effect(&mut self.states, &self.limits, now, 0, ask)
+        self.calls += 1;
+        let flag = lease_effect(&mut self.states, &self.limits, now, 0, ask);
+        if flag > 0 && !matches!(ask, Ask::GiveBack { .. }) {
+            self.counting += 1;
+        }
+        flag
     }
 
     /// A request of `n` units through `leases`, as `SharedStore::apply` makes it: from
     /// the block, by a take, or as plain hits; whether it was admitted.
-    fn request(&mut self, leases: &Leases, n: u64) -> bool {
+    pub(super) fn request(&mut self, leases: &Leases, n: u64) -> bool {
         let now = self.clock.now_ns();
-        let (want, stale) = match leases.spend(KEY, &self.limits, n, now) {
+        let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
             Ok(_) => return true,
             Err(next) => next,
         };
         if let Some((_, _, ask)) = stale {
             self.call(ask);
         }
-        let Some(want) = want else {
+        // Every take here is answered before the next request: none is waited for.
+        let Miss::Take(want) = miss else {
             return self.call(Ask::Hits(Hits::Consume(n))) == 1;
         };
         let granted = self.call(Ask::Take { need: n, want });
@@ -61,7 +73,7 @@ impl Counter {
     }
 
     /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
-    fn sweep(&mut self, leases: &Leases, all: bool) {
+    pub(super) fn sweep(&mut self, leases: &Leases, all: bool) {
         for (_, _, ask) in leases.sweep(self.clock.now_ns(), all) {
             self.call(ask);
         }
@@ -75,11 +87,43 @@ impl Counter {
     }
 }
 
-fn leases(max_fraction: f64) -> Leases {
+pub(super) fn leases(max_fraction: f64) -> Leases {
     Leases::new(LeasePolicy {
         enabled: true,
         max_fraction,
     })
+}
+
+/// Instances with leases on one counter, each swept every period as `spawn_sweeper`
+/// sweeps.
+pub(super) struct Fleet {
+    pub(super) counter: Counter,
+    instances: Vec<Leases>,
+    swept_ns: u64,
+}
+
+impl Fleet {
+    pub(super) fn new(limits: Vec<Limit>, max_fraction: f64, instances: usize, at: u64) -> Self {
+        Self {
+            counter: Counter::new(limits, at),
+            instances: (0..instances).map(|_| leases(max_fraction)).collect(),
+            swept_ns: at,
+        }
+    }
+
+    /// A request of `n` units to instance `i`, `after_ns` after the last step; whether
+    /// it was admitted.
+    pub(super) fn request(&mut self, i: usize, n: u64, after_ns: u64) -> bool {
+        self.counter.clock.advance(after_ns);
+        let now = self.counter.clock.now_ns();
+        if now - self.swept_ns >= PERIOD_NS {
+            for leases in &self.instances {
+                self.counter.sweep(leases, false);
+            }
+            self.swept_ns = now;
+        }
+        self.counter.request(&self.instances[i], n)
+    }
 }
 
 fn fixed(requests: u32, unit: Unit) -> Limit {
@@ -191,7 +235,8 @@ fn blocks_shrink_near_the_limit_down_to_one_unit_per_call() {
     let room = entries
         .get(KEY)
         .and_then(|e| e.room)
-        .expect("a take's room");
+        .expect("a take's room")
+        .0;
     assert!(room < 8, "blocks stopped with {room} units of room");
 }
 
@@ -311,6 +356,62 @@ fn a_gcra_block_decays_as_the_bucket_refills() {
 }
 
 #[test]
+fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
+    // One unit a millisecond, a burst of 1,000: blocks of up to 10.
+    let limit = Limit::new(1_000, Unit::Second)
+        .with_algorithm(Algorithm::TokenBucket { burst: 1_000 })
+        .expect("limit");
+    let mut counter = Counter::new(vec![limit], SECOND);
+    let leases = leases(0.01);
+    take_block(&mut counter, &leases);
+    let left = held(&leases);
+    // Until 5 ms before the arrival time the take left, when the bucket has refilled all
+    // but 5 units of the block: the rest, unspent, has drained as if spent.
+    let tat_ns = {
+        let entries = leases.entries.lock().expect("entries");
+        let block = entries.get(KEY).and_then(|e| e.block.as_ref());
+        block.and_then(|b| b.decay.first()).expect("decay").0
+    };
+    counter
+        .clock
+        .advance(tat_ns - 5 * MS - counter.clock.now_ns());
+    assert!(left > 5, "a block of {left}");
+    // Another instance fills the bucket; this one then spends what it may of its block.
+    let mut admitted = 0;
+    while counter.call(Ask::Hits(Hits::Consume(1))) == 1 {
+        admitted += 1;
+    }
+    while counter.request(&leases, 1) {
+        admitted += 1;
+    }
+    // A bucket admits its burst at one instant, and no more.
+    assert_eq!(admitted, 1_000);
+}
+
+#[test]
+fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again() {
+    use futures_util::FutureExt;
+    let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
+    let leases = leases(0.01);
+    one_period(&mut counter, &leases, 100);
+    let now = counter.clock.now_ns();
+    let spend = || leases.spend(KEY, &counter.limits, 1, now);
+    assert!(matches!(spend(), Err((Miss::Take(_), _))));
+    let Err((Miss::Wait(waiting), _)) = spend() else {
+        panic!("a second request does not wait for the take");
+    };
+    drop(super::TakeOut {
+        leases: &leases,
+        key: KEY,
+    });
+    assert!(
+        waiting.now_or_never().is_some(),
+        "the waiter is still asleep"
+    );
+    assert!(matches!(spend(), Err((Miss::Take(_), _))));
+}
+
+#[test]
 fn the_sweep_gives_idle_blocks_back() {
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
@@ -380,15 +481,19 @@ fn load() -> impl Strategy<Value = (Vec<Limit>, f64, Vec<Step>, usize)> {
         })
 }
 
-/// Most units a limit may admit in `[from, to)`: per fixed window its requests; for GCRA
-/// its burst plus what refills over the span.
-fn allowed(limit: &Limit, from_ns: u64, to_ns: u64) -> u64 {
+/// Most units a limit may admit in `[from, to]` when `calls` store calls in it counted
+/// units: per fixed window its requests. For GCRA, what one bucket admits: the units that
+/// fit in the span plus the burst's tolerance, `(to − from + span(burst)) × requests /
+/// window` (each admission moves the arrival time by its span, which may be at most the
+/// tolerance ahead of now). Spans are whole microseconds, so a call's span may fall short
+/// of its units' exact share by under a microsecond: each counting call adds one.
+fn allowed(limit: &Limit, from_ns: u64, to_ns: u64, calls: u64) -> u64 {
     let requests = u64::from(limit.requests_per_unit);
     match limit.algorithm {
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => {
-            let refilled =
-                u128::from(to_ns - from_ns) * u128::from(requests) / u128::from(limit.window_ns);
-            u64::from(burst) + u64::try_from(refilled).unwrap_or(u64::MAX) + 1
+            let tolerance = Gcra::span(limit, u64::from(burst));
+            let bucket_ns = (to_ns - from_ns) + tolerance + calls * NANOS_PER_MICRO;
+            mul_div(bucket_ns, requests, limit.window_ns)
         }
         _ => requests,
     }
@@ -399,47 +504,80 @@ proptest! {
 
     #[test]
     fn instances_with_leases_never_admit_past_a_limit((limits, fraction, steps, instances) in load()) {
-        let mut counter = Counter::new(limits.clone(), 7 * SECOND + 123);
-        let all: Vec<Leases> = (0..instances).map(|_| leases(fraction)).collect();
-        let mut admissions: Vec<(u64, u64)> = Vec::new();
-        let mut swept = counter.clock.now_ns();
+        let mut fleet = Fleet::new(limits.clone(), fraction, instances, 7 * SECOND + 123);
+        // Each admission: when, how many units, and the counting calls before and after it.
+        let mut admissions: Vec<(u64, u64, u64, u64)> = Vec::new();
         for step in &steps {
-            counter.clock.advance(step.after_us * 1_000);
-            let now = counter.clock.now_ns();
-            if now - swept >= PERIOD_NS {
-                for leases in &all {
-                    counter.sweep(leases, false);
-                }
-                swept = now;
-            }
-            if counter.request(&all[step.instance], step.units) {
-                admissions.push((now, step.units));
+            let before = fleet.counter.counting;
+            if fleet.request(step.instance, step.units, step.after_us * 1_000) {
+                let now = fleet.counter.clock.now_ns();
+                admissions.push((now, step.units, before, fleet.counter.counting));
             }
         }
         for limit in &limits {
             match limit.algorithm {
                 Algorithm::FixedWindow => {
                     let mut per_window = std::collections::BTreeMap::new();
-                    for &(at, units) in &admissions {
+                    for &(at, units, _, _) in &admissions {
                         *per_window.entry(at / limit.window_ns).or_insert(0) += units;
                     }
                     for (window, admitted) in per_window {
-                        prop_assert!(admitted <= allowed(limit, 0, 0),
+                        prop_assert!(admitted <= allowed(limit, 0, 0, 0),
                             "window {window}: {admitted} admitted past {limit:?}");
                     }
                 }
                 _ => {
-                    // Every span starting at an admission: burst plus refill bounds it.
-                    for (i, &(from, _)) in admissions.iter().enumerate() {
+                    // Every span starting at an admission: one bucket's bound.
+                    for (i, &(from, _, counted, _)) in admissions.iter().enumerate() {
                         let mut admitted = 0;
-                        for &(at, units) in &admissions[i..] {
+                        for &(at, units, _, after) in &admissions[i..] {
                             admitted += units;
-                            prop_assert!(admitted <= allowed(limit, from, at),
-                                "{admitted} admitted in [{from}, {at}] past {limit:?}");
+                            let most = allowed(limit, from, at, after - counted);
+                            prop_assert!(admitted <= most,
+                                "{admitted} admitted in [{from}, {at}] past {most} of {limit:?}");
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// The README's under-use bound: with steady demand above a fixed window's limit on
+    /// every instance, each window admits all of its limit but what blocks hold when it
+    /// ends, at most one block (`LEASE_MAX_FRACTION` of the limit) per instance.
+    #[test]
+    fn instances_with_leases_use_a_limit_their_demand_passes(
+        requests in 800..5_000_u32,
+        seconds in 1..3_u32,
+        fraction in 0.005..0.5_f64,
+        instances in 1..5_usize,
+        demand in 1.2..3.0_f64,
+    ) {
+        let limit = Limit::new(requests, Unit::Second)
+            .with_multiplier(seconds)
+            .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
+            .expect("limit");
+        let window_ns = limit.window_ns;
+        let mut fleet = Fleet::new(vec![limit], fraction, instances, 7 * window_ns);
+        let per_window = (f64::from(requests) * demand) as u64;
+        let gap_ns = window_ns / per_window;
+        let mut admitted = std::collections::BTreeMap::new();
+        for step in 1..2 * per_window {
+            if fleet.request(step as usize % instances, 1, gap_ns) {
+                let window = fleet.counter.clock.now_ns() / window_ns;
+                *admitted.entry(window).or_insert(0_u64) += 1;
+            }
+        }
+        let block = (f64::from(requests) * fraction) as u64;
+        let unused = instances as u64 * block;
+        for (window, admitted) in admitted {
+            prop_assert!(admitted <= u64::from(requests));
+            prop_assert!(admitted + unused >= u64::from(requests),
+                "window {window}: {admitted} of {requests}, {instances} instances, blocks of {block}");
         }
     }
 }
