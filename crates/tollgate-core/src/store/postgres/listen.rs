@@ -7,9 +7,9 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::connect::PgTarget;
+use super::connect::{PgError, PgTarget};
 use super::describe::describe;
-use crate::store::shared::resets::Subscribe;
+use crate::store::shared::resets::{Subscribe, SubscribeError};
 
 /// Announcements heard but not yet applied; past it, the connection waits.
 const QUEUE: usize = 1024;
@@ -40,13 +40,14 @@ pub(super) fn subscription(
             let mut config = target.config.clone();
             config.application_name("tollgate-resets");
             let client = match tls {
-                Some(tls) => listener(&config, tls, tx).await?,
-                None => listener(&config, NoTls, tx).await?,
-            };
+                Some(tls) => listener(&config, tls, tx).await,
+                None => listener(&config, NoTls, tx).await,
+            }
+            .map_err(|e| SubscribeError::Store(PgError::Db(e).into()))?;
             client
                 .batch_execute(&format!("LISTEN {channel}"))
                 .await
-                .map_err(|e| describe(&e))?;
+                .map_err(|e| SubscribeError::Store(PgError::Db(e).into()))?;
             // The client lives as long as the stream: dropping it closes the connection.
             let keys = futures_util::stream::unfold((rx, client), |(mut rx, client)| async move {
                 let key = rx.recv().await?;
@@ -62,14 +63,14 @@ async fn listener<T>(
     config: &Config,
     tls: T,
     announcements: mpsc::Sender<String>,
-) -> Result<Client, String>
+) -> Result<Client, tokio_postgres::Error>
 where
     T: MakeTlsConnect<Socket> + Send,
     T::Stream: Send + 'static,
     T::TlsConnect: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    let (client, mut connection) = config.connect(tls).await.map_err(|e| describe(&e))?;
+    let (client, mut connection) = config.connect(tls).await?;
     tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {

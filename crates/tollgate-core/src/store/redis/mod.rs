@@ -20,7 +20,7 @@ use futures_util::StreamExt as _;
 
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::link::{Health, Link};
-use super::shared::resets::{Subscribe, announcement};
+use super::shared::resets::{Subscribe, SubscribeError, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -178,8 +178,8 @@ impl RedisBackend {
                 };
                 let pubsub = tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribe)
                     .await
-                    .map_err(|_| format!("no answer within {SUBSCRIBE_TIMEOUT:?}"))?
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|_| SubscribeError::Timeout(SUBSCRIBE_TIMEOUT))?
+                    .map_err(|e| SubscribeError::Store(e.into()))?;
                 let keys = pubsub
                     .into_on_message()
                     .filter_map(|m| std::future::ready(m.get_payload::<String>().ok()));

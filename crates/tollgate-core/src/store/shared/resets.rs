@@ -23,8 +23,22 @@ const ALL: &str = "*";
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Opens one subscription: the stream of announcements, or why it could not.
-pub(crate) type Subscribe =
-    Box<dyn Fn() -> BoxFuture<'static, Result<BoxStream<'static, String>, String>> + Send + Sync>;
+pub(crate) type Subscribe = Box<
+    dyn Fn() -> BoxFuture<'static, Result<BoxStream<'static, String>, SubscribeError>>
+        + Send
+        + Sync,
+>;
+
+/// Why a subscription to reset announcements could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SubscribeError {
+    /// The store did not answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The store or the connection to it failed.
+    #[error(transparent)]
+    Store(Box<dyn std::error::Error + Send + Sync>),
+}
 
 /// What is announced for a reset of `key`.
 pub(crate) fn announcement(key: &str) -> &str {
