@@ -172,34 +172,34 @@ impl Rlqs {
     ) -> Result<Vec<Message>, Step> {
         let plan = self.plans.get(&self.rls.limiter, bucket);
         let _serial = self.lock_for(bucket).lock().await;
-        let period_ns = stream.and_then(|s| self.table().period_ns(s, bucket));
-        let allowance = self.allowance(&plan, usage, period_ns).await?;
+        let period = stream.and_then(|s| self.table().period(s, bucket));
+        let allowance = self.allowance(&plan, usage, period).await?;
         tracing::debug!(stream, bucket = ?bucket.entries, ?usage, ?allowance, "RLQS allowance");
         Ok(op(&mut self.table(), allowance)?)
     }
 
-    /// Charges `(allowed, denied)`, reported for the last `period_ns`, on the plan's
+    /// Charges `(allowed, denied)`, reported for the last `period`, on the plan's
     /// counter and says what the bucket's streams here may admit now: this instance's
     /// part of the rate that other clients of the counter leave.
     async fn allowance(
         &self,
         plan: &Plan,
         (allowed, denied): (u64, u64),
-        period_ns: Option<u64>,
+        period: Option<Duration>,
     ) -> Result<Allowance, StoreError> {
-        let (rule, counter, per_s, window_ns, shortest_ns) = match plan {
+        let (rule, counter, per_s, window, shortest) = match plan {
             Plan::NoRule => return Ok(self.shadowed(Allowance::Fixed(self.config.no_rule))),
             Plan::Fixed(strategy) => return Ok(self.shadowed(Allowance::Fixed(*strategy))),
             Plan::Counted {
                 rule,
                 counter,
                 per_s,
-                window_ns,
-                shortest_ns,
-            } => (rule, counter, *per_s, *window_ns, *shortest_ns),
+                window,
+                shortest,
+            } => (rule, counter, *per_s, *window, *shortest),
         };
         let store = self.rls.limiter.store();
-        let charged = in_window(allowed, period_ns, shortest_ns);
+        let charged = in_window(allowed, period, shortest);
         let others::Charged { reading, others } = others::charge(store, counter, charged).await?;
         let (over, gap) = match reading.admitted {
             true => (0, reading.remaining),
@@ -221,7 +221,7 @@ impl Rlqs {
         }
         Ok(self.shadowed(Allowance::Rate {
             per_s: per_s * fraction * (1.0 - others),
-            window_ns,
+            window,
         }))
     }
 
@@ -389,7 +389,7 @@ impl RateLimitQuotaService for RlqsService {
             let result = rlqs.serve(stream, inbound).await;
             rlqs.close(stream).await;
             if let Err(status) = result {
-                if let Some(held) = rlqs.refusals.admit(rlqs.clock.now_ns()) {
+                if let Some(held) = rlqs.refusals.admit(rlqs.clock.now()) {
                     tracing::warn!(
                         code = ?status.code(),
                         reason = status.message(),
@@ -457,14 +457,14 @@ enum Step {
     Refused(#[from] TooManyBuckets),
 }
 
-/// The part of `allowed`, reported for the last `period_ns`, that falls in the current
-/// window of `window_ns` if it was spread evenly over the period: all of it when the window
+/// The part of `allowed`, reported for the last `period`, that falls in the current
+/// window of `window` if it was spread evenly over the period: all of it when the window
 /// is the longer (or the period unknown), so that a report of 5 s does not fill a 1 s
 /// window five times over.
-fn in_window(allowed: u64, period_ns: Option<u64>, window_ns: u64) -> u64 {
-    match period_ns {
-        Some(period) if period > window_ns => {
-            let part = u128::from(allowed) * u128::from(window_ns) / u128::from(period);
+fn in_window(allowed: u64, period: Option<Duration>, window: Duration) -> u64 {
+    match period {
+        Some(period) if period > window => {
+            let part = u128::from(allowed) * window.as_nanos() / period.as_nanos();
             u64::try_from(part).unwrap_or(u64::MAX)
         }
         _ => allowed,

@@ -55,13 +55,15 @@ fn taken_by_others(counter: &Counter, all: &Reading, rlqs: &Reading) -> f64 {
 mod tests {
     use std::sync::Arc;
 
-    use tollgate_core::{Capacity, Limit, ManualClock, MemoryStore, Unit};
+    use tollgate_core::{
+        Capacity, Limit, ManualClock, MemoryStore, NANOS_PER_SECOND, Timestamp, Unit,
+    };
 
     use super::*;
 
     #[tokio::test]
     async fn the_part_other_clients_count_is_left_out_of_the_rate() {
-        let clock = ManualClock::new(600_000_000_000);
+        let clock = ManualClock::new(Timestamp::from_nanos(600 * NANOS_PER_SECOND));
         let store = Store::Memory(MemoryStore::new(Capacity::default(), Arc::new(clock)));
         let counter = Counter::for_limits("d", [("k", "v")], &[Limit::new(100, Unit::Minute)]);
         let charged = charge(&store, &counter, 10).await.expect("memory");

@@ -136,15 +136,13 @@ fn counted(remaining: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use tollgate_core::ManualClock;
+    use tollgate_core::{ManualClock, NANOS_PER_SECOND, Timestamp};
 
     use super::*;
 
-    const S: u64 = 1_000_000_000;
-
     #[tokio::test]
     async fn each_instance_gets_the_part_its_demand_is_of_the_fleets() {
-        let clock = ManualClock::new(600 * S);
+        let clock = ManualClock::new(Timestamp::from_nanos(600 * NANOS_PER_SECOND));
         let shared = Store::Memory(MemoryStore::new(
             Capacity::default(),
             Arc::new(clock.clone()),
@@ -170,7 +168,7 @@ mod tests {
         b.withdraw(&shared, &counter).await.expect("memory");
         assert_eq!(fraction(&a).await, 1.0);
         // The demand ages out with its window: each report is a first again.
-        clock.advance(u64::from(DEMAND_WINDOW_S) * 2 * S);
+        clock.advance(Duration::from_secs(u64::from(DEMAND_WINDOW_S) * 2));
         b.gather(&counter, 10);
         assert_eq!(fraction(&b).await, 1.0);
         a.gather(&counter, 10);

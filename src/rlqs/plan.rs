@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tollgate_core::rules::Policy;
-use tollgate_core::{Counter, Found, Limiter, Recorder, Rule};
+use tollgate_core::{Counter, Found, Limit, Limiter, Recorder, Rule};
 
 use super::report::BucketKey;
 use super::table::Strategy;
@@ -30,9 +31,9 @@ pub(crate) enum Plan {
         /// The limits' rate: the lowest of requests per second of each.
         per_s: f64,
         /// The window of the limit that sets the rate.
-        window_ns: u64,
+        window: Duration,
         /// The shortest window of the limits.
-        shortest_ns: u64,
+        shortest: Duration,
     },
 }
 
@@ -51,24 +52,20 @@ pub(crate) fn plan<R: Recorder>(limiter: &Limiter<R>, bucket: &BucketKey) -> Pla
     if !rule.shadow_mode() && limits.iter().any(|l| l.requests_per_unit() == 0) {
         return Plan::Fixed(Strategy::DenyAll);
     }
-    let window_ns = |l: &tollgate_core::Limit| {
-        u64::try_from(l.window().as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    };
-    let per_s_of =
-        |l: &tollgate_core::Limit| f64::from(l.requests_per_unit()) * 1e9 / window_ns(l) as f64;
+    // A window is never empty (a limit's unit is at least a second).
+    let per_s_of = |l: &Limit| f64::from(l.requests_per_unit()) / l.window().as_secs_f64();
     let binding = limits
         .iter()
         .min_by(|a, b| per_s_of(a).total_cmp(&per_s_of(b)));
-    let (per_s, window) = binding.map_or((0.0, 1), |l| (per_s_of(l), window_ns(l)));
-    let shortest_ns = limits.iter().map(window_ns).min().unwrap_or(window);
+    let (per_s, window) =
+        binding.map_or((0.0, Duration::from_secs(1)), |l| (per_s_of(l), l.window()));
+    let shortest = limits.iter().map(Limit::window).min().unwrap_or(window);
     Plan::Counted {
         rule,
         counter,
         per_s,
-        window_ns: window,
-        shortest_ns,
+        window,
+        shortest,
     }
 }
 
@@ -189,13 +186,10 @@ descriptors:
             ..bucket(&[("free", "x")])
         };
         assert!(matches!(super::plan(&limiter, &other_domain), Plan::NoRule));
-        let Plan::Counted {
-            per_s, window_ns, ..
-        } = plan(&[("fast", "x")])
-        else {
+        let Plan::Counted { per_s, window, .. } = plan(&[("fast", "x")]) else {
             panic!("a counted bucket");
         };
-        assert_eq!((per_s, window_ns), (20.0, 1_000_000_000));
+        assert_eq!((per_s, window), (20.0, Duration::from_secs(1)));
     }
 
     #[tokio::test]

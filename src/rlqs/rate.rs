@@ -2,6 +2,8 @@
 //! derived from the limit's rate and the stream's share of demand. Pure arithmetic, no
 //! time and no protocol.
 
+use std::time::Duration;
+
 use super::table::Strategy;
 
 /// Weight of the newest report in a stream's smoothed demand.
@@ -19,7 +21,6 @@ const BURST_MAX_S: f64 = 1.0;
 /// request while its refill goes to waste, and an Envoy whose rate is a request or two
 /// a second admits a fifth less than its rate.
 const MIN_BURST: f64 = 2.0;
-const NS_PER_S: f64 = 1e9;
 
 /// A stream's demand (requests per second) after a report of `observed` per second: an
 /// exponentially weighted average, so that one quiet interval does not take a busy
@@ -31,10 +32,10 @@ pub(crate) fn smooth(previous: Option<f64>, observed: f64) -> f64 {
     }
 }
 
-/// The seconds of rate an Envoy may spend at once, for a limit whose window is
-/// `window_ns`: a quarter of the window, at most a second.
-pub(crate) fn burst_s(window_ns: u64) -> f64 {
-    (window_ns as f64 / NS_PER_S * BURST_WINDOWS).min(BURST_MAX_S)
+/// The seconds of rate an Envoy may spend at once, for a limit whose window is `window`:
+/// a quarter of the window, at most a second.
+pub(crate) fn burst_s(window: Duration) -> f64 {
+    (window.as_secs_f64() * BURST_WINDOWS).min(BURST_MAX_S)
 }
 
 /// Envoy's token bucket for at most `rate` tokens per second with `burst_s` seconds of it
@@ -75,8 +76,6 @@ pub(crate) fn rate_of(strategy: Strategy) -> f64 {
 mod tests {
     use super::*;
 
-    const S: u64 = 1_000_000_000;
-
     #[test]
     fn demand_is_smoothed_from_the_first_report_on() {
         assert_eq!(smooth(None, 40.0), 40.0);
@@ -86,7 +85,7 @@ mod tests {
 
     #[test]
     fn rates_become_whole_tokens_over_whole_seconds_rounded_down() {
-        let fast = token_bucket(14.0, burst_s(S));
+        let fast = token_bucket(14.0, burst_s(Duration::from_secs(1)));
         assert_eq!(
             fast,
             Strategy::TokenBucket {
@@ -97,11 +96,11 @@ mod tests {
         );
         assert_eq!(rate_of(fast), 14.0);
         // 600 a minute, a third of it: a second of rate to spend at once.
-        let slow = token_bucket(10.0 / 3.0, burst_s(60 * S));
+        let slow = token_bucket(10.0 / 3.0, burst_s(Duration::from_secs(60)));
         assert!(matches!(slow, Strategy::TokenBucket { max_tokens: 4, .. }));
         assert!(rate_of(slow) <= 10.0 / 3.0 && rate_of(slow) > 0.99 * 10.0 / 3.0);
         // A thousand a day: two tokens at most, one refilled every 87 s or so.
-        let daily = token_bucket(1_000.0 / 86_400.0, burst_s(86_400 * S));
+        let daily = token_bucket(1_000.0 / 86_400.0, burst_s(Duration::from_secs(86_400)));
         assert!(matches!(daily, Strategy::TokenBucket { max_tokens: 2, .. }));
         assert!(rate_of(daily) <= 1_000.0 / 86_400.0);
         assert_eq!(token_bucket(0.0, 1.0), Strategy::DenyAll);

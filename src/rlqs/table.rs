@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::Clock;
+use tollgate_core::{Clock, Timestamp};
 
 use super::rate::{burst_s, rate_of, smooth, token_bucket};
 use super::report::BucketKey;
@@ -17,11 +17,11 @@ pub(crate) type StreamId = u64;
 
 /// Envoy's interval floor: gaps shorter than this are subscriptions of new buckets, not
 /// the reporting timer.
-const MIN_REPORTING_INTERVAL_NS: u64 = 100_000_000;
+const MIN_REPORTING_INTERVAL: Duration = Duration::from_millis(100);
 /// Assumed until a stream's reporting interval has been seen.
-const DEFAULT_REPORTING_INTERVAL_NS: u64 = 5_000_000_000;
+const DEFAULT_REPORTING_INTERVAL: Duration = Duration::from_secs(5);
 /// Assignments live this many reporting intervals.
-const TTL_INTERVALS: u64 = 3;
+const TTL_INTERVALS: u32 = 3;
 /// An assigned rate within this fraction of the one due is kept: Envoy restarts a token
 /// bucket whose settings change (full, a burst more), so small drifts of demand must not.
 const KEEP_WITHIN: f64 = 0.05;
@@ -30,7 +30,6 @@ const KEEP_WITHIN: f64 = 0.05;
 const PUSH_ABOVE: f64 = 1.1;
 /// Buckets one stream may subscribe to.
 pub(crate) const MAX_BUCKETS_PER_STREAM: usize = 10_000;
-const NS_PER_S: u64 = 1_000_000_000;
 /// Maps this small keep their room.
 const SHRINK_FLOOR: usize = 1_024;
 
@@ -79,8 +78,8 @@ pub(crate) enum Allowance {
     /// The same answer whatever is counted: no rule, unlimited, a limit of 0, shadow mode.
     Fixed(Strategy),
     /// A limit: this instance's streams may admit `per_s` requests per second together;
-    /// the limit's window is `window_ns`.
-    Rate { per_s: f64, window_ns: u64 },
+    /// the limit's window is `window`.
+    Rate { per_s: f64, window: Duration },
 }
 
 /// One stream's part in one bucket.
@@ -91,9 +90,9 @@ struct Sub {
     /// Reported since it subscribed: its demand is a rate, not the request that
     /// subscribed it.
     measured: bool,
-    last_report_ns: u64,
+    last_report: Timestamp,
     /// Last report with any request in it (or the subscription).
-    last_active_ns: u64,
+    last_active: Timestamp,
     assigned: Option<Strategy>,
 }
 
@@ -106,7 +105,7 @@ struct Bucket {
 #[derive(Debug, Default)]
 struct StreamState {
     buckets: HashSet<BucketKey>,
-    interval_ns: Option<u64>,
+    interval: Option<Duration>,
 }
 
 /// What streams leaving buckets (closed, or abandoned when idle) lead to.
@@ -144,7 +143,7 @@ pub(crate) struct TableStats {
 /// Every subscribed bucket of every open stream.
 pub(crate) struct Table {
     clock: Arc<dyn Clock>,
-    idle_ns: u64,
+    idle: Duration,
     buckets: HashMap<BucketKey, Bucket>,
     streams: HashMap<StreamId, StreamState>,
     /// Subscriptions held (a bucket once per stream reporting it): what memory grows with.
@@ -158,7 +157,7 @@ impl Table {
     pub(crate) fn new(clock: Arc<dyn Clock>, idle: Duration, max_subscriptions: usize) -> Self {
         Self {
             clock,
-            idle_ns: u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX),
+            idle,
             buckets: HashMap::new(),
             streams: HashMap::new(),
             subscriptions: 0,
@@ -173,9 +172,9 @@ impl Table {
 
     /// How long the report `stream` is making for `bucket` covers: since its last report
     /// of it, if it reported it before.
-    pub(crate) fn period_ns(&self, stream: StreamId, bucket: &BucketKey) -> Option<u64> {
+    pub(crate) fn period(&self, stream: StreamId, bucket: &BucketKey) -> Option<Duration> {
         let sub = self.buckets.get(bucket)?.subs.get(&stream)?;
-        Some(self.clock.now_ns().saturating_sub(sub.last_report_ns))
+        Some(self.clock.now().since(sub.last_report))
     }
 
     /// One bucket's usage report from `stream`, with the bucket's allowance now: the answer
@@ -188,7 +187,7 @@ impl Table {
         denied: u64,
         allowance: Allowance,
     ) -> Result<Vec<Message>, TooManyBuckets> {
-        let now = self.clock.now_ns();
+        let now = self.clock.now();
         let state = self.streams.entry(stream).or_default();
         if !state.buckets.contains(bucket) {
             if state.buckets.len() >= MAX_BUCKETS_PER_STREAM {
@@ -210,17 +209,17 @@ impl Table {
         let requests = allowed.saturating_add(denied);
         match entry.subs.get_mut(&stream) {
             Some(sub) => {
-                let gap = now.saturating_sub(sub.last_report_ns);
+                let gap = now.since(sub.last_report);
                 // A report right after another (a new bucket's own) is counted with the next.
-                if gap >= MIN_REPORTING_INTERVAL_NS {
-                    state.interval_ns = Some(gap);
-                    let observed = requests as f64 * NS_PER_S as f64 / gap as f64;
+                if gap >= MIN_REPORTING_INTERVAL {
+                    state.interval = Some(gap);
+                    let observed = requests as f64 / gap.as_secs_f64();
                     sub.demand = smooth(sub.measured.then_some(sub.demand), observed);
                     sub.measured = true;
-                    sub.last_report_ns = now;
+                    sub.last_report = now;
                 }
                 if requests > 0 {
-                    sub.last_active_ns = now;
+                    sub.last_active = now;
                 }
             }
             None => {
@@ -230,14 +229,14 @@ impl Table {
                     Sub {
                         demand: 0.0,
                         measured: false,
-                        last_report_ns: now,
-                        last_active_ns: now,
+                        last_report: now,
+                        last_active: now,
                         assigned: None,
                     },
                 );
             }
         }
-        let ttl_s = ttl_s(state.interval_ns);
+        let ttl_s = ttl_s(state.interval);
         let strategy = entry.candidate(stream);
         let fresh = entry.assign(stream, strategy);
         let mut out = vec![Message {
@@ -268,7 +267,7 @@ impl Table {
 
     /// Abandons every bucket of a stream that has had no request for the idle time.
     pub(crate) fn sweep(&mut self) -> Departures {
-        let now = self.clock.now_ns();
+        let now = self.clock.now();
         let idle: Vec<(BucketKey, StreamId)> = self
             .buckets
             .iter()
@@ -276,7 +275,7 @@ impl Table {
                 bucket
                     .subs
                     .iter()
-                    .filter(|(_, sub)| now.saturating_sub(sub.last_active_ns) >= self.idle_ns)
+                    .filter(|(_, sub)| now.since(sub.last_active) >= self.idle)
                     .map(move |(id, _)| (key.clone(), *id))
             })
             .collect();
@@ -336,7 +335,7 @@ impl Table {
             if old == Some(strategy) {
                 continue;
             }
-            let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
+            let interval = self.streams.get(&id).and_then(|s| s.interval);
             out.push(Message {
                 stream: id,
                 bucket: bucket.clone(),
@@ -403,7 +402,7 @@ impl Table {
             };
             if push {
                 let fresh = entry.assign(id, candidate);
-                let interval = self.streams.get(&id).and_then(|s| s.interval_ns);
+                let interval = self.streams.get(&id).and_then(|s| s.interval);
                 out.push(Message {
                     stream: id,
                     bucket: bucket.clone(),
@@ -424,9 +423,9 @@ impl Bucket {
     /// no more than the other streams leave, so that the rates assigned here never add up
     /// to more than the allowance; the rate it holds if that is close enough.
     fn candidate(&self, stream: StreamId) -> Strategy {
-        let (per_s, window_ns) = match self.allowance {
+        let (per_s, window) = match self.allowance {
             Allowance::Fixed(strategy) => return strategy,
-            Allowance::Rate { per_s, window_ns } => (per_s, window_ns),
+            Allowance::Rate { per_s, window } => (per_s, window),
         };
         let Some(sub) = self.subs.get(&stream) else {
             return Strategy::DenyAll;
@@ -448,7 +447,7 @@ impl Bucket {
         {
             return held_bucket;
         }
-        token_bucket(due, burst_s(window_ns))
+        token_bucket(due, burst_s(window))
     }
 
     /// `stream`'s part of the allowance's rate, by demand. A stream that has only subscribed
@@ -495,12 +494,11 @@ impl Bucket {
 }
 
 /// A few reporting intervals, in whole seconds.
-fn ttl_s(interval_ns: Option<u64>) -> u64 {
-    let interval = interval_ns.unwrap_or(DEFAULT_REPORTING_INTERVAL_NS);
-    interval
-        .saturating_mul(TTL_INTERVALS)
-        .div_ceil(NS_PER_S)
-        .max(1)
+fn ttl_s(interval: Option<Duration>) -> u64 {
+    let ttl = interval
+        .unwrap_or(DEFAULT_REPORTING_INTERVAL)
+        .saturating_mul(TTL_INTERVALS);
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
 }
 
 #[cfg(test)]

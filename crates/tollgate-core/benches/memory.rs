@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use tollgate_core::{
-    Capacity, Descriptor, Limiter, ManualClock, MemoryStore, Request, Rules, Store,
+    Capacity, Descriptor, Limiter, ManualClock, MemoryStore, Request, Rules, Store, Timestamp,
 };
 
 fn rss_bytes() -> u64 {
@@ -38,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
              requests_per_unit: 100, algorithm: sliding_window, precision: {precision}}}\n"
         ),
     )?;
-    let clock = ManualClock::new(1_700_000_000_000_000_000);
+    let clock = ManualClock::new(Timestamp::from_nanos(1_700_000_000_000_000_000));
     // Room to spare, so that no shard evicts: every counter is measured.
     let capacity = Capacity {
         counters: counters + counters / 10,

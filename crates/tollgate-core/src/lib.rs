@@ -45,7 +45,8 @@ mod unit;
 pub use algo::Hits;
 pub use calendar::{Calendar, CalendarError, MAX_CALENDAR_YEARS};
 pub use clock::{
-    Clock, ManualClock, NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, SystemClock,
+    Clock, ManualClock, NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, SystemClock, Timestamp,
+    nanos_of,
 };
 pub use counter::{Counter, Found, Reading};
 pub use decision::{Decision, Limited, Outcome};

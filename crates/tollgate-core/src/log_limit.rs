@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::clock::{Timestamp, nanos_of};
+
 /// At most one log line per period, the lines held back counted; shared by every task
 /// that may log the event, so it works through `&self`.
 #[derive(Debug)]
@@ -18,15 +20,16 @@ impl LogLimit {
     /// At most one line per `period`.
     pub fn new(period: Duration) -> Self {
         Self {
-            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+            period_ns: nanos_of(period),
             next_ns: AtomicU64::new(0),
             held: AtomicU64::new(0),
         }
     }
 
-    /// Whether to log at `now_ns` (the caller's clock): `Some(lines held back since the
-    /// last one logged)`, or `None` to stay quiet.
-    pub fn admit(&self, now_ns: u64) -> Option<u64> {
+    /// Whether to log at `now` (the caller's clock): `Some(lines held back since the last
+    /// one logged)`, or `None` to stay quiet.
+    pub fn admit(&self, now: Timestamp) -> Option<u64> {
+        let now_ns = now.as_nanos();
         let next = self.next_ns.load(Ordering::Relaxed);
         let due = now_ns.saturating_add(self.period_ns);
         if now_ns >= next
@@ -49,12 +52,12 @@ mod tests {
     #[test]
     fn one_line_per_period_and_the_rest_counted() {
         let limit = LogLimit::new(Duration::from_secs(10));
-        let s = 1_000_000_000;
-        assert_eq!(limit.admit(100 * s), Some(0), "the first is logged");
-        assert_eq!(limit.admit(100 * s), None);
-        assert_eq!(limit.admit(109 * s), None);
-        assert_eq!(limit.admit(110 * s), Some(2), "two held back");
-        assert_eq!(limit.admit(115 * s), None);
-        assert_eq!(limit.admit(200 * s), Some(1));
+        let at = |s: u64| Timestamp::default() + Duration::from_secs(s);
+        assert_eq!(limit.admit(at(100)), Some(0), "the first is logged");
+        assert_eq!(limit.admit(at(100)), None);
+        assert_eq!(limit.admit(at(109)), None);
+        assert_eq!(limit.admit(at(110)), Some(2), "two held back");
+        assert_eq!(limit.admit(at(115)), None);
+        assert_eq!(limit.admit(at(200)), Some(1));
     }
 }

@@ -1,12 +1,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::{Capacity, Counter, Limit, ManualClock, MemoryStore, Store, Unit};
+use tollgate_core::{
+    Capacity, Counter, Limit, ManualClock, MemoryStore, NANOS_PER_SECOND, Store, Timestamp, Unit,
+};
 
 use super::*;
 use crate::rlqs::part::Parts;
-
-const S: u64 = 1_000_000_000;
 
 fn bucket(value: &str) -> BucketKey {
     BucketKey {
@@ -19,8 +19,13 @@ fn bucket(value: &str) -> BucketKey {
 fn per_second(per_s: f64) -> Allowance {
     Allowance::Rate {
         per_s,
-        window_ns: S,
+        window: Duration::from_secs(1),
     }
+}
+
+/// The time `s` seconds after the epoch.
+fn at(s: u64) -> Timestamp {
+    Timestamp::from_nanos(s * NANOS_PER_SECOND)
 }
 
 fn table(clock: &ManualClock) -> Table {
@@ -63,7 +68,7 @@ fn report(
 
 #[test]
 fn the_first_report_subscribes_and_the_ttl_follows_the_reporting_interval() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     let sends = report(&mut t, 1, 1, 0, per_second(20.0));
     // Half: room is kept for an Envoy that subscribes next; a quarter second of it to
@@ -84,9 +89,9 @@ fn the_first_report_subscribes_and_the_ttl_follows_the_reporting_interval() {
             },
         }]
     );
-    assert_eq!(t.period_ns(1, &bucket("a")), Some(0));
-    clock.advance(2 * S);
-    assert_eq!(t.period_ns(1, &bucket("a")), Some(2 * S));
+    assert_eq!(t.period(1, &bucket("a")), Some(Duration::ZERO));
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(t.period(1, &bucket("a")), Some(Duration::from_secs(2)));
     // Its second report shows a rate: alone, it gets the whole.
     let sends = report(&mut t, 1, 30, 10, per_second(20.0));
     assert!(matches!(sends[0].action, Action::Assign { ttl_s: 6, .. }));
@@ -96,16 +101,16 @@ fn the_first_report_subscribes_and_the_ttl_follows_the_reporting_interval() {
 
 #[test]
 fn an_unchanged_rate_is_sent_again_as_it_is_and_small_drifts_keep_it() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, per_second(20.0));
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     let first = report(&mut t, 1, 100, 0, per_second(20.0));
     assert!(matches!(
         first[0].action,
         Action::Assign { fresh: true, .. }
     ));
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     // The part grew by 3 %: Envoy keeps its bucket (tokens and all), not a full new one.
     let again = report(&mut t, 1, 100, 0, per_second(20.6));
     assert_eq!(assigned(&again), assigned(&first));
@@ -113,7 +118,7 @@ fn an_unchanged_rate_is_sent_again_as_it_is_and_small_drifts_keep_it() {
         again[0].action,
         Action::Assign { fresh: false, .. }
     ));
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     let halved = report(&mut t, 1, 100, 0, per_second(10.0));
     assert_eq!(rates(&halved), vec![(1, 10.0)]);
     assert!(matches!(
@@ -124,10 +129,10 @@ fn an_unchanged_rate_is_sent_again_as_it_is_and_small_drifts_keep_it() {
 
 #[test]
 fn a_newcomer_waits_for_the_rate_others_hold_then_gets_it_pushed() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, per_second(20.0));
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     assert_eq!(
         rates(&report(&mut t, 1, 150, 0, per_second(20.0))),
         vec![(1, 20.0)]
@@ -137,7 +142,7 @@ fn a_newcomer_waits_for_the_rate_others_hold_then_gets_it_pushed() {
         assigned(&report(&mut t, 2, 1, 0, per_second(20.0))),
         vec![(2, Strategy::DenyAll)]
     );
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     // Stream 1 gets its part by demand (30 a second, and the newcomer counts as the others
     // do: half), and stream 2 is pushed its part of the rate stream 1 left (a third: it
     // counts itself twice, as if an equal newcomer followed).
@@ -145,7 +150,7 @@ fn a_newcomer_waits_for_the_rate_others_hold_then_gets_it_pushed() {
     assert_eq!(sends[0], (1, 10.0));
     assert_eq!(sends[1].0, 2);
     assert!((6.5..=20.0 / 3.0).contains(&sends[1].1), "{sends:?}");
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     // Stream 2's demand is known now (100 in 10 s against stream 1's 30 a second): a
     // quarter; and stream 1 is pushed the three quarters at once.
     let sends = rates(&report(&mut t, 2, 40, 60, per_second(20.0)));
@@ -154,11 +159,11 @@ fn a_newcomer_waits_for_the_rate_others_hold_then_gets_it_pushed() {
 
 #[test]
 fn a_closed_streams_rate_is_pushed_to_the_others() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, per_second(20.0));
     report(&mut t, 2, 1, 0, per_second(20.0));
-    clock.advance(5 * S);
+    clock.advance(Duration::from_secs(5));
     report(&mut t, 1, 50, 50, per_second(20.0));
     report(&mut t, 2, 50, 50, per_second(20.0));
     let departures = t.close(1);
@@ -170,19 +175,19 @@ fn a_closed_streams_rate_is_pushed_to_the_others() {
 
 #[test]
 fn idle_buckets_are_abandoned() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     let allow = Allowance::Fixed(Strategy::AllowAll);
     report(&mut t, 1, 1, 0, allow);
     t.report(2, &bucket("b"), 1, 0, allow)
         .expect("under the cap");
-    clock.advance(20 * S);
+    clock.advance(Duration::from_secs(20));
     // Reports without requests do not keep a bucket alive; requests do.
     report(&mut t, 1, 0, 0, allow);
     t.report(2, &bucket("b"), 3, 0, allow)
         .expect("under the cap");
     assert_eq!(t.sweep(), Departures::default());
-    clock.advance(10 * S);
+    clock.advance(Duration::from_secs(10));
     assert_eq!(
         t.sweep(),
         Departures {
@@ -200,7 +205,7 @@ fn idle_buckets_are_abandoned() {
 
 #[test]
 fn new_rules_are_pushed_to_every_stream_whose_assignment_changes() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     report(&mut t, 1, 1, 0, per_second(20.0));
     report(&mut t, 2, 1, 0, per_second(20.0));
@@ -229,7 +234,7 @@ fn new_rules_are_pushed_to_every_stream_whose_assignment_changes() {
 
 #[test]
 fn a_stream_may_not_subscribe_to_unbounded_buckets() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = table(&clock);
     let allow = Allowance::Fixed(Strategy::AllowAll);
     for i in 0..MAX_BUCKETS_PER_STREAM {
@@ -246,7 +251,7 @@ fn a_stream_may_not_subscribe_to_unbounded_buckets() {
 
 #[test]
 fn all_streams_together_hold_at_most_the_global_bound() {
-    let clock = ManualClock::new(100 * S);
+    let clock = ManualClock::new(at(100));
     let mut t = Table::new(Arc::new(clock.clone()), Duration::from_secs(30), 5);
     let allow = Allowance::Fixed(Strategy::AllowAll);
     for stream in 1..=2 {
@@ -351,11 +356,11 @@ async fn simulate(fleet: &Fleet) -> Measured {
     const TICK_NS: u64 = 10_000_000;
     const FLUSH_NS: u64 = crate::rlqs::part::FLUSH.as_nanos() as u64;
     // Instances' parts are measured over 20 s of demand: until then they may overlap more.
-    const DEMAND_SETTLED_NS: u64 = 20 * S;
-    let window_ns = u64::from(fleet.window_s) * S;
+    const DEMAND_SETTLED_NS: u64 = 20 * NANOS_PER_SECOND;
+    let window_ns = u64::from(fleet.window_s) * NANOS_PER_SECOND;
     // Just after a window starts, at no round second.
     let start = 1_000 * window_ns + 300_000_000;
-    let clock = ManualClock::new(start);
+    let clock = ManualClock::new(Timestamp::from_nanos(start));
     let store = Store::Memory(MemoryStore::new(
         Capacity::default(),
         Arc::new(clock.clone()),
@@ -380,7 +385,7 @@ async fn simulate(fleet: &Fleet) -> Measured {
         .enumerate()
         .map(|(i, (demand, interval_s))| Envoy {
             demand: *demand,
-            interval_ns: interval_s * S,
+            interval_ns: interval_s * NANOS_PER_SECOND,
             instance: i % fleet.instances,
             arrivals: 0.5,
             strategy: None,
@@ -390,16 +395,17 @@ async fn simulate(fleet: &Fleet) -> Measured {
             subscribed_ns: None,
         })
         .collect();
-    let windows = usize::try_from(fleet.seconds * S / window_ns).expect("a few windows");
+    let windows =
+        usize::try_from(fleet.seconds * NANOS_PER_SECOND / window_ns).expect("a few windows");
     let mut admitted = vec![0u64; windows + 1];
     let mut bounds = vec![0f64; windows + 1];
     let mut by_envoy = vec![(0, 0); envoys.len()];
     let mut answered_ns = 0;
     let mut most_assigned = (0f64, 0f64);
-    let shift_ns = start + fleet.seconds * S / 2;
-    for tick in 0..(fleet.seconds * S / TICK_NS) {
+    let shift_ns = start + fleet.seconds * NANOS_PER_SECOND / 2;
+    for tick in 0..(fleet.seconds * NANOS_PER_SECOND / TICK_NS) {
         let now = start + tick * TICK_NS;
-        clock.advance(now - clock.now_ns());
+        clock.advance(Duration::from_nanos(now - clock.now().as_nanos()));
         let window = usize::try_from((now - start) / window_ns).expect("a few windows");
         if now == shift_ns {
             let mut shifted: Vec<f64> = envoys.iter().map(|e| e.demand).collect();
@@ -424,11 +430,11 @@ async fn simulate(fleet: &Fleet) -> Measured {
             };
             *most = most.max(assigned / per_s);
         }
-        bounds[window] += assigned.min(f64::MAX) * TICK_NS as f64 / S as f64;
+        bounds[window] += assigned.min(f64::MAX) * TICK_NS as f64 / NANOS_PER_SECOND as f64;
         for i in 0..envoys.len() {
             let e = &mut envoys[i];
-            e.refill(TICK_NS as f64 / S as f64);
-            e.arrivals += e.demand * TICK_NS as f64 / S as f64;
+            e.refill(TICK_NS as f64 / NANOS_PER_SECOND as f64);
+            e.arrivals += e.demand * TICK_NS as f64 / NANOS_PER_SECOND as f64;
             let mut subscribe = false;
             while e.arrivals >= 1.0 {
                 e.arrivals -= 1.0;
@@ -471,7 +477,7 @@ async fn simulate(fleet: &Fleet) -> Measured {
             };
             let allowance = Allowance::Rate {
                 per_s: per_s * fraction,
-                window_ns,
+                window: Duration::from_nanos(window_ns),
             };
             let sends = t
                 .report(id, &bucket("a"), allowed, denied, allowance)

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use crate::clock::ManualClock;
+use crate::clock::{ManualClock, Timestamp};
 use crate::limit::{Algorithm, Limit};
 use crate::request::{Descriptor, Request};
 use crate::rules::Rules;
@@ -36,7 +36,7 @@ fn limited(found: Found) -> Counter {
 
 #[tokio::test]
 async fn a_bucket_in_any_order_finds_the_counter_should_rate_limit_counts_on() {
-    let clock = ManualClock::new(600 * S);
+    let clock = ManualClock::new(Timestamp::from_nanos(600 * S));
     let limiter = limiter(&clock);
     let descriptor = Descriptor::new([("client", "c1"), ("route", "/r")]);
     let by_descriptor = limited(limiter.find_descriptor("d", &descriptor));
@@ -53,7 +53,7 @@ async fn a_bucket_in_any_order_finds_the_counter_should_rate_limit_counts_on() {
 
 #[test]
 fn unlimited_and_unmatched_entries_have_no_counter() {
-    let clock = ManualClock::new(600 * S);
+    let clock = ManualClock::new(Timestamp::from_nanos(600 * S));
     let limiter = limiter(&clock);
     assert!(matches!(
         limiter.find_bucket("d", &[("open", "x")]),
@@ -73,7 +73,7 @@ fn unlimited_and_unmatched_entries_have_no_counter() {
 
 #[tokio::test]
 async fn every_operation_counts_as_it_says() {
-    let clock = ManualClock::new(600 * S);
+    let clock = ManualClock::new(Timestamp::from_nanos(600 * S));
     let store = Store::Memory(MemoryStore::new(
         Capacity::default(),
         Arc::new(clock.clone()),
@@ -105,13 +105,13 @@ async fn every_operation_counts_as_it_says() {
     let reading = counter.read(&store).await.expect("memory store");
     assert_eq!(reading.limit_index, 0);
     assert_eq!(reading.reset, Duration::from_secs(60));
-    clock.advance(60 * S);
+    clock.advance(Duration::from_nanos(60 * S));
     assert_eq!(remaining(counter.read(&store).await).await, (true, 10));
 }
 
 #[tokio::test]
 async fn a_companion_is_a_counter_of_its_own() {
-    let clock = ManualClock::new(600 * S);
+    let clock = ManualClock::new(Timestamp::from_nanos(600 * S));
     let limiter = limiter(&clock);
     let counter = limited(limiter.find_bucket("d", &[("client", "c1"), ("route", "/r")]));
     let wide = Limit::new(100, Unit::Minute);

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{ManualClock, Timestamp};
 use crate::request::LimitOverride;
 use crate::store::MemoryStore;
 use crate::unit::Unit;
@@ -35,7 +35,7 @@ fn limiter() -> (Limiter, ManualClock) {
 }
 
 fn limiter_with(options: Options) -> (Limiter, ManualClock) {
-    let clock = ManualClock::new(1_000 * SECOND);
+    let clock = ManualClock::new(Timestamp::from_nanos(1_000 * SECOND));
     let rules = Rules::from_yaml("rules.yaml", RULES).expect("rules load");
     let store = Store::Memory(MemoryStore::new(
         crate::Capacity::default(),
@@ -107,7 +107,7 @@ async fn several_limits_report_the_tightest_and_count_all_or_nothing() {
     let third = limited(&l, one("api", "k")).await;
     assert!(third.is_over());
     assert_eq!(third.limit.name(), Some("per_second"));
-    clock.advance(2 * SECOND);
+    clock.advance(Duration::from_nanos(2 * SECOND));
     let fourth = limited(&l, one("api", "k")).await;
     assert!(
         !fourth.is_over(),
@@ -127,7 +127,7 @@ async fn token_bucket_rules_refill_continuously() {
     let denied = limited(&l, one("bucket", "b")).await;
     assert!(denied.is_over());
     assert_eq!(denied.reset, Duration::from_secs(1));
-    clock.advance(SECOND);
+    clock.advance(Duration::from_nanos(SECOND));
     assert!(limited(&l, one("bucket", "b")).await.admitted);
 }
 
@@ -317,7 +317,7 @@ descriptors:
 
 fn budgets(options: Options) -> (Limiter, ManualClock) {
     // On a minute boundary, so that fixed windows start with the test.
-    let clock = ManualClock::new(60 * 1_000 * SECOND);
+    let clock = ManualClock::new(Timestamp::from_nanos(60 * 1_000 * SECOND));
     let rules = Rules::from_yaml("budgets.yaml", BUDGETS).expect("rules load");
     let store = Store::Memory(MemoryStore::new(
         crate::Capacity::default(),
@@ -348,7 +348,9 @@ async fn a_budget_records_charges_past_the_limit_until_the_window_frees_room() {
         let denied = decide_q(&l, vec![check()]).await;
         assert!(denied.over_limit, "{key}");
         // ...until the charges have left the window.
-        clock.advance(limited_of(&denied).reset.as_nanos() as u64);
+        clock.advance(Duration::from_nanos(
+            limited_of(&denied).reset.as_nanos() as u64
+        ));
         assert!(!decide_q(&l, vec![check()]).await.over_limit, "{key}");
     }
 }

@@ -18,7 +18,7 @@ use super::peek::CounterView;
 use super::shards::{Counter, Entry, ShardStats, Shards};
 use super::shared::protocol::effect;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
-use crate::clock::Clock;
+use crate::clock::{Clock, NowNanos};
 use crate::limit::Limit;
 
 /// What the shared store answered: its decision, its clock, and the counter's state as it
@@ -294,12 +294,13 @@ impl LocalView {
 mod tests {
     use super::*;
     use crate::algo::testing::{FIXED, SECOND, SLIDING, bucket, limit};
-    use crate::clock::ManualClock;
+    use crate::clock::{ManualClock, Timestamp};
+    use std::time::Duration;
 
     const T0: u64 = 1_000 * SECOND;
 
     fn view() -> (LocalView, ManualClock) {
-        let clock = ManualClock::new(T0);
+        let clock = ManualClock::new(Timestamp::from_nanos(T0));
         let capacity = Capacity {
             counters: 100,
             bytes: usize::MAX,
@@ -476,7 +477,7 @@ mod tests {
             v.deny("k", &limits, Hits::Consume(1), v.now_ns(), || true)
                 .is_some()
         );
-        clock.advance(5 * SECOND);
+        clock.advance(Duration::from_nanos(5 * SECOND));
         assert_eq!(v.now_ns(), store_now + 5 * SECOND);
         assert!(
             v.deny("k", &limits, Hits::Consume(1), v.now_ns(), || true)
@@ -491,7 +492,10 @@ mod tests {
             counters: 2,
             bytes: usize::MAX,
         };
-        let v = LocalView::new(capacity, Arc::new(ManualClock::new(T0)));
+        let v = LocalView::new(
+            capacity,
+            Arc::new(ManualClock::new(Timestamp::from_nanos(T0))),
+        );
         let two = [limit(SLIDING, 10, SECOND), limit(FIXED, 10, 60 * SECOND)];
         let three = [
             two[0].clone(),

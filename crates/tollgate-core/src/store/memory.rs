@@ -7,7 +7,7 @@ use super::StoreStats;
 use super::peek::CounterView;
 use super::shards::{Counter, Shards};
 use crate::algo::{Hits, Verdict, apply};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, NowNanos, SystemClock};
 use crate::limit::Limit;
 
 /// How much a store may hold in memory: counters, and bytes they take.
@@ -126,10 +126,11 @@ impl MemoryStore {
 mod tests {
     use super::*;
     use crate::algo::testing::{FIXED, SECOND, SLIDING, limit};
-    use crate::clock::ManualClock;
+    use crate::clock::{ManualClock, Timestamp};
+    use std::time::Duration;
 
     fn store(counters: usize) -> (MemoryStore, ManualClock) {
-        let clock = ManualClock::new(1_000 * SECOND);
+        let clock = ManualClock::new(Timestamp::from_nanos(1_000 * SECOND));
         let capacity = Capacity {
             counters,
             bytes: usize::MAX,
@@ -164,7 +165,7 @@ mod tests {
         s.apply("a", &limits, Hits::Consume(1));
         s.counters.sweep(s.clock.now_ns());
         assert_eq!(s.stats().counters, 1);
-        clock.advance(2 * SECOND);
+        clock.advance(Duration::from_nanos(2 * SECOND));
         s.counters.sweep(s.clock.now_ns());
         let stats = s.stats();
         assert_eq!((stats.counters, stats.evictions, stats.expired), (0, 0, 1));
@@ -188,7 +189,7 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_in_bytes_whatever_the_keys_and_limits() {
-        let clock = ManualClock::new(1_000 * SECOND);
+        let clock = ManualClock::new(Timestamp::from_nanos(1_000 * SECOND));
         let capacity = Capacity {
             counters: usize::MAX,
             bytes: 2 << 20,
@@ -240,7 +241,7 @@ mod tests {
         let limits = [limit(SLIDING, 5, SECOND)];
         s.apply("a", &limits, Hits::Consume(1));
         s.spawn_sweeper(Duration::from_secs(1));
-        clock.advance(5 * SECOND);
+        clock.advance(Duration::from_nanos(5 * SECOND));
         // Paused tokio time jumps to the sweeper's next tick whenever this task waits.
         for _ in 0..30 {
             if s.stats().counters == 0 {

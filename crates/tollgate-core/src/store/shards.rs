@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::table::{Key, Table};
 use crate::algo::{LimitState, Verdict};
-use crate::clock::Clock;
+use crate::clock::{Clock, NowNanos};
 use crate::limit::Limit;
 
 /// Entries compared when one must be evicted.

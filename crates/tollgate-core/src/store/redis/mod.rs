@@ -22,7 +22,7 @@ use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::link::{Health, Link};
 use super::shared::resets::{Subscribe, SubscribeError, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::clock::Clock;
+use crate::clock::{Clock, NANOS_PER_MICRO, Timestamp};
 use crate::limit::Limit;
 use crate::log_limit::LogLimit;
 use crate::store::shared::protocol::Ask;
@@ -125,8 +125,11 @@ impl RedisBackend {
                 .map_err(|e| classify(&link, e))?;
             let (_, now_us, _, held) = &reply;
             if !held.is_empty()
-                && let Some(more) =
-                    foreign_keys.admit(u64::try_from(*now_us).unwrap_or(0).saturating_mul(1_000))
+                && let Some(more) = foreign_keys.admit(Timestamp::from_nanos(
+                    u64::try_from(*now_us)
+                        .unwrap_or(0)
+                        .saturating_mul(NANOS_PER_MICRO),
+                ))
             {
                 tracing::warn!(
                     "redis counter {held}, not a counter: read as an empty counter and \

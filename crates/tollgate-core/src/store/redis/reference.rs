@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::connect::{Conn, RedisConnector, RedisTarget, RedisTls};
 use crate::algo::{Decision, Hits, Verdict};
-use crate::clock::{Clock, NANOS_PER_SECOND};
+use crate::clock::{Clock, NANOS_PER_SECOND, NowNanos};
 use crate::limit::Limit;
 use crate::stats::Histogram;
 use crate::store::shared::link::{Health, Link};

@@ -43,7 +43,7 @@ fn simulate(limit: &Limit) -> Tally {
         let admitted = fleet.request(step as usize % INSTANCES, 1, STEP_NS);
         if admitted && step >= warm {
             tally.admitted += 1;
-            let window = fleet.counter.clock.now_ns() / SECOND;
+            let window = fleet.counter.clock.now().as_nanos() / SECOND;
             *tally.per_window.entry(window).or_default() += 1;
         }
     }

@@ -5,7 +5,9 @@ use proptest::prelude::*;
 
 use super::{LeasePolicy, Leases, Miss, PERIOD_NS};
 use crate::algo::{Gcra, Hits, LimitState, mul_div};
-use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO};
+use std::time::Duration;
+
+use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO, Timestamp};
 use crate::limit::{Algorithm, Limit};
 use crate::store::shared::protocol::{Ask, lease_effect};
 use crate::unit::Unit;
@@ -31,7 +33,7 @@ impl Counter {
         Self {
             limits,
             states,
-            clock: ManualClock::new(start_ns),
+            clock: ManualClock::new(Timestamp::from_nanos(start_ns)),
             calls: 0,
             counting: 0,
         }
@@ -39,7 +41,7 @@ impl Counter {
 
     /// One store call at the clock's time; its flag (units granted, or admitted).
     fn call(&mut self, ask: Ask) -> u64 {
-        let now = self.clock.now_ns();
+        let now = self.clock.now().as_nanos();
         self.calls += 1;
         let flag = lease_effect(&mut self.states, &self.limits, now, 0, ask);
         if flag > 0 && !matches!(ask, Ask::GiveBack { .. }) {
@@ -51,7 +53,7 @@ impl Counter {
     /// A request of `n` units through `leases`, as `SharedStore::apply` makes it: from
     /// the block, by a take, or as plain hits; whether it was admitted.
     pub(super) fn request(&mut self, leases: &Leases, n: u64) -> bool {
-        let now = self.clock.now_ns();
+        let now = self.clock.now().as_nanos();
         let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
             Ok(_) => return true,
             Err(next) => next,
@@ -74,14 +76,14 @@ impl Counter {
 
     /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
     pub(super) fn sweep(&mut self, leases: &Leases, all: bool) {
-        for (_, _, ask) in leases.sweep(self.clock.now_ns(), all) {
+        for (_, _, ask) in leases.sweep(self.clock.now().as_nanos(), all) {
             self.call(ask);
         }
     }
 
     /// Units the store still has room for at the clock's time.
     fn room(&self) -> u64 {
-        crate::algo::evaluate(&self.states, &self.limits, self.clock.now_ns(), 0)
+        crate::algo::evaluate(&self.states, &self.limits, self.clock.now().as_nanos(), 0)
             .decision
             .remaining
     }
@@ -114,8 +116,8 @@ impl Fleet {
     /// A request of `n` units to instance `i`, `after_ns` after the last step; whether
     /// it was admitted.
     pub(super) fn request(&mut self, i: usize, n: u64, after_ns: u64) -> bool {
-        self.counter.clock.advance(after_ns);
-        let now = self.counter.clock.now_ns();
+        self.counter.clock.advance(Duration::from_nanos(after_ns));
+        let now = self.counter.clock.now().as_nanos();
         if now - self.swept_ns >= PERIOD_NS {
             for leases in &self.instances {
                 self.counter.sweep(leases, false);
@@ -147,7 +149,7 @@ fn one_period(counter: &mut Counter, leases: &Leases, count: u64) -> u64 {
     (0..count)
         .filter(|_| {
             let admitted = counter.request(leases, 1);
-            counter.clock.advance(step);
+            counter.clock.advance(Duration::from_nanos(step));
             admitted
         })
         .count() as u64
@@ -189,7 +191,7 @@ fn a_block_is_shown_as_held_and_a_reset_drops_it() {
     one_period(&mut counter, &leases, 50);
     // A third period takes 50 at its start and spends 20 of them.
     one_period(&mut counter, &leases, 20);
-    let now = counter.clock.now_ns();
+    let now = counter.clock.now().as_nanos();
     let view = leases.view(KEY, now).expect("a block");
     assert_eq!((view.left, view.spendable), (30, 30));
     assert_eq!(
@@ -298,7 +300,9 @@ fn a_fixed_window_block_ends_with_its_window() {
         .local_admissions
         .load(super::Ordering::Relaxed);
     // The window ends: the block is given back (to the old window) and a new one taken.
-    counter.clock.advance(SECOND - counter.clock.now_ns());
+    counter.clock.advance(Duration::from_nanos(
+        SECOND - counter.clock.now().as_nanos(),
+    ));
     assert!(counter.request(&leases, 1));
     assert_eq!(
         leases
@@ -325,7 +329,7 @@ fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, u64) ->
         .get(KEY)
         .and_then(|e| e.block.as_ref())
         .expect("block");
-    check(block, counter.clock.now_ns())
+    check(block, counter.clock.now().as_nanos())
 }
 
 #[test]
@@ -372,9 +376,9 @@ fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
         let block = entries.get(KEY).and_then(|e| e.block.as_ref());
         block.and_then(|b| b.decay.first()).expect("decay").0
     };
-    counter
-        .clock
-        .advance(tat_ns - 5 * MS - counter.clock.now_ns());
+    counter.clock.advance(Duration::from_nanos(
+        tat_ns - 5 * MS - counter.clock.now().as_nanos(),
+    ));
     assert!(left > 5, "a block of {left}");
     // Another instance fills the bucket; this one then spends what it may of its block.
     let mut admitted = 0;
@@ -394,7 +398,7 @@ fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again()
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
     one_period(&mut counter, &leases, 100);
-    let now = counter.clock.now_ns();
+    let now = counter.clock.now().as_nanos();
     let spend = || leases.spend(KEY, &counter.limits, 1, now);
     assert!(matches!(spend(), Err((Miss::Take(_), _))));
     let Err((Miss::Wait(waiting), _)) = spend() else {
@@ -417,15 +421,15 @@ fn the_sweep_gives_idle_blocks_back() {
     let leases = leases(0.01);
     take_block(&mut counter, &leases);
     let admitted = 100_000 - counter.room() - held(&leases);
-    counter.clock.advance(PERIOD_NS);
+    counter.clock.advance(Duration::from_nanos(PERIOD_NS));
     counter.sweep(&leases, false);
     assert!(held(&leases) > 0, "a block idle for one period is kept");
-    counter.clock.advance(2 * PERIOD_NS);
+    counter.clock.advance(Duration::from_nanos(2 * PERIOD_NS));
     counter.sweep(&leases, false);
     assert_eq!(held(&leases), 0);
     assert_eq!(100_000 - counter.room(), admitted);
     // With nothing held and nothing seen for a while, the counter is forgotten.
-    counter.clock.advance(4 * PERIOD_NS);
+    counter.clock.advance(Duration::from_nanos(4 * PERIOD_NS));
     counter.sweep(&leases, false);
     assert!(leases.entries.lock().expect("entries").is_empty());
 }
@@ -510,7 +514,7 @@ proptest! {
         for step in &steps {
             let before = fleet.counter.counting;
             if fleet.request(step.instance, step.units, step.after_us * 1_000) {
-                let now = fleet.counter.clock.now_ns();
+                let now = fleet.counter.clock.now().as_nanos();
                 admissions.push((now, step.units, before, fleet.counter.counting));
             }
         }
@@ -568,7 +572,7 @@ proptest! {
         let mut admitted = std::collections::BTreeMap::new();
         for step in 1..2 * per_window {
             if fleet.request(step as usize % instances, 1, gap_ns) {
-                let window = fleet.counter.clock.now_ns() / window_ns;
+                let window = fleet.counter.clock.now().as_nanos() / window_ns;
                 *admitted.entry(window).or_insert(0_u64) += 1;
             }
         }
