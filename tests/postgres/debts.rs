@@ -73,8 +73,10 @@ async fn a_slow_durable_store_never_admits_past_the_limit() {
         .await
         .unwrap_or(0.0);
     eprintln!("{:?}, {fallbacks} fallbacks", tally(&answers));
+    // Once the counter is full the local view denies without asking the store, so only
+    // the first hundred calls can time out: on a quiet host a few dozen do.
     assert!(
-        fallbacks >= 30.0,
+        fallbacks >= 10.0,
         "the store must be slow for this test to mean anything: {fallbacks} fallbacks"
     );
     assert_admitted_within(&answers, 100);
