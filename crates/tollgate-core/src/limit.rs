@@ -2,11 +2,10 @@
 //! constructors that check it, so every `Limit` in the program is one the stores can count.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::calendar::{Calendar, CalendarError, Window};
+use crate::calendar::{Calendar, CalendarError};
 use crate::clock::{NANOS_PER_MILLI, NANOS_PER_SECOND};
 use crate::unit::Unit;
 
@@ -293,7 +292,10 @@ impl Limit {
 
     /// For a fixed window, the window holding `now_ns` (nanoseconds since the epoch): the
     /// calendar's, else epoch-aligned. `None` for other algorithms.
-    pub fn fixed_window_at(&self, now_ns: u64) -> Option<Range<u64>> {
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    pub(crate) fn fixed_window_at(&self, now_ns: u64) -> Option<std::ops::Range<u64>> {
+        use crate::calendar::Window;
+
         if self.algorithm != Algorithm::FixedWindow {
             return None;
         }
