@@ -70,6 +70,12 @@ impl QuotaStream {
             .map(|m| m.expect("the stream goes on"))
     }
 
+    /// The rate assigned to `user`'s bucket on its first report (one request admitted).
+    async fn first_rate(&mut self, user: &str) -> f64 {
+        self.report("quota", &[("user", user)], 1, 0).await;
+        rate(self.strategy().await)
+    }
+
     /// The next assignment's strategy for the one bucket it is about.
     async fn strategy(&mut self) -> Strategy {
         let response = self.next().await.expect("an answer, not an error");
@@ -157,14 +163,19 @@ fn about(rate: f64, want: f64) -> bool {
     rate <= want && rate >= 0.99 * want
 }
 
-/// `n` requests of `user` through `ShouldRateLimit`, each admitted.
-async fn admit(client: &mut Rls, user: &str, n: usize) {
+/// A server that admitted `n` requests of `user` through `ShouldRateLimit`, the client
+/// that sent them, and a quota stream opened after.
+async fn admitted_then_streamed(user: &str, n: usize) -> (Server, Rls, QuotaStream) {
+    let server = Serve::rules(RULES).start();
+    let mut client = server.client().await;
     for _ in 0..n {
         assert_eq!(
             code(&client.check("quota", &[("user", user)]).await),
             Code::Ok
         );
     }
+    let stream = QuotaStream::open(&server).await;
+    (server, client, stream)
 }
 
 fn blanket(rule: BlanketRule) -> Strategy {
@@ -203,41 +214,28 @@ async fn the_first_report_subscribes_and_is_answered_with_a_token_bucket_and_a_t
 
 #[tokio::test]
 async fn reported_usage_and_should_rate_limit_share_one_counter() {
-    let server = Serve::rules(RULES).start();
-    let mut client = server.client().await;
-    admit(&mut client, "bob", 7).await;
+    let (server, mut client, mut stream) = admitted_then_streamed("bob", 7).await;
     // Envoy reports what it admitted: charged on the counter ShouldRateLimit counts on.
-    let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "bob")], 1, 0).await;
     assert!(matches!(stream.strategy().await, Strategy::TokenBucket(_)));
     stream.report("quota", &[("user", "bob")], 1, 0).await;
     assert!(matches!(stream.strategy().await, Strategy::TokenBucket(_)));
     let gap = r#"tollgate_rlqs_limit_gap{domain="quota",key1="user",key2=""}"#;
     assert_eq!(server.metric(gap).await, Some(1.0), "7 + 2 of 10 counted");
-    assert_eq!(
-        code(&client.check("quota", &[("user", "bob")]).await),
-        Code::Ok
-    );
-    assert_eq!(
-        code(&client.check("quota", &[("user", "bob")]).await),
-        Code::OverLimit
-    );
+    for want in [Code::Ok, Code::OverLimit] {
+        assert_eq!(code(&client.check("quota", &[("user", "bob")]).await), want);
+    }
 }
 
 #[tokio::test]
 async fn envoys_are_given_the_rate_should_rate_limit_callers_leave() {
-    let server = Serve::rules(RULES).start();
-    let mut client = server.client().await;
-    admit(&mut client, "dan", 4).await;
-    let mut stream = QuotaStream::open(&server).await;
-    stream.report("quota", &[("user", "dan")], 1, 0).await;
+    let (_server, _client, mut stream) = admitted_then_streamed("dan", 4).await;
     // ShouldRateLimit holds 4 of the 10 a minute: the Envoys divide the rate of the other
     // 6, and this newly subscribed one gets half of that.
-    let got = rate(stream.strategy().await);
+    let got = stream.first_rate("dan").await;
     assert!(about(got, 10.0 / 60.0 * 0.6 / 2.0), "{got} per second");
     // A bucket nobody else counts on gets the whole rate's half.
-    stream.report("quota", &[("user", "eve")], 1, 0).await;
-    let whole = rate(stream.strategy().await);
+    let whole = stream.first_rate("eve").await;
     assert!(about(whole, 10.0 / 60.0 / 2.0), "{whole} per second");
 }
 
