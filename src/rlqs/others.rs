@@ -23,11 +23,9 @@ pub(crate) async fn charge(
     counter: &Counter,
     units: u64,
 ) -> Result<Charged, StoreError> {
-    let reading = counter.charge(store, units).await?;
-    let rlqs = counter
-        .companion(USAGE_TAG, counter.limits())
-        .charge(store, units)
-        .await?;
+    let companion = counter.companion(USAGE_TAG, counter.limits());
+    let (reading, rlqs) =
+        tokio::try_join!(counter.charge(store, units), companion.charge(store, units))?;
     Ok(Charged {
         others: taken_by_others(counter, &reading, &rlqs),
         reading,

@@ -71,15 +71,24 @@ impl Parts {
     }
 
     /// Counts what was gathered, on `store` first and then here, so that a fraction read
-    /// meanwhile errs towards less for this instance, never more.
+    /// meanwhile errs towards less for this instance, never more. A bucket the store
+    /// fails for is left out, not the others; the first failure is returned.
     pub(crate) async fn flush(&self, store: &Store) -> Result<(), StoreError> {
         let gathered = std::mem::take(&mut *self.gathered());
+        let mut failed = Ok(());
         for (_, (counter, requests)) in gathered {
             let demand = counter.companion(DEMAND_TAG, &self.demand);
-            demand.charge(store, requests).await?;
-            demand.charge(&self.mine, requests).await?;
+            let counted = match demand.charge(store, requests).await {
+                Ok(_) => demand.charge(&self.mine, requests).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = counted
+                && failed.is_ok()
+            {
+                failed = Err(e);
+            }
         }
-        Ok(())
+        failed
     }
 
     /// The fraction of the fleet's demand for `counter`'s bucket that is this instance's,

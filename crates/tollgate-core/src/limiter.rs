@@ -369,8 +369,7 @@ impl<R: Recorder> Limiter<R> {
         if limited.admitted {
             return;
         }
-        let until =
-            now_ns.saturating_add(u64::try_from(limited.reset.as_nanos()).unwrap_or(u64::MAX));
+        let until = now_ns.saturating_add(crate::clock::nanos_of(limited.reset));
         if let Some(unlogged) = self.over_limit_log.went_over(key, now_ns, until) {
             let window = limited.limit.window();
             tracing::info!(

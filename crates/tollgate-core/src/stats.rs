@@ -44,7 +44,7 @@ impl Histogram {
         let i = self.bounds.partition_point(|b| *b < d.as_secs_f64());
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = crate::clock::nanos_of(d);
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 

@@ -18,7 +18,7 @@ use super::peek::CounterView;
 use super::shards::{Counter, Entry, ShardStats, Shards};
 use super::shared::protocol::effect;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
-use crate::clock::{Clock, NowNanos};
+use crate::clock::{Clock, NowNanos, nanos_of};
 use crate::limit::Limit;
 
 /// What the shared store answered: its decision, its clock, and the counter's state as it
@@ -113,7 +113,7 @@ impl LocalView {
         if !self.synced.load(Ordering::Relaxed) {
             return 0;
         }
-        now_ns.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX))
+        now_ns.saturating_add(nanos_of(timeout))
     }
 
     /// The view of counter `key` at `now_ns`, and what `hits` more would get.

@@ -136,7 +136,7 @@ pub(crate) fn replay(
     for &(gap_us, debt, ask) in history {
         // Never behind real time since the start: a store expires counters on its own
         // clock, so a counter it drops must be one the algorithm no longer needs.
-        let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let elapsed = crate::clock::nanos_of(started.elapsed());
         now = (now + gap_us * MICRO).max(start + elapsed.div_ceil(MICRO) * MICRO);
 
         let ask = match ask {

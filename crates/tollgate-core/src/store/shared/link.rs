@@ -226,7 +226,7 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
             {
                 Ok(Ok(now_ns)) => {
                     time(now_ns);
-                    let took = u64::try_from(probed.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    let took = crate::clock::nanos_of(probed.elapsed());
                     strong.health.probe_ns.store(took.max(1), Ordering::Relaxed);
                     true
                 }
