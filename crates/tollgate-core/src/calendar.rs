@@ -6,10 +6,11 @@
 //! days from 1970-01-01, weeks from Monday 1969-12-29, months from January of year 0
 //! (3 months are quarters, 6 halves), years from year 0.
 
+use jiff::Span;
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
-use jiff::{Span, Timestamp};
 
+use crate::clock::{NANOS_PER_SECOND, Timestamp};
 use crate::unit::Unit;
 
 /// The longest calendar window: its boundaries stay far inside jiff's range and below
@@ -39,14 +40,12 @@ pub enum CalendarError {
     TooLong,
 }
 
-/// One window: `[start_ns, end_ns)` in nanoseconds since the epoch.
+/// One window: `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Window {
-    pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
+    pub(crate) start: Timestamp,
+    pub(crate) end: Timestamp,
 }
-
-const NANOS_PER_SECOND: i128 = 1_000_000_000;
 
 impl Calendar {
     /// Windows of `multiplier` calendar `unit`s in the IANA zone `zone` (any case).
@@ -85,34 +84,34 @@ impl Calendar {
         self.multiplier
     }
 
-    /// The window holding the instant `now_ns`. Past what jiff can represent (after the
-    /// year 9999, so never from a `u64` clock) a window from now that never ends.
-    pub(crate) fn window_at(&self, now_ns: u64) -> Window {
-        self.period_at(now_ns)
+    /// The window holding `now`. Past what jiff can represent (after the year 9999, so
+    /// never from a [`Timestamp`]) a window from now that never ends.
+    pub(crate) fn window_at(&self, now: Timestamp) -> Window {
+        self.period_at(now)
             .and_then(|first| {
                 Some(Window {
-                    start_ns: self.start_of(first)?,
-                    end_ns: self.start_of(first + i64::from(self.multiplier))?,
+                    start: self.start_of(first)?,
+                    end: self.start_of(first + i64::from(self.multiplier))?,
                 })
             })
             .unwrap_or(Window {
-                start_ns: now_ns,
-                end_ns: u64::MAX,
+                start: now,
+                end: Timestamp::MAX,
             })
     }
 
-    /// Three consecutive boundaries around `now_ns`: those of the window holding it and of
+    /// Three consecutive boundaries around `now`: those of the window holding it and of
     /// its nearer neighbour. A store whose clock differs from the caller's by less than
     /// half a window finds its own now between the first and the last.
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn boundaries(&self, now_ns: u64) -> [u64; 3] {
-        let here = self.window_at(now_ns);
-        if now_ns - here.start_ns < here.end_ns.saturating_sub(now_ns) {
-            let before = self.window_at(here.start_ns.saturating_sub(1));
-            [before.start_ns, here.start_ns, here.end_ns]
+    pub(crate) fn boundaries(&self, now: Timestamp) -> [Timestamp; 3] {
+        let here = self.window_at(now);
+        if now.since(here.start) < here.end.since(now) {
+            let before = self.window_at(here.start - std::time::Duration::from_nanos(1));
+            [before.start, here.start, here.end]
         } else {
-            let after = self.window_at(here.end_ns);
-            [here.start_ns, here.end_ns, after.end_ns]
+            let after = self.window_at(here.end);
+            [here.start, here.end, after.end]
         }
     }
 
@@ -126,9 +125,9 @@ impl Calendar {
         out.push_str(self.zone_name());
     }
 
-    /// The index of the first unit of the window holding `now_ns`, counted from the origin.
-    fn period_at(&self, now_ns: u64) -> Option<i64> {
-        let now = Timestamp::from_nanosecond(i128::from(now_ns)).ok()?;
+    /// The index of the first unit of the window holding `now`, counted from the origin.
+    fn period_at(&self, now: Timestamp) -> Option<i64> {
+        let now = jiff::Timestamp::from_nanosecond(i128::from(now.as_nanos())).ok()?;
         let date = self.zone.to_datetime(now).date();
         let index = match self.unit {
             Unit::Day => days_between(origin_day()?, date)?,
@@ -142,7 +141,7 @@ impl Calendar {
 
     /// The first instant of the unit `index` in the zone: midnight, or the first instant
     /// after a gap that swallows midnight.
-    fn start_of(&self, index: i64) -> Option<u64> {
+    fn start_of(&self, index: i64) -> Option<Timestamp> {
         let date = match self.unit {
             Unit::Day => origin_day()?.checked_add(Span::new().try_days(index).ok()?),
             Unit::Week => {
@@ -157,8 +156,10 @@ impl Calendar {
         }
         .ok()?;
         let start = date.to_zoned_datetime(self.zone.clone()).ok()?.timestamp();
-        let seconds = i128::from(start.as_second());
-        u64::try_from(seconds * NANOS_PER_SECOND).ok()
+        let seconds = u64::try_from(start.as_second()).ok()?;
+        seconds
+            .checked_mul(NANOS_PER_SECOND)
+            .map(Timestamp::from_nanos)
     }
 }
 

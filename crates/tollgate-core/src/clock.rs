@@ -24,6 +24,9 @@ pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
 pub struct Timestamp(u64);
 
 impl Timestamp {
+    /// The last instant a timestamp can hold: "never", for what does not end.
+    pub const MAX: Timestamp = Timestamp(u64::MAX);
+
     /// The time `nanos` nanoseconds after the epoch.
     pub const fn from_nanos(nanos: u64) -> Self {
         Self(nanos)
@@ -32,6 +35,16 @@ impl Timestamp {
     /// Nanoseconds since the epoch.
     pub const fn as_nanos(self) -> u64 {
         self.0
+    }
+
+    /// The time `micros` microseconds after the epoch (the stores' unit); saturates.
+    pub const fn from_micros(micros: u64) -> Self {
+        Self(micros.saturating_mul(NANOS_PER_MICRO))
+    }
+
+    /// Whole microseconds since the epoch, rounded down.
+    pub const fn as_micros(self) -> u64 {
+        self.0 / NANOS_PER_MICRO
     }
 
     /// How long after `earlier` this is; zero if it is not after it.
@@ -66,18 +79,6 @@ pub fn nanos_of(span: Duration) -> u64 {
 pub trait Clock: Send + Sync + 'static {
     /// Now.
     fn now(&self) -> Timestamp;
-}
-
-/// The clock as the algorithms read it: integer nanoseconds since the epoch.
-pub(crate) trait NowNanos {
-    /// Now, in nanoseconds since the epoch.
-    fn now_ns(&self) -> u64;
-}
-
-impl<C: Clock + ?Sized> NowNanos for C {
-    fn now_ns(&self) -> u64 {
-        self.now().as_nanos()
-    }
 }
 
 /// The wall clock.

@@ -168,7 +168,7 @@ impl Counter {
             admitted: verdict.decision.admitted,
             remaining: verdict.decision.remaining,
             limit_index: verdict.limit_index,
-            reset: Duration::from_nanos(verdict.decision.reset_ns),
+            reset: verdict.decision.reset,
         })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::calendar::{Calendar, CalendarError};
-use crate::clock::{NANOS_PER_MILLI, NANOS_PER_SECOND};
+use crate::clock::{NANOS_PER_MILLI, NANOS_PER_SECOND, nanos_of};
 use crate::unit::Unit;
 
 /// Sub-windows of a sliding window when a rule names none.
@@ -163,7 +163,7 @@ impl LimitError {
 pub struct Limit {
     pub(crate) requests_per_unit: u32,
     pub(crate) unit: Unit,
-    pub(crate) window_ns: u64,
+    pub(crate) window: Duration,
     pub(crate) algorithm: Algorithm,
     pub(crate) name: Option<Arc<str>>,
     pub(crate) calendar: Option<Calendar>,
@@ -176,7 +176,7 @@ impl Limit {
         Self {
             requests_per_unit,
             unit,
-            window_ns: unit.seconds() * NANOS_PER_SECOND,
+            window: Duration::from_secs(unit.seconds()),
             algorithm: Algorithm::SlidingWindow {
                 precision: DEFAULT_PRECISION,
             },
@@ -191,12 +191,14 @@ impl Limit {
         if multiplier == 0 {
             return Err(LimitError::ZeroMultiplier);
         }
-        let seconds = (self.window_ns / NANOS_PER_SECOND)
+        let seconds = self
+            .window
+            .as_secs()
             .checked_mul(u64::from(multiplier))
+            .filter(|s| s.checked_mul(NANOS_PER_SECOND).is_some())
             .ok_or(LimitError::WindowTooLong)?;
-        self.window_ns = seconds
-            .checked_mul(NANOS_PER_SECOND)
-            .ok_or(LimitError::WindowTooLong)?;
+        // Checked to fit in nanoseconds: the stores count windows in u64 nanoseconds.
+        self.window = Duration::from_secs(seconds);
         if multiplier > 1 {
             self.unit = Unit::nearest(seconds);
         }
@@ -213,7 +215,7 @@ impl Limit {
     /// (a month of 30 days) is what Envoy and the draft headers are told.
     pub fn with_calendar(mut self, calendar: Calendar) -> Result<Self, LimitError> {
         let seconds = calendar.unit().seconds() * u64::from(calendar.multiplier());
-        self.window_ns = seconds * NANOS_PER_SECOND;
+        self.window = Duration::from_secs(seconds);
         self.unit = match calendar.multiplier() {
             1 => calendar.unit(),
             _ => Unit::nearest(seconds),
@@ -241,7 +243,7 @@ impl Limit {
                 }
                 // Whole milliseconds keep sub-window boundaries identical in every store.
                 if !self
-                    .window_ns
+                    .window_nanos()
                     .is_multiple_of(u64::from(precision) * NANOS_PER_MILLI)
                 {
                     return Err(LimitError::SubWindow(precision));
@@ -272,7 +274,13 @@ impl Limit {
 
     /// The real window.
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_ns)
+        self.window
+    }
+
+    /// The window in nanoseconds, as the algorithms and the stores' scripts count it
+    /// (never 0, and exact: constructors refuse windows longer than 584 years).
+    pub(crate) fn window_nanos(&self) -> u64 {
+        nanos_of(self.window).max(1)
     }
 
     /// How the limit counts.
@@ -290,27 +298,30 @@ impl Limit {
         self.calendar.as_ref()
     }
 
-    /// For a fixed window, the window holding `now_ns` (nanoseconds since the epoch): the
-    /// calendar's, else epoch-aligned. `None` for other algorithms.
+    /// For a fixed window, the window holding `now`: the calendar's, else epoch-aligned.
+    /// `None` for other algorithms.
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn fixed_window_at(&self, now_ns: u64) -> Option<std::ops::Range<u64>> {
+    pub(crate) fn fixed_window_at(
+        &self,
+        now: crate::clock::Timestamp,
+    ) -> Option<std::ops::Range<crate::clock::Timestamp>> {
         use crate::calendar::Window;
 
         if self.algorithm != Algorithm::FixedWindow {
             return None;
         }
-        let Window { start_ns, end_ns } = match &self.calendar {
-            Some(calendar) => calendar.window_at(now_ns),
+        let Window { start, end } = match &self.calendar {
+            Some(calendar) => calendar.window_at(now),
             None => {
-                let length = self.window_ns.max(1);
-                let start_ns = now_ns - now_ns % length;
+                let since_start = now.as_nanos() % self.window_nanos();
+                let start = now - Duration::from_nanos(since_start);
                 Window {
-                    start_ns,
-                    end_ns: start_ns.saturating_add(length),
+                    start,
+                    end: start + self.window,
                 }
             }
         };
-        Some(start_ns..end_ns)
+        Some(start..end)
     }
 
     /// Appends what identifies this limit's counter state: algorithm, window and precision.
@@ -329,7 +340,7 @@ impl Limit {
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 'g',
         };
         // Writing to a String cannot fail.
-        let _ = write!(out, "{code}{}", self.window_ns);
+        let _ = write!(out, "{code}{}", self.window_nanos());
         if let Algorithm::SlidingWindow { precision } = self.algorithm {
             let _ = write!(out, ".{precision}");
         }

@@ -4,13 +4,13 @@
 use std::borrow::Cow;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 
 use crate::algo::Hits;
 use crate::algo::Verdict;
+use crate::clock::Timestamp;
 use crate::counter::write_key;
 use crate::decision::{Decision, Limited, Outcome};
 use crate::limit::Limit;
@@ -252,14 +252,14 @@ impl<R: Recorder> Limiter<R> {
                 self.recorder.record(rule, state, descriptor, limited);
             }
         }
-        let now_ns = self.store.now_ns();
+        let now = self.store.now();
         for (((plan, outcome), descriptor), source) in plans
             .iter()
             .zip(&outcomes)
             .zip(&req.descriptors)
             .zip(&sources)
         {
-            self.log(&req.domain, descriptor, plan, outcome, *source, now_ns);
+            self.log(&req.domain, descriptor, plan, outcome, *source, now);
         }
         let quota: Vec<bool> = plans.iter().map(|p| self.is_quota(p)).collect();
         let over_limit = !self.options.global_shadow_mode && over(&outcomes, &quota);
@@ -333,7 +333,7 @@ impl<R: Recorder> Limiter<R> {
         plan: &Resolved<'_>,
         outcome: &Outcome,
         source: Option<DecidedBy>,
-        now_ns: u64,
+        now: Timestamp,
     ) {
         let entries = Entries(descriptor);
         let (rule, key) = match plan {
@@ -369,8 +369,7 @@ impl<R: Recorder> Limiter<R> {
         if limited.admitted {
             return;
         }
-        let until = now_ns.saturating_add(crate::clock::nanos_of(limited.reset));
-        if let Some(unlogged) = self.over_limit_log.went_over(key, now_ns, until) {
+        if let Some(unlogged) = self.over_limit_log.went_over(key, now, now + limited.reset) {
             let window = limited.limit.window();
             tracing::info!(
                 key,
@@ -495,7 +494,7 @@ fn outcome(
             shadow: rule.is_some_and(|r| r.shadow_mode),
             quota,
             remaining: verdict.decision.remaining,
-            reset: Duration::from_nanos(verdict.decision.reset_ns),
+            reset: verdict.decision.reset,
             hits,
             metadata: rule.and_then(|r| r.metadata.clone()),
         }),

@@ -3,8 +3,9 @@
 
 use proptest::prelude::*;
 
-use super::testing::{SECOND, limit};
+use super::testing::{SECOND, at, limit};
 use super::*;
+use crate::clock::nanos_of;
 
 const MS: u64 = crate::clock::NANOS_PER_MILLI;
 
@@ -32,20 +33,20 @@ fn a_charge_past_the_limit_is_recorded_and_denies_until_the_window_has_room() {
         let mut s = state(&limits[0]);
         let t = 120 * SECOND;
         for (i, fits) in [true, true, false].into_iter().enumerate() {
-            assert!(apply(&mut s, &limits, t, Hits::Check).decision.admitted);
-            let charged = apply(&mut s, &limits, t, Hits::Charge(400));
+            assert!(apply(&mut s, &limits, at(t), Hits::Check).decision.admitted);
+            let charged = apply(&mut s, &limits, at(t), Hits::Charge(400));
             assert_eq!(charged.decision.admitted, fits, "{algorithm:?} charge {i}");
         }
-        let check = apply(&mut s, &limits, t + SECOND, Hits::Check);
+        let check = apply(&mut s, &limits, at(t + SECOND), Hits::Check);
         assert!(
             !check.decision.admitted,
             "{algorithm:?}: 1,200 of 1,000 used"
         );
         // The same check is told when it will pass, and it does then.
-        let retry = t + SECOND + check.decision.reset_ns;
-        assert!(!evaluate(&s, &limits, retry - MS, 0).decision.admitted);
+        let retry = t + SECOND + nanos_of(check.decision.reset);
+        assert!(!evaluate(&s, &limits, at(retry - MS), 0).decision.admitted);
         assert!(
-            evaluate(&s, &limits, retry, 0).decision.admitted,
+            evaluate(&s, &limits, at(retry), 0).decision.admitted,
             "{algorithm:?}: within the limit again after the advertised wait"
         );
     }
@@ -57,12 +58,12 @@ fn consumption_that_does_not_fit_is_still_not_counted() {
         let limits = [limit(algorithm, 10, SECOND)];
         let mut s = state(&limits[0]);
         assert!(
-            !apply(&mut s, &limits, 0, Hits::Consume(11))
+            !apply(&mut s, &limits, at(0), Hits::Consume(11))
                 .decision
                 .admitted
         );
         assert!(
-            apply(&mut s, &limits, 0, Hits::Consume(10))
+            apply(&mut s, &limits, at(0), Hits::Consume(10))
                 .decision
                 .admitted,
             "{algorithm:?}: the refused 11 left no trace"
@@ -105,8 +106,8 @@ proptest! {
         let mut max_cost = 0;
         for (gap_ms, cost) in requests {
             t += gap_ms * MS;
-            if apply(&mut s, &limits, t, Hits::Check).decision.admitted {
-                apply(&mut s, &limits, t, Hits::Charge(cost));
+            if apply(&mut s, &limits, at(t), Hits::Check).decision.admitted {
+                apply(&mut s, &limits, at(t), Hits::Charge(cost));
                 used.push((t, cost));
                 *per_sub.entry(t / (window / 10)).or_default() += cost;
                 max_cost = max_cost.max(cost);
@@ -149,7 +150,7 @@ proptest! {
         let mut admitted = Vec::new();
         let mut t = start;
         while t < start + 10 * SECOND {
-            if apply(&mut s, &limits, t, Hits::Consume(1)).decision.admitted {
+            if apply(&mut s, &limits, at(t), Hits::Consume(1)).decision.admitted {
                 admitted.push(t);
             }
             t += gap;

@@ -8,7 +8,7 @@
 //! shared-store local view both rely on.
 
 use super::Decision;
-use crate::clock::NANOS_PER_MICRO;
+use crate::clock::{NANOS_PER_MICRO, Timestamp};
 use crate::limit::Limit;
 
 /// The count of the window last written, and that window: its index since the epoch, or
@@ -26,22 +26,24 @@ impl FixedWindow {
         Self { window, count }
     }
 
-    fn window_of(limit: &Limit, now_ns: u64) -> u64 {
+    fn window_of(limit: &Limit, now: Timestamp) -> u64 {
         match &limit.calendar {
-            Some(calendar) => calendar.window_at(now_ns).start_ns / NANOS_PER_MICRO,
-            None => now_ns / limit.window_ns.max(1),
+            Some(calendar) => calendar.window_at(now).start.as_nanos() / NANOS_PER_MICRO,
+            None => now.as_nanos() / limit.window_nanos(),
         }
     }
 
     /// When the window named `window` ends.
-    fn end_of(limit: &Limit, window: u64) -> u64 {
+    fn end_of(limit: &Limit, window: u64) -> Timestamp {
         match &limit.calendar {
             Some(calendar) => {
                 calendar
-                    .window_at(window.saturating_mul(NANOS_PER_MICRO))
-                    .end_ns
+                    .window_at(Timestamp::from_nanos(
+                        window.saturating_mul(NANOS_PER_MICRO),
+                    ))
+                    .end
             }
-            None => (window + 1).saturating_mul(limit.window_ns.max(1)),
+            None => Timestamp::from_nanos((window + 1).saturating_mul(limit.window_nanos())),
         }
     }
 
@@ -50,8 +52,8 @@ impl FixedWindow {
         if window <= self.window { self.count } else { 0 }
     }
 
-    pub(crate) fn evaluate(&self, limit: &Limit, now_ns: u64, hits: u64) -> Decision {
-        let window = Self::window_of(limit, now_ns);
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
+        let window = Self::window_of(limit, now);
         let count = self.count_at(window);
         let limit_units = u64::from(limit.requests_per_unit);
         let after = count.saturating_add(hits);
@@ -64,40 +66,40 @@ impl FixedWindow {
                 limit_units.saturating_sub(count)
             },
             // Admitted or not, the counter starts over when the window ends.
-            reset_ns: window_end.saturating_sub(now_ns),
+            reset: window_end.since(now),
         }
     }
 
-    fn roll(&mut self, limit: &Limit, now_ns: u64) {
-        let window = Self::window_of(limit, now_ns);
+    fn roll(&mut self, limit: &Limit, now: Timestamp) {
+        let window = Self::window_of(limit, now);
         if window > self.window {
             self.window = window;
             self.count = 0;
         }
     }
 
-    pub(crate) fn record(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
-        self.roll(limit, now_ns);
+    pub(crate) fn record(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
+        self.roll(limit, now);
         self.count = self.count.saturating_add(hits);
     }
 
-    pub(crate) fn refund(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
-        self.roll(limit, now_ns);
+    pub(crate) fn refund(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
+        self.roll(limit, now);
         self.count = self.count.saturating_sub(hits);
     }
 
-    /// Gives back up to `hits` units counted at `taken_ns`, if that is still the window
+    /// Gives back up to `hits` units counted at `taken`, if that is still the window
     /// being counted (a lease's unspent block, which an ended window has forgotten). A
     /// calendar window never takes a lease, so nothing is given back there.
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn give_back(&mut self, limit: &Limit, now_ns: u64, hits: u64, taken_ns: u64) {
-        self.roll(limit, now_ns);
-        if limit.calendar.is_none() && Self::window_of(limit, taken_ns) == self.window {
+    pub(crate) fn give_back(&mut self, limit: &Limit, now: Timestamp, hits: u64, taken: Timestamp) {
+        self.roll(limit, now);
+        if limit.calendar.is_none() && Self::window_of(limit, taken) == self.window {
             self.count = self.count.saturating_sub(hits);
         }
     }
 
-    pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
+    pub(crate) fn expires_at(&self, limit: &Limit) -> Timestamp {
         Self::end_of(limit, self.window)
     }
 }
@@ -105,7 +107,8 @@ impl FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::testing::{SECOND, limit};
+    use crate::algo::testing::{SECOND, at, limit};
+    use crate::clock::nanos_of;
     use crate::limit::Algorithm;
 
     #[test]
@@ -114,26 +117,26 @@ mod tests {
         let mut w = FixedWindow::default();
         let now = 125 * SECOND;
         for left in [1, 0] {
-            let d = w.evaluate(&l, now, 1);
+            let d = w.evaluate(&l, at(now), 1);
             assert!(d.admitted);
             assert_eq!(d.remaining, left);
-            assert_eq!(d.reset_ns, 55 * SECOND);
-            w.record(&l, now, 1);
+            assert_eq!(nanos_of(d.reset), 55 * SECOND);
+            w.record(&l, at(now), 1);
         }
-        let denied = w.evaluate(&l, 179 * SECOND, 1);
+        let denied = w.evaluate(&l, at(179 * SECOND), 1);
         assert!(!denied.admitted);
-        assert_eq!(denied.reset_ns, SECOND);
-        assert!(w.evaluate(&l, 180 * SECOND, 2).admitted);
+        assert_eq!(nanos_of(denied.reset), SECOND);
+        assert!(w.evaluate(&l, at(180 * SECOND), 2).admitted);
     }
 
     #[test]
     fn a_large_request_that_does_not_fit_is_not_counted() {
         let l = limit(Algorithm::FixedWindow, 10, SECOND);
         let mut w = FixedWindow::default();
-        w.record(&l, 0, 8);
-        assert!(!w.evaluate(&l, 0, 5).admitted);
+        w.record(&l, at(0), 8);
+        assert!(!w.evaluate(&l, at(0), 5).admitted);
         // The reference would have counted 13 and denied this one too.
-        assert!(w.evaluate(&l, 0, 2).admitted);
+        assert!(w.evaluate(&l, at(0), 2).admitted);
     }
 
     proptest::proptest! {
@@ -153,11 +156,11 @@ mod tests {
                 t += gap_ms * 1_000_000;
                 let used: u64 = admitted.iter().filter(|(at, _)| at / window == t / window).map(|(_, h)| h).sum();
                 let expected = used + hits <= u64::from(requests);
-                let d = w.evaluate(&l, t, hits);
+                let d = w.evaluate(&l, at(t), hits);
                 proptest::prop_assert_eq!(d.admitted, expected);
-                proptest::prop_assert_eq!(d.reset_ns, (t / window + 1) * window - t);
+                proptest::prop_assert_eq!(nanos_of(d.reset), (t / window + 1) * window - t);
                 if d.admitted {
-                    w.record(&l, t, hits);
+                    w.record(&l, at(t), hits);
                     admitted.push((t, hits));
                 }
             }

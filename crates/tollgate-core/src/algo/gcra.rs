@@ -5,21 +5,23 @@
 //! bucket with `burst` tokens refilling `requests_per_unit` per window, or a bucket of size
 //! `burst` leaking at that rate, admit exactly the same requests.
 
+use std::time::Duration;
+
 use super::{Decision, mul_div};
-use crate::clock::NANOS_PER_MICRO;
+use crate::clock::{NANOS_PER_MICRO, Timestamp, nanos_of};
 use crate::limit::Limit;
 
-/// The theoretical arrival time, in nanoseconds since the epoch.
+/// The theoretical arrival time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Gcra {
-    tat_ns: u64,
+    tat: Timestamp,
 }
 
 impl Gcra {
     /// A bucket as stored elsewhere: its theoretical arrival time.
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn from_tat(tat_ns: u64) -> Self {
-        Self { tat_ns }
+    pub(crate) fn from_tat(tat: Timestamp) -> Self {
+        Self { tat }
     }
 
     fn burst(limit: &Limit) -> u64 {
@@ -27,47 +29,52 @@ impl Gcra {
     }
 
     /// The time `units` occupy in the bucket, in whole microseconds: the resolution of
-    /// Redis time, so that the Redis script computes the very same spans.
-    pub(crate) fn span(limit: &Limit, units: u64) -> u64 {
-        let window_us = limit.window_ns / NANOS_PER_MICRO;
-        mul_div(units, window_us, u64::from(limit.requests_per_unit))
-            .saturating_mul(NANOS_PER_MICRO)
+    /// Redis time, so that the Redis script computes the very same spans. Saturates at
+    /// `u64::MAX` nanoseconds, as the script's integers do.
+    pub(crate) fn span(limit: &Limit, units: u64) -> Duration {
+        let window_us = limit.window_nanos() / NANOS_PER_MICRO;
+        Duration::from_nanos(
+            mul_div(units, window_us, u64::from(limit.requests_per_unit))
+                .saturating_mul(NANOS_PER_MICRO),
+        )
     }
 
-    /// Units that fit in `free_ns` of bucket time.
-    fn units(limit: &Limit, free_ns: u64) -> u64 {
+    /// Units that fit in `free` bucket time.
+    fn units(limit: &Limit, free: Duration) -> u64 {
         mul_div(
-            free_ns,
+            nanos_of(free),
             u64::from(limit.requests_per_unit),
-            limit.window_ns.max(1),
+            limit.window_nanos(),
         )
     }
 
     /// The theoretical arrival time (a lease's block decays towards it).
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn tat_ns(&self) -> u64 {
-        self.tat_ns
+    pub(crate) fn tat(&self) -> Timestamp {
+        self.tat
     }
 
-    pub(crate) fn evaluate(&self, limit: &Limit, now_ns: u64, hits: u64) -> Decision {
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
         if limit.requests_per_unit == 0 {
             return Decision {
                 admitted: false,
                 remaining: 0,
-                reset_ns: limit.window_ns,
+                reset: limit.window,
             };
         }
+        // Spans stay below u64::MAX nanoseconds, so their sums do not overflow a Duration;
+        // comparing them saturated keeps the script's answers where its integers saturate.
         let tolerance = Self::span(limit, Self::burst(limit));
-        let used = self.tat_ns.saturating_sub(now_ns);
-        let after = used.saturating_add(Self::span(limit, hits));
+        let used = self.tat.since(now);
+        let after = saturate(used + Self::span(limit, hits));
         if after <= tolerance {
             return Decision {
                 admitted: true,
                 remaining: Self::units(limit, tolerance - after),
-                reset_ns: after,
+                reset: after,
             };
         }
-        let reset_ns = if Self::span(limit, hits) <= tolerance {
+        let reset = if Self::span(limit, hits) <= tolerance {
             after - tolerance
         } else {
             // More than the bucket holds: no wait admits it. Never "retry at once": the
@@ -77,42 +84,41 @@ impl Gcra {
         Decision {
             admitted: false,
             remaining: Self::units(limit, tolerance.saturating_sub(used)),
-            reset_ns,
+            reset,
         }
     }
 
-    pub(crate) fn record(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
-        self.tat_ns = self
-            .tat_ns
-            .max(now_ns)
-            .saturating_add(Self::span(limit, hits));
+    pub(crate) fn record(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
+        self.tat = self.tat.max(now) + Self::span(limit, hits);
     }
 
-    pub(crate) fn refund(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
-        self.tat_ns = self
-            .tat_ns
-            .saturating_sub(Self::span(limit, hits))
-            .max(now_ns);
+    pub(crate) fn refund(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
+        self.tat = (self.tat - Self::span(limit, hits)).max(now);
     }
 
-    pub(crate) fn expires_at_ns(&self) -> u64 {
-        self.tat_ns
+    pub(crate) fn expires_at(&self) -> Timestamp {
+        self.tat
     }
+}
+
+/// A span as the stores' u64 nanoseconds hold it: at most `u64::MAX`.
+fn saturate(span: Duration) -> Duration {
+    Duration::from_nanos(nanos_of(span))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::testing::{SECOND, bucket, limit};
+    use crate::algo::testing::{SECOND, at, bucket, limit};
     use crate::limit::Algorithm;
     use proptest::prelude::*;
 
     const DAY: u64 = 86_400 * SECOND;
 
     fn offer(g: &mut Gcra, l: &Limit, now: u64, hits: u64) -> Decision {
-        let d = g.evaluate(l, now, hits);
+        let d = g.evaluate(l, at(now), hits);
         if d.admitted {
-            g.record(l, now, hits);
+            g.record(l, at(now), hits);
         }
         d
     }
@@ -127,7 +133,7 @@ mod tests {
         }
         let denied = offer(&mut g, &l, t0, 1);
         assert!(!denied.admitted);
-        assert_eq!(denied.reset_ns, SECOND / 10);
+        assert_eq!(nanos_of(denied.reset), SECOND / 10);
         assert!(offer(&mut g, &l, t0 + SECOND / 10, 1).admitted);
         assert!(!offer(&mut g, &l, t0 + SECOND / 10, 1).admitted);
     }
@@ -144,8 +150,8 @@ mod tests {
         let second = offer(&mut g, &l, now + 60 * SECOND, 990);
         assert!(!second.admitted);
         // 20 units leak out in 0.6 days (1000 per 30 days).
-        assert!(second.reset_ns > DAY / 2 && second.reset_ns < DAY);
-        assert!(offer(&mut g, &l, now + 60 * SECOND + second.reset_ns, 990).admitted);
+        assert!(nanos_of(second.reset) > DAY / 2 && nanos_of(second.reset) < DAY);
+        assert!(offer(&mut g, &l, now + 60 * SECOND + nanos_of(second.reset), 990).admitted);
     }
 
     #[test]
@@ -154,7 +160,7 @@ mod tests {
         let mut g = Gcra::default();
         let never = offer(&mut g, &l, 0, 6);
         assert!(!never.admitted);
-        assert_eq!(never.reset_ns, SECOND, "a full refill, not 0");
+        assert_eq!(nanos_of(never.reset), SECOND, "a full refill, not 0");
         let zero = limit(bucket(0), 0, SECOND);
         assert!(!offer(&mut g, &zero, 0, 1).admitted);
     }
@@ -164,10 +170,10 @@ mod tests {
         let l = limit(bucket(5), 5, SECOND);
         let mut g = Gcra::default();
         offer(&mut g, &l, 0, 5);
-        g.refund(&l, 0, 2);
-        assert_eq!(g.evaluate(&l, 0, 2).remaining, 0);
-        g.refund(&l, 0, 100);
-        assert_eq!(g.evaluate(&l, 0, 0).remaining, 5);
+        g.refund(&l, at(0), 2);
+        assert_eq!(g.evaluate(&l, at(0), 2).remaining, 0);
+        g.refund(&l, at(0), 100);
+        assert_eq!(g.evaluate(&l, at(0), 0).remaining, 5);
     }
 
     proptest! {

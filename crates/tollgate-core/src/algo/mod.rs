@@ -10,6 +10,9 @@ pub(crate) use fixed::FixedWindow;
 pub(crate) use gcra::Gcra;
 pub(crate) use sliding::SlidingWindow;
 
+use std::time::Duration;
+
+use crate::clock::Timestamp;
 use crate::limit::{Algorithm, Limit};
 
 /// What a request asks of its counters.
@@ -47,7 +50,7 @@ pub(crate) struct Decision {
     pub(crate) remaining: u64,
     /// Admitted: until the counted units are forgotten. Denied: until the same request
     /// would be admitted, assuming no other traffic.
-    pub(crate) reset_ns: u64,
+    pub(crate) reset: Duration,
 }
 
 /// The state of one limit of one counter.
@@ -70,39 +73,39 @@ impl LimitState {
     }
 
     /// Whether `hits` units would be admitted now; changes nothing.
-    pub(crate) fn evaluate(&self, limit: &Limit, now_ns: u64, hits: u64) -> Decision {
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
         match self {
-            Self::Sliding(s) => s.evaluate(limit, now_ns, hits),
-            Self::Fixed(s) => s.evaluate(limit, now_ns, hits),
-            Self::Gcra(s) => s.evaluate(limit, now_ns, hits),
+            Self::Sliding(s) => s.evaluate(limit, now, hits),
+            Self::Fixed(s) => s.evaluate(limit, now, hits),
+            Self::Gcra(s) => s.evaluate(limit, now, hits),
         }
     }
 
     /// Counts `hits` admitted units.
-    pub(crate) fn record(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
+    pub(crate) fn record(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
         match self {
-            Self::Sliding(s) => s.record(limit, now_ns, hits),
-            Self::Fixed(s) => s.record(limit, now_ns, hits),
-            Self::Gcra(s) => s.record(limit, now_ns, hits),
+            Self::Sliding(s) => s.record(limit, now, hits),
+            Self::Fixed(s) => s.record(limit, now, hits),
+            Self::Gcra(s) => s.record(limit, now, hits),
         }
     }
 
     /// Gives back up to `hits` units counted earlier.
-    pub(crate) fn refund(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
+    pub(crate) fn refund(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
         match self {
-            Self::Sliding(s) => s.refund(limit, now_ns, hits),
-            Self::Fixed(s) => s.refund(limit, now_ns, hits),
-            Self::Gcra(s) => s.refund(limit, now_ns, hits),
+            Self::Sliding(s) => s.refund(limit, now, hits),
+            Self::Fixed(s) => s.refund(limit, now, hits),
+            Self::Gcra(s) => s.refund(limit, now, hits),
         }
     }
 
-    /// Gives back up to `hits` units of a lease taken at `taken_ns` to where they were
+    /// Gives back up to `hits` units of a lease taken at `taken` to where they were
     /// counted, if that still counts; GCRA gives nothing back (see `store/shared/lease.rs`).
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn give_back(&mut self, limit: &Limit, now_ns: u64, hits: u64, taken_ns: u64) {
+    pub(crate) fn give_back(&mut self, limit: &Limit, now: Timestamp, hits: u64, taken: Timestamp) {
         match self {
-            Self::Sliding(s) => s.give_back(limit, now_ns, hits, taken_ns),
-            Self::Fixed(s) => s.give_back(limit, now_ns, hits, taken_ns),
+            Self::Sliding(s) => s.give_back(limit, now, hits, taken),
+            Self::Fixed(s) => s.give_back(limit, now, hits, taken),
             Self::Gcra(_) => {}
         }
     }
@@ -116,11 +119,11 @@ impl LimitState {
     }
 
     /// When this state no longer affects any decision and can be dropped.
-    pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
+    pub(crate) fn expires_at(&self, limit: &Limit) -> Timestamp {
         match self {
-            Self::Sliding(s) => s.expires_at_ns(limit),
-            Self::Fixed(s) => s.expires_at_ns(limit),
-            Self::Gcra(s) => s.expires_at_ns(),
+            Self::Sliding(s) => s.expires_at(limit),
+            Self::Fixed(s) => s.expires_at(limit),
+            Self::Gcra(s) => s.expires_at(),
         }
     }
 }
@@ -141,7 +144,7 @@ pub(crate) struct Verdict {
 pub(crate) fn apply(
     states: &mut [LimitState],
     limits: &[Limit],
-    now_ns: u64,
+    now: Timestamp,
     hits: Hits,
 ) -> Verdict {
     let asked = match hits {
@@ -149,12 +152,12 @@ pub(crate) fn apply(
         Hits::Check => 0,
         Hits::Refund(n) => {
             for (state, limit) in states.iter_mut().zip(limits) {
-                state.refund(limit, now_ns, n);
+                state.refund(limit, now, n);
             }
             0
         }
     };
-    let outcome = evaluate(states, limits, now_ns, asked);
+    let outcome = evaluate(states, limits, now, asked);
     let counted = match hits {
         Hits::Consume(n) if outcome.decision.admitted => n,
         Hits::Charge(n) => n,
@@ -162,17 +165,22 @@ pub(crate) fn apply(
     };
     if counted > 0 {
         for (state, limit) in states.iter_mut().zip(limits) {
-            state.record(limit, now_ns, counted);
+            state.record(limit, now, counted);
         }
     }
     outcome
 }
 
 /// What [`apply`] would answer for `hits` units, changing nothing.
-pub(crate) fn evaluate(states: &[LimitState], limits: &[Limit], now_ns: u64, hits: u64) -> Verdict {
+pub(crate) fn evaluate(
+    states: &[LimitState],
+    limits: &[Limit],
+    now: Timestamp,
+    hits: u64,
+) -> Verdict {
     let mut best: Option<Verdict> = None;
     for (limit_index, (state, limit)) in states.iter().zip(limits).enumerate() {
-        let decision = state.evaluate(limit, now_ns, hits);
+        let decision = state.evaluate(limit, now, hits);
         let candidate = Verdict {
             limit_index,
             decision,
@@ -189,7 +197,7 @@ pub(crate) fn evaluate(states: &[LimitState], limits: &[Limit], now_ns: u64, hit
         decision: Decision {
             admitted: true,
             remaining: u64::MAX,
-            reset_ns: 0,
+            reset: Duration::ZERO,
         },
     })
 }
@@ -198,7 +206,7 @@ fn tighter(a: &Decision, b: &Decision) -> bool {
     match (a.admitted, b.admitted) {
         (false, true) => true,
         (true, false) => false,
-        (false, false) => a.reset_ns > b.reset_ns,
+        (false, false) => a.reset > b.reset,
         (true, true) => a.remaining < b.remaining,
     }
 }
@@ -214,17 +222,26 @@ pub(crate) fn mul_div(value: u64, numerator: u64, denominator: u64) -> u64 {
 
 #[cfg(test)]
 pub(crate) mod testing {
+    use std::time::Duration;
+
+    use crate::clock::Timestamp;
     use crate::limit::{Algorithm, Limit};
     use crate::unit::Unit;
 
+    /// Tests write times as integer nanoseconds, as the scripts they check compute.
     pub(crate) const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
+
+    /// The instant `ns` nanoseconds after the epoch.
+    pub(crate) fn at(ns: u64) -> Timestamp {
+        Timestamp::from_nanos(ns)
+    }
 
     /// A limit of `requests_per_unit` per `window_ns`, unchecked (tests pick odd windows).
     pub(crate) fn limit(algorithm: Algorithm, requests_per_unit: u32, window_ns: u64) -> Limit {
         Limit {
             requests_per_unit,
             unit: Unit::Second,
-            window_ns,
+            window: Duration::from_nanos(window_ns),
             algorithm,
             name: None,
             calendar: None,
@@ -244,7 +261,7 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{FIXED, SECOND, SLIDING, limit};
+    use super::testing::{FIXED, SECOND, SLIDING, at, limit};
     use super::*;
 
     #[test]
@@ -253,20 +270,20 @@ mod tests {
         let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
         for _ in 0..3 {
             assert!(
-                apply(&mut states, &limits, 0, Hits::Consume(1))
+                apply(&mut states, &limits, at(0), Hits::Consume(1))
                     .decision
                     .admitted
             );
         }
-        let denied = apply(&mut states, &limits, 0, Hits::Consume(1));
+        let denied = apply(&mut states, &limits, at(0), Hits::Consume(1));
         assert!(!denied.decision.admitted);
         assert_eq!(denied.limit_index, 1);
         // The denied hit was not counted by the per-second limit either.
-        let next_second = apply(&mut states, &limits, SECOND, Hits::Check);
+        let next_second = apply(&mut states, &limits, at(SECOND), Hits::Check);
         assert!(next_second.decision.admitted, "at the limit, not over it");
         assert_eq!(next_second.decision.remaining, 0);
         assert_eq!(
-            states[0].evaluate(&limits[0], SECOND - 1, 7).remaining,
+            states[0].evaluate(&limits[0], at(SECOND - 1), 7).remaining,
             0,
             "7 more fit in the first second: exactly 3 were counted"
         );
@@ -276,7 +293,7 @@ mod tests {
     fn tightest_admitted_limit_is_the_one_with_fewest_left() {
         let limits = [limit(FIXED, 10, SECOND), limit(FIXED, 5, 60 * SECOND)];
         let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
-        let outcome = apply(&mut states, &limits, 0, Hits::Consume(2));
+        let outcome = apply(&mut states, &limits, at(0), Hits::Consume(2));
         assert_eq!(outcome.limit_index, 1);
         assert_eq!(outcome.decision.remaining, 3);
     }
@@ -285,34 +302,34 @@ mod tests {
     fn check_counts_nothing_and_refund_gives_back() {
         let limits = [limit(SLIDING, 2, SECOND)];
         let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
-        let fresh = apply(&mut states, &limits, 0, Hits::Check);
+        let fresh = apply(&mut states, &limits, at(0), Hits::Check);
         assert!(fresh.decision.admitted);
         assert_eq!(
             fresh.decision.remaining, 2,
             "nothing used, as the reference says"
         );
         assert!(
-            apply(&mut states, &limits, 0, Hits::Consume(2))
+            apply(&mut states, &limits, at(0), Hits::Consume(2))
                 .decision
                 .admitted
         );
         // At the limit a check is OK, as the reference answers; a charge past it is not.
         assert!(
-            apply(&mut states, &limits, 0, Hits::Check)
+            apply(&mut states, &limits, at(0), Hits::Check)
                 .decision
                 .admitted
         );
-        apply(&mut states, &limits, 0, Hits::Charge(1));
+        apply(&mut states, &limits, at(0), Hits::Charge(1));
         assert!(
-            !apply(&mut states, &limits, 0, Hits::Check)
+            !apply(&mut states, &limits, at(0), Hits::Check)
                 .decision
                 .admitted
         );
-        let refunded = apply(&mut states, &limits, 0, Hits::Refund(2));
+        let refunded = apply(&mut states, &limits, at(0), Hits::Refund(2));
         assert!(refunded.decision.admitted);
         assert_eq!(refunded.decision.remaining, 1);
         assert!(
-            apply(&mut states, &limits, 0, Hits::Consume(1))
+            apply(&mut states, &limits, at(0), Hits::Consume(1))
                 .decision
                 .admitted
         );

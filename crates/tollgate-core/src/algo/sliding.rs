@@ -19,6 +19,7 @@
 //! stays below 2^53, so the Redis script computes exactly the same answer in Lua's floats.
 
 use super::{Decision, mul_div};
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 
 /// Fractions of a sub-window, for the time elapsed in it.
@@ -96,7 +97,8 @@ impl Ring {
     }
 }
 
-/// A point in time as the window sees it: sub-window index, time into it, sub-window length.
+/// A point in time as the window sees it: sub-window index, time into it, sub-window length,
+/// in the integer nanoseconds the stores' scripts compute in.
 #[derive(Debug, Clone, Copy)]
 struct At {
     slot: u64,
@@ -140,8 +142,9 @@ impl SlidingWindow {
         self.slots.len() as u64 - 1
     }
 
-    fn at(&self, limit: &Limit, now_ns: u64) -> At {
-        let sub_ns = (limit.window_ns / self.precision()).max(1);
+    fn at(&self, limit: &Limit, now: Timestamp) -> At {
+        let now_ns = now.as_nanos();
+        let sub_ns = self.sub_ns(limit);
         let slot = now_ns / sub_ns;
         if slot < self.newest {
             // The clock stepped back: count from the start of the newest sub-window, where
@@ -195,19 +198,23 @@ impl SlidingWindow {
         (numerator, u128::from(denominator))
     }
 
-    pub(crate) fn evaluate(&self, limit: &Limit, now_ns: u64, hits: u64) -> Decision {
-        let at = self.at(limit, now_ns);
+    /// The length of a sub-window in nanoseconds.
+    fn sub_ns(&self, limit: &Limit) -> u64 {
+        (limit.window_nanos() / self.precision()).max(1)
+    }
+
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
+        let at = self.at(limit, now);
         let (used, scale) = self.count(at);
         let capacity = u128::from(limit.requests_per_unit) * scale;
         let after = used + u128::from(hits) * scale;
         if after <= capacity {
             // A true sliding window forgets what is counted now one window from now; the
             // approximation may take up to one sub-window longer, which is not worth telling.
-            let forgotten_in = self.forgotten_at(at).saturating_sub(now_ns);
             return Decision {
                 admitted: true,
                 remaining: to_u64((capacity - after) / scale),
-                reset_ns: forgotten_in.min(limit.window_ns),
+                reset: self.forgotten_at(at).since(now).min(limit.window),
             };
         }
         let wait_until = self
@@ -216,17 +223,19 @@ impl SlidingWindow {
         Decision {
             admitted: false,
             remaining: to_u64(capacity.saturating_sub(used) / scale),
-            reset_ns: wait_until.saturating_sub(now_ns),
+            reset: wait_until.since(now),
         }
     }
 
     /// When every unit counted so far will have left the window.
-    fn forgotten_at(&self, at: At) -> u64 {
-        (at.slot.max(self.newest) + self.precision() + 1).saturating_mul(at.sub_ns)
+    fn forgotten_at(&self, at: At) -> Timestamp {
+        Timestamp::from_nanos(
+            (at.slot.max(self.newest) + self.precision() + 1).saturating_mul(at.sub_ns),
+        )
     }
 
     /// The earliest time from `at` on when `hits` fit, if no more units are counted.
-    fn admitted_at(&self, at: At, limit: &Limit, hits: u64) -> Option<u64> {
+    fn admitted_at(&self, at: At, limit: &Limit, hits: u64) -> Option<Timestamp> {
         let room = u64::from(limit.requests_per_unit).checked_sub(hits)?;
         // Sub-windows after `at.slot` hold nothing, so after N + 1 of them all have fit.
         for k in 0..=self.precision() + 1 {
@@ -238,7 +247,9 @@ impl SlidingWindow {
             let start = slot.saturating_mul(at.sub_ns);
             let count = u64::from(oldest.count);
             if count <= left {
-                return Some(start.max(at.slot * at.sub_ns + at.into_ns));
+                return Some(Timestamp::from_nanos(
+                    start.max(at.slot * at.sub_ns + at.into_ns),
+                ));
             }
             // count × (FINE − f) ≤ left × denominator ⇔ f ≥ FINE − ⌊left × denominator / count⌋
             let denominator = FINE - u64::from(oldest.start) * (FINE / COARSE);
@@ -246,7 +257,7 @@ impl SlidingWindow {
             if fine < FINE {
                 // The first instant whose fraction (rounded down) reaches `fine`.
                 let into = (u128::from(fine) * u128::from(at.sub_ns)).div_ceil(u128::from(FINE));
-                return Some(start + to_u64(into));
+                return Some(Timestamp::from_nanos(start + to_u64(into)));
             }
         }
         None
@@ -265,8 +276,8 @@ impl SlidingWindow {
         self.newest = slot;
     }
 
-    pub(crate) fn record(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
-        let at = self.at(limit, now_ns);
+    pub(crate) fn record(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
+        let at = self.at(limit, now);
         self.advance(at.slot);
         let i = self.index(at.slot);
         let mut slot = self.slots.get(i);
@@ -279,8 +290,8 @@ impl SlidingWindow {
     }
 
     /// Takes `hits` back from the newest sub-windows first.
-    pub(crate) fn refund(&mut self, limit: &Limit, now_ns: u64, hits: u64) {
-        let at = self.at(limit, now_ns);
+    pub(crate) fn refund(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
+        let at = self.at(limit, now);
         self.advance(at.slot);
         let mut left = hits;
         for slot in (at.slot.saturating_sub(self.precision())..=at.slot).rev() {
@@ -293,13 +304,13 @@ impl SlidingWindow {
         }
     }
 
-    /// Gives back up to `hits` units counted in the sub-window holding `taken_ns` (a
+    /// Gives back up to `hits` units counted in the sub-window holding `taken` (a
     /// lease's unspent block), while the ring still holds it.
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn give_back(&mut self, limit: &Limit, now_ns: u64, hits: u64, taken_ns: u64) {
-        let at = self.at(limit, now_ns);
+    pub(crate) fn give_back(&mut self, limit: &Limit, now: Timestamp, hits: u64, taken: Timestamp) {
+        let at = self.at(limit, now);
         self.advance(at.slot);
-        let taken = taken_ns / at.sub_ns;
+        let taken = taken.as_nanos() / at.sub_ns;
         if taken <= at.slot && at.slot - taken <= self.precision() {
             let i = self.index(taken);
             let mut s = self.slots.get(i);
@@ -315,9 +326,10 @@ impl SlidingWindow {
         }
     }
 
-    pub(crate) fn expires_at_ns(&self, limit: &Limit) -> u64 {
-        let sub_ns = (limit.window_ns / self.precision()).max(1);
-        (self.newest + self.precision() + 1).saturating_mul(sub_ns)
+    pub(crate) fn expires_at(&self, limit: &Limit) -> Timestamp {
+        Timestamp::from_nanos(
+            (self.newest + self.precision() + 1).saturating_mul(self.sub_ns(limit)),
+        )
     }
 }
 
@@ -328,7 +340,8 @@ fn to_u64(value: u128) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::testing::{SECOND, limit};
+    use crate::algo::testing::{SECOND, at, limit};
+    use crate::clock::nanos_of;
     use crate::limit::Algorithm;
     use proptest::prelude::*;
 
@@ -341,9 +354,9 @@ mod tests {
 
     /// Offers one request; records it if admitted.
     fn offer(state: &mut SlidingWindow, l: &Limit, now: u64, hits: u64) -> Decision {
-        let d = state.evaluate(l, now, hits);
+        let d = state.evaluate(l, at(now), hits);
         if d.admitted {
-            state.record(l, now, hits);
+            state.record(l, at(now), hits);
         }
         d
     }
@@ -436,10 +449,10 @@ mod tests {
             panic!("a sliding-window limit");
         };
         let mut s = SlidingWindow::new(precision);
-        let gap = l.window_ns / (3 * u64::from(l.requests_per_unit));
+        let gap = l.window_nanos() / (3 * u64::from(l.requests_per_unit));
         let mut admitted = Vec::new();
         let mut t = start;
-        while t < start + windows * l.window_ns {
+        while t < start + windows * l.window_nanos() {
             if offer(&mut s, l, t, 1).admitted {
                 admitted.push((t, 1));
             }
@@ -506,9 +519,9 @@ mod tests {
         }
         let denied = offer(&mut s, &l, 250 * MS, 1);
         assert!(!denied.admitted);
-        let retry_at = 250 * MS + denied.reset_ns;
-        assert!(!s.evaluate(&l, retry_at - 1, 1).admitted);
-        assert!(s.evaluate(&l, retry_at, 1).admitted);
+        let retry_at = 250 * MS + nanos_of(denied.reset);
+        assert!(!s.evaluate(&l, at(retry_at - 1), 1).admitted);
+        assert!(s.evaluate(&l, at(retry_at), 1).admitted);
         // The burst sits in sub-window 0, so one hit fits once 1/10 of it has slid out
         // (to the resolution of the window's fractions, 1/65,536 of a sub-window).
         assert!((SECOND + 10 * MS..SECOND + 10 * MS + 2_000).contains(&retry_at));
@@ -518,8 +531,8 @@ mod tests {
     fn an_admitted_request_is_told_one_window() {
         let (l, mut s) = sliding(10, SECOND, 10);
         let d = offer(&mut s, &l, 250 * MS, 1);
-        assert_eq!(d.reset_ns, SECOND);
-        assert!(s.expires_at_ns(&l) == 1_300 * MS);
+        assert_eq!(nanos_of(d.reset), SECOND);
+        assert!(s.expires_at(&l).as_nanos() == 1_300 * MS);
     }
 
     #[test]
@@ -537,9 +550,9 @@ mod tests {
         for _ in 0..3 {
             offer(&mut s, &l, 0, 1);
         }
-        s.refund(&l, 0, 10);
-        assert_eq!(s.evaluate(&l, 0, 3).remaining, 0);
-        assert!(s.evaluate(&l, 0, 3).admitted);
+        s.refund(&l, at(0), 10);
+        assert_eq!(s.evaluate(&l, at(0), 3).remaining, 0);
+        assert!(s.evaluate(&l, at(0), 3).admitted);
     }
 
     proptest! {
@@ -580,10 +593,10 @@ mod tests {
             let t0 = 1_790_000_000 * SECOND / window * window + window / 1_000 * start_permille;
             offer(&mut s, &l, t0, burst);
             let now = t0 + window / 1_000 * at_permille;
-            let d = s.evaluate(&l, now, hits);
+            let d = s.evaluate(&l, at(now), hits);
             if !d.admitted {
-                prop_assert!(s.evaluate(&l, now + d.reset_ns, hits).admitted);
-                prop_assert!(!s.evaluate(&l, now + d.reset_ns - 1, hits).admitted);
+                prop_assert!(s.evaluate(&l, at(now + nanos_of(d.reset)), hits).admitted);
+                prop_assert!(!s.evaluate(&l, at(now + nanos_of(d.reset) - 1), hits).admitted);
             }
         }
     }
@@ -592,7 +605,7 @@ mod tests {
 #[cfg(test)]
 mod against_the_log {
     use super::*;
-    use crate::algo::testing::{SECOND, limit};
+    use crate::algo::testing::{SECOND, at, limit};
     use crate::limit::Algorithm;
 
     /// An exact sliding-log limiter: admits iff the units in (t − W, t] plus these fit.
@@ -631,8 +644,8 @@ mod against_the_log {
         while t < 25 * SECOND {
             t += next() % (max_gap_ms * 1_000_000);
             let hits = 1 + next() % 3;
-            if approx.evaluate(&l, t, hits).admitted {
-                approx.record(&l, t, hits);
+            if approx.evaluate(&l, at(t), hits).admitted {
+                approx.record(&l, at(t), hits);
                 a += hits;
             }
             if log.offer(SECOND, 100, t, hits) {

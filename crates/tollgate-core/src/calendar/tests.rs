@@ -1,14 +1,14 @@
-use jiff::Timestamp;
+use std::time::Duration;
 
 use super::*;
 
-const HOUR: u64 = 3_600_000_000_000;
-const DAY: u64 = 24 * HOUR;
+const HOUR: Duration = Duration::from_secs(3_600);
+const DAY: Duration = Duration::from_secs(86_400);
 
-/// An RFC 3339 instant in nanoseconds since the epoch.
-fn at(instant: &str) -> u64 {
-    let t: Timestamp = instant.parse().expect("a valid instant");
-    u64::try_from(t.as_nanosecond()).expect("after 1970")
+/// An RFC 3339 instant.
+fn at(instant: &str) -> Timestamp {
+    let t: jiff::Timestamp = instant.parse().expect("a valid instant");
+    Timestamp::from_nanos(u64::try_from(t.as_nanosecond()).expect("after 1970"))
 }
 
 fn calendar(unit: Unit, multiplier: u32, zone: &str) -> Calendar {
@@ -19,15 +19,15 @@ fn calendar(unit: Unit, multiplier: u32, zone: &str) -> Calendar {
 /// `[START, END)` (RFC 3339 UTC instants; the window as an ISO 8601 interval).
 #[track_caller]
 fn assert_windows(c: &Calendar, cases: &[&str]) {
-    let show = |ns: u64| {
-        Timestamp::from_nanosecond(i128::from(ns))
+    let show = |t: Timestamp| {
+        jiff::Timestamp::from_nanosecond(i128::from(t.as_nanos()))
             .expect("in range")
             .to_string()
     };
     for case in cases {
         let (instant, interval) = case.split_once(" in ").expect("INSTANT in START/END");
         let w = c.window_at(at(instant));
-        let got = format!("{}/{}", show(w.start_ns), show(w.end_ns));
+        let got = format!("{}/{}", show(w.start), show(w.end));
         assert_eq!(
             got,
             interval,
@@ -37,9 +37,9 @@ fn assert_windows(c: &Calendar, cases: &[&str]) {
     }
 }
 
-fn length(c: &Calendar, instant: &str) -> u64 {
+fn length(c: &Calendar, instant: &str) -> Duration {
     let w = c.window_at(at(instant));
-    w.end_ns - w.start_ns
+    w.end.since(w.start)
 }
 
 #[test]

@@ -85,8 +85,8 @@ fn write_limit(out: &mut String, limit: &Limit) {
     if let Some(calendar) = &limit.calendar {
         out.push_str(" calendar=");
         calendar.write_shape(out);
-    } else if limit.window_ns != limit.unit.seconds() * 1_000_000_000 {
-        let _ = write!(out, " window={}s", limit.window_ns / 1_000_000_000);
+    } else if limit.window.as_secs() != limit.unit.seconds() {
+        let _ = write!(out, " window={}s", limit.window.as_secs());
     }
     if !matches!(limit.algorithm, Algorithm::SlidingWindow { .. }) {
         let _ = write!(out, " algorithm={}", limit.algorithm.kind().as_str());

@@ -1,4 +1,6 @@
 use super::*;
+use std::time::Duration;
+
 use crate::unit::Unit;
 
 fn rules(text: &str) -> Rules {
@@ -100,7 +102,7 @@ fn unlimited_and_units() {
         match rule.map(|r| &r.policy) {
             Some(Policy::Limited { limits, .. }) => {
                 assert_eq!(limits[0].unit, unit);
-                assert_eq!(limits[0].window_ns, unit.seconds() * 1_000_000_000);
+                assert_eq!(limits[0].window, Duration::from_secs(unit.seconds()));
             }
             other => panic!("expected a limit, got {other:?}"),
         }
@@ -119,7 +121,7 @@ fn unit_multiplier_reports_the_nearest_unit_and_keeps_the_real_window() {
     {
         Some(Policy::Limited { limits, shape }) => {
             assert_eq!(limits[0].unit, Unit::Minute);
-            assert_eq!(limits[0].window_ns, 30_000_000_000);
+            assert_eq!(limits[0].window, Duration::from_secs(30));
             assert_eq!(&**shape, "s30000000000.10");
         }
         other => panic!("expected a limit, got {other:?}"),

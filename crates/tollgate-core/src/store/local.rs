@@ -18,7 +18,7 @@ use super::peek::CounterView;
 use super::shards::{Counter, Entry, ShardStats, Shards};
 use super::shared::protocol::effect;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
-use crate::clock::{Clock, NowNanos, nanos_of};
+use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
 
 /// What the shared store answered: its decision, its clock, and the counter's state as it
@@ -26,7 +26,7 @@ use crate::limit::Limit;
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     pub(crate) admitted: bool,
-    pub(crate) now_ns: u64,
+    pub(crate) now: Timestamp,
     pub(crate) states: Vec<LimitState>,
 }
 
@@ -47,10 +47,11 @@ struct View {
     counter: Counter,
     shared: bool,
     refreshing: bool,
-    /// The store's clock when it returned the state this view was built from (0: none).
-    /// The store runs one counter's calls one at a time, so an answer stamped earlier
-    /// is older and knows less: adopting it would forget calls the view already holds.
-    stamp_ns: u64,
+    /// The store's clock when it returned the state this view was built from (the
+    /// epoch: none). The store runs one counter's calls one at a time, so an answer
+    /// stamped earlier is older and knows less: adopting it would forget calls the view
+    /// already holds.
+    stamp: Timestamp,
 }
 
 impl Entry for View {
@@ -63,7 +64,7 @@ impl Entry for View {
 pub(crate) struct LocalView {
     views: Arc<Shards<View>>,
     clock: Arc<dyn Clock>,
-    /// The shared store's time minus local time, learned from every answer.
+    /// The shared store's time minus local time in nanoseconds, learned from every answer.
     offset_ns: AtomicI64,
     /// Whether an answer has taught the offset yet.
     synced: AtomicBool,
@@ -86,20 +87,19 @@ impl LocalView {
     }
 
     /// Local time, unshifted (a lease measures time elapsed since its take on it).
-    pub(crate) fn local_ns(&self) -> u64 {
-        self.clock.now_ns()
+    pub(crate) fn local_now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     /// Local time moved onto the shared store's clock.
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.clock
-            .now_ns()
-            .saturating_add_signed(self.offset_ns.load(Ordering::Relaxed))
+    pub(crate) fn now(&self) -> Timestamp {
+        let offset = self.offset_ns.load(Ordering::Relaxed);
+        Timestamp::from_nanos(self.clock.now().as_nanos().saturating_add_signed(offset))
     }
 
-    /// Learns the shared store's clock from an answer it gave at `store_now_ns`.
-    pub(crate) fn learn_time(&self, store_now_ns: u64) {
-        let offset = i128::from(store_now_ns) - i128::from(self.clock.now_ns());
+    /// Learns the shared store's clock from an answer it gave at `store_now`.
+    pub(crate) fn learn_time(&self, store_now: Timestamp) {
+        let offset = i128::from(store_now.as_nanos()) - i128::from(self.clock.now().as_nanos());
         self.offset_ns.store(
             offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
             Ordering::Relaxed,
@@ -107,20 +107,23 @@ impl LocalView {
         self.synced.store(true, Ordering::Relaxed);
     }
 
-    /// The instant on the shared store's clock after which a request started at `now_ns`
-    /// has been answered without it, or 0 while the store's clock is not known yet.
-    pub(crate) fn deadline_ns(&self, now_ns: u64, timeout: Duration) -> u64 {
-        if !self.synced.load(Ordering::Relaxed) {
-            return 0;
-        }
-        now_ns.saturating_add(nanos_of(timeout))
+    /// The instant on the shared store's clock after which a request started at `now`
+    /// has been answered without it; none while the store's clock is not known yet.
+    pub(crate) fn deadline(&self, now: Timestamp, timeout: Duration) -> Option<Timestamp> {
+        self.synced.load(Ordering::Relaxed).then(|| now + timeout)
     }
 
-    /// The view of counter `key` at `now_ns`, and what `hits` more would get.
-    pub(crate) fn peek(&self, key: &str, limits: &[Limit], now_ns: u64, hits: u64) -> CounterView {
+    /// The view of counter `key` at `now`, and what `hits` more would get.
+    pub(crate) fn peek(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        now: Timestamp,
+        hits: u64,
+    ) -> CounterView {
         let slot = self.views.lock(key);
         let states = slot.get().map(|v| v.counter.states.as_slice());
-        CounterView::of(states, limits, now_ns, hits)
+        CounterView::of(states, limits, now, hits)
     }
 
     /// Drops the view of counter `key`: the next request for it asks the store.
@@ -133,7 +136,7 @@ impl LocalView {
         self.views.clear();
     }
 
-    /// The view's denial at `now_ns`, if it has one. The first denial of a view calls
+    /// The view's denial at `now`, if it has one. The first denial of a view calls
     /// `queue_refresh` (under the view's lock, so it must not block), which tells whether a
     /// background read of the counter was queued; until that read is adopted, no other is.
     pub(crate) fn deny(
@@ -141,7 +144,7 @@ impl LocalView {
         key: &str,
         limits: &[Limit],
         hits: Hits,
-        now_ns: u64,
+        now: Timestamp,
         queue_refresh: impl FnOnce() -> bool,
     ) -> Option<Verdict> {
         let asked = match hits {
@@ -152,7 +155,7 @@ impl LocalView {
         };
         let mut slot = self.views.lock(key);
         let view = slot.get_mut().filter(|v| v.shared)?;
-        let verdict = evaluate(view.counter.states.as_slice(), limits, now_ns, asked);
+        let verdict = evaluate(view.counter.states.as_slice(), limits, now, asked);
         if verdict.decision.admitted {
             return None;
         }
@@ -176,7 +179,7 @@ impl LocalView {
         snapshot: Snapshot,
         unsettled: impl FnOnce() -> u64,
     ) -> (Verdict, bool) {
-        let now = snapshot.now_ns;
+        let now = snapshot.now;
         self.learn_time(now);
 
         let mut counter = Counter::from_states(snapshot.states);
@@ -198,7 +201,7 @@ impl LocalView {
             verdict.decision.remaining = 0;
         }
         let mut slot = self.views.lock(key);
-        if slot.get().is_some_and(|view| view.stamp_ns > now) {
+        if slot.get().is_some_and(|view| view.stamp > now) {
             return (verdict, disagreed);
         }
         let unsettled = unsettled();
@@ -210,13 +213,12 @@ impl LocalView {
                 Hits::Charge(unsettled),
             );
         }
-        let expires_ns = counter.touch(limits, &verdict);
-        if expires_ns > now {
+        if counter.touch(limits, &verdict) > now {
             let view = View {
                 counter,
                 shared: true,
                 refreshing: false,
-                stamp_ns: now,
+                stamp: now,
             };
             slot.insert(view, now);
         } else {
@@ -233,7 +235,7 @@ impl LocalView {
         &self,
         key: &str,
         limits: &[Limit],
-        now_ns: u64,
+        now: Timestamp,
         (hits, pending): (Hits, u64),
         how: Fallback,
         decided: impl FnOnce(&Verdict),
@@ -253,7 +255,7 @@ impl LocalView {
             }
         };
         if let Some(admitted) = forced {
-            let mut verdict = evaluate(states, limits, now_ns, 1);
+            let mut verdict = evaluate(states, limits, now, 1);
             verdict.decision.admitted = admitted;
             if !admitted {
                 verdict.decision.remaining = 0;
@@ -264,7 +266,7 @@ impl LocalView {
         // Units other calls are about to count are taken as counted: what fits beside
         // them only.
         if let (Hits::Consume(n), true) = (hits, pending > 0) {
-            let beside = evaluate(states, limits, now_ns, n.saturating_add(pending));
+            let beside = evaluate(states, limits, now, n.saturating_add(pending));
             if !beside.decision.admitted {
                 decided(&beside);
                 return beside;
@@ -275,12 +277,12 @@ impl LocalView {
             counter: Counter::new(limits),
             shared: false,
             refreshing: false,
-            stamp_ns: 0,
+            stamp: Timestamp::default(),
         });
-        let verdict = apply(view.counter.states.as_mut_slice(), limits, now_ns, hits);
+        let verdict = apply(view.counter.states.as_mut_slice(), limits, now, hits);
         view.counter.touch(limits, &verdict);
         view.shared = false;
-        slot.insert(view, now_ns);
+        slot.insert(view, now);
         decided(&verdict);
         verdict
     }
@@ -293,7 +295,7 @@ impl LocalView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::testing::{FIXED, SECOND, SLIDING, bucket, limit};
+    use crate::algo::testing::{FIXED, SECOND, SLIDING, at, bucket, limit};
     use crate::clock::{ManualClock, Timestamp};
     use std::time::Duration;
 
@@ -313,12 +315,12 @@ mod tests {
         let mut states: Vec<_> = limits.iter().map(LimitState::new).collect();
         if used > 0 {
             for (state, limit) in states.iter_mut().zip(limits) {
-                state.record(limit, now_ns, used);
+                state.record(limit, at(now_ns), used);
             }
         }
         Snapshot {
             admitted,
-            now_ns,
+            now: at(now_ns),
             states,
         }
     }
@@ -328,7 +330,7 @@ mod tests {
         let (v, _) = view();
         let limits = [limit(SLIDING, 0, SECOND)];
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+            v.deny("k", &limits, Hits::Consume(1), at(T0), || true)
                 .is_none()
         );
     }
@@ -347,7 +349,7 @@ mod tests {
         assert!(admitted.decision.admitted && !disagreed);
         let mut queued = 0;
         for _ in 0..5 {
-            let denied = v.deny("k", &limits, Hits::Consume(1), T0, || {
+            let denied = v.deny("k", &limits, Hits::Consume(1), at(T0), || {
                 queued += 1;
                 true
             });
@@ -356,12 +358,17 @@ mod tests {
         assert_eq!(queued, 1, "one background read until it is adopted");
         // A check at the limit is within it: the store answers it. A refund always goes
         // to the store.
-        assert!(v.deny("k", &limits, Hits::Check, T0, || true).is_none());
-        assert!(v.deny("k", &limits, Hits::Refund(1), T0, || true).is_none());
+        assert!(v.deny("k", &limits, Hits::Check, at(T0), || true).is_none());
+        assert!(
+            v.deny("k", &limits, Hits::Refund(1), at(T0), || true)
+                .is_none()
+        );
         // Once the window has passed, the view admits and the request goes to the store.
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), T0 + 60 * SECOND, || true)
-                .is_none()
+            v.deny("k", &limits, Hits::Consume(1), at(T0 + 60 * SECOND), || {
+                true
+            })
+            .is_none()
         );
     }
 
@@ -377,11 +384,11 @@ mod tests {
         assert_eq!(verdict.decision.remaining, 2, "A's own answer");
         // The view still holds B's four units: one more request fits, two do not.
         assert!(
-            v.deny("k", &limits, Hits::Consume(2), T0 + 3_000, || true)
+            v.deny("k", &limits, Hits::Consume(2), at(T0 + 3_000), || true)
                 .is_some()
         );
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), T0 + 3_000, || true)
+            v.deny("k", &limits, Hits::Consume(1), at(T0 + 3_000), || true)
                 .is_none()
         );
     }
@@ -398,11 +405,11 @@ mod tests {
             || 0,
         );
         assert!(
-            v.deny("k", &limits, Hits::Consume(6), T0, || true)
+            v.deny("k", &limits, Hits::Consume(6), at(T0), || true)
                 .is_none()
         );
         assert!(
-            v.deny("k", &limits, Hits::Consume(7), T0, || true)
+            v.deny("k", &limits, Hits::Consume(7), at(T0), || true)
                 .is_some()
         );
     }
@@ -422,7 +429,7 @@ mod tests {
         );
         assert!(!verdict.decision.admitted && disagreed);
         assert!(
-            v.deny("k", &limits, Hits::Consume(5), T0, || true)
+            v.deny("k", &limits, Hits::Consume(5), at(T0), || true)
                 .is_none()
         );
     }
@@ -439,7 +446,7 @@ mod tests {
             || 0,
         );
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+            v.deny("k", &limits, Hits::Consume(1), at(T0), || true)
                 .is_some()
         );
         // The store gives all five back and its key is gone: the view must follow.
@@ -452,7 +459,7 @@ mod tests {
         );
         assert_eq!(refunded.decision.remaining, 5);
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+            v.deny("k", &limits, Hits::Consume(1), at(T0), || true)
                 .is_none()
         );
         assert_eq!(v.stats().entries, 0);
@@ -471,16 +478,16 @@ mod tests {
             snapshot(&limits, 0, store_now, true),
             || 0,
         );
-        assert_eq!(v.now_ns(), store_now);
+        assert_eq!(v.now().as_nanos(), store_now);
         // Local time has not reached that window yet; on the store's clock it is full.
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), v.now_ns(), || true)
+            v.deny("k", &limits, Hits::Consume(1), v.now(), || true)
                 .is_some()
         );
         clock.advance(Duration::from_nanos(5 * SECOND));
-        assert_eq!(v.now_ns(), store_now + 5 * SECOND);
+        assert_eq!(v.now().as_nanos(), store_now + 5 * SECOND);
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), v.now_ns(), || true)
+            v.deny("k", &limits, Hits::Consume(1), v.now(), || true)
                 .is_none()
         );
     }
@@ -537,7 +544,7 @@ mod tests {
         let (v, _) = view();
         let limits = [limit(FIXED, 2, 60 * SECOND)];
         for how in [Fallback::Allow, Fallback::Deny] {
-            let verdict = v.fall_back("k", &limits, T0, (Hits::Consume(1), 0), how, |_| {});
+            let verdict = v.fall_back("k", &limits, at(T0), (Hits::Consume(1), 0), how, |_| {});
             assert_eq!(verdict.decision.admitted, how == Fallback::Allow);
         }
         assert_eq!(v.stats().entries, 0, "forced answers remember nothing");
@@ -546,7 +553,7 @@ mod tests {
                 v.fall_back(
                     "k",
                     &limits,
-                    T0,
+                    at(T0),
                     (Hits::Consume(1), 0),
                     Fallback::Local,
                     |_| {},
@@ -558,7 +565,7 @@ mod tests {
         assert_eq!(admitted, [true, true, false]);
         // Those hits are not in the store: the view may not deny on its behalf.
         assert!(
-            v.deny("k", &limits, Hits::Consume(1), T0, || true)
+            v.deny("k", &limits, Hits::Consume(1), at(T0), || true)
                 .is_none()
         );
     }
@@ -571,7 +578,7 @@ mod tests {
             v.fall_back(
                 "k",
                 &limits,
-                T0,
+                at(T0),
                 (Hits::Consume(1), pending),
                 Fallback::Local,
                 |_| {},

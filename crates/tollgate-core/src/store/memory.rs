@@ -7,7 +7,7 @@ use super::StoreStats;
 use super::peek::CounterView;
 use super::shards::{Counter, Shards};
 use crate::algo::{Hits, Verdict, apply};
-use crate::clock::{Clock, NowNanos, SystemClock};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::limit::Limit;
 
 /// How much a store may hold in memory: counters, and bytes they take.
@@ -64,7 +64,7 @@ impl MemoryStore {
     /// Applies `hits` to counter `key`, creating it if needed: [`crate::Store::apply`]
     /// without the wait, for callers that know their store is in memory.
     pub(crate) fn apply(&self, key: &str, limits: &[Limit], hits: Hits) -> Verdict {
-        let now = self.clock.now_ns();
+        let now = self.clock.now();
         let mut slot = self.counters.lock(key);
         if let Some(counter) = slot.get_mut() {
             let outcome = apply(counter.states.as_mut_slice(), limits, now, hits);
@@ -88,7 +88,7 @@ impl MemoryStore {
 
     /// Counter `key` as held now, and what `hits` more would get; changes nothing.
     pub(crate) fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> CounterView {
-        let now = self.clock.now_ns();
+        let now = self.clock.now();
         let slot = self.counters.lock(key);
         let states = slot.get().map(|c| c.states.as_slice());
         CounterView::of(states, limits, now, hits)
@@ -99,8 +99,8 @@ impl MemoryStore {
         self.counters.lock(key).remove();
     }
 
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     /// Drops expired counters every `period`, from a task on the current tokio runtime,
@@ -163,10 +163,10 @@ mod tests {
         let (s, clock) = store(100);
         let limits = [limit(SLIDING, 5, SECOND)];
         s.apply("a", &limits, Hits::Consume(1));
-        s.counters.sweep(s.clock.now_ns());
+        s.counters.sweep(s.clock.now());
         assert_eq!(s.stats().counters, 1);
         clock.advance(Duration::from_nanos(2 * SECOND));
-        s.counters.sweep(s.clock.now_ns());
+        s.counters.sweep(s.clock.now());
         let stats = s.stats();
         assert_eq!((stats.counters, stats.evictions, stats.expired), (0, 0, 1));
     }

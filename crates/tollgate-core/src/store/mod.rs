@@ -25,6 +25,7 @@ pub use shared::{SharedBehaviour, SharedStore};
 use std::sync::Arc;
 
 use crate::algo::{Hits, Verdict};
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::limit::UnknownName;
 use crate::stats::HistogramSnapshot;
@@ -271,13 +272,13 @@ impl Store {
     }
 
     /// The store's clock now (for a shared store: local time moved onto the store's).
-    pub(crate) fn now_ns(&self) -> u64 {
+    pub(crate) fn now(&self) -> Timestamp {
         match self {
-            Self::Memory(m) => m.now_ns(),
+            Self::Memory(m) => m.now(),
             #[cfg(any(feature = "redis", feature = "postgres"))]
-            Self::Shared(r) => r.now_ns(),
+            Self::Shared(r) => r.now(),
             #[cfg(feature = "redis")]
-            Self::Reference(r) => r.now_ns(),
+            Self::Reference(r) => r.now(),
         }
     }
 

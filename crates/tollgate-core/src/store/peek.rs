@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::algo::{LimitState, Verdict, evaluate};
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 
 /// One limit of a counter as one holder sees it.
@@ -51,11 +52,11 @@ pub struct Peek {
 }
 
 impl CounterView {
-    /// The view of `states` (None: not held) of `limits` at `now_ns`, for `hits` more.
+    /// The view of `states` (None: not held) of `limits` at `now`, for `hits` more.
     pub(crate) fn of(
         states: Option<&[LimitState]>,
         limits: &[Limit],
-        now_ns: u64,
+        now: Timestamp,
         hits: u64,
     ) -> Self {
         let fresh: Vec<LimitState>;
@@ -71,24 +72,23 @@ impl CounterView {
             .iter()
             .zip(limits)
             .map(|(state, limit)| {
-                let now = state.evaluate(limit, now_ns, 0);
+                let held = state.evaluate(limit, now, 0);
                 // Full: the wait until one more unit fits, rather than until all is forgotten.
-                let next = state.evaluate(limit, now_ns, 1);
-                let reset_ns = if next.admitted {
-                    now.reset_ns
-                } else {
-                    next.reset_ns
-                };
+                let next = state.evaluate(limit, now, 1);
                 LimitView {
-                    remaining: now.remaining,
-                    reset: Duration::from_nanos(reset_ns),
+                    remaining: held.remaining,
+                    reset: if next.admitted {
+                        held.reset
+                    } else {
+                        next.reset
+                    },
                 }
             })
             .collect();
         Self {
             held,
             limits: views,
-            would: evaluate(states, limits, now_ns, hits),
+            would: evaluate(states, limits, now, hits),
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::table::{Key, Table};
 use crate::algo::{LimitState, Verdict};
-use crate::clock::{Clock, NowNanos};
+use crate::clock::{Clock, NANOS_PER_SECOND, Timestamp};
 use crate::limit::Limit;
 
 /// Entries compared when one must be evicted.
@@ -82,28 +82,29 @@ impl Counter {
     }
 
     /// Recomputes expiry and pressure after the states changed and answered `verdict`;
-    /// returns the exact expiry, in nanoseconds since the epoch.
-    pub(crate) fn touch(&mut self, limits: &[Limit], verdict: &Verdict) -> u64 {
-        let expires_ns = self
+    /// returns the exact expiry.
+    pub(crate) fn touch(&mut self, limits: &[Limit], verdict: &Verdict) -> Timestamp {
+        let expires = self
             .states
             .as_slice()
             .iter()
             .zip(limits)
-            .map(|(s, l)| s.expires_at_ns(l))
+            .map(|(s, l)| s.expires_at(l))
             .max()
-            .unwrap_or(0);
-        self.expires_at_s = u32::try_from(expires_ns.div_ceil(1_000_000_000)).unwrap_or(u32::MAX);
+            .unwrap_or_default();
+        self.expires_at_s =
+            u32::try_from(expires.as_nanos().div_ceil(NANOS_PER_SECOND)).unwrap_or(u32::MAX);
         let limit = limits
             .get(verdict.limit_index)
             .map_or(1, |l| u64::from(l.requests_per_unit.max(1)));
         let used = limit.saturating_sub(verdict.decision.remaining.min(limit));
         self.pressure = u16::try_from(used * u64::from(u16::MAX) / limit).unwrap_or(u16::MAX);
-        expires_ns
+        expires
     }
 
-    /// Whether the counter no longer affects any decision at `now_ns`.
-    pub(crate) fn expired(&self, now_ns: u64) -> bool {
-        u64::from(self.expires_at_s) * 1_000_000_000 <= now_ns
+    /// Whether the counter no longer affects any decision at `now`.
+    pub(crate) fn expired(&self, now: Timestamp) -> bool {
+        u64::from(self.expires_at_s) * NANOS_PER_SECOND <= now.as_nanos()
     }
 
     /// Heap bytes beyond the counter itself.
@@ -208,13 +209,13 @@ impl<V: Entry> Shards<V> {
         }
     }
 
-    /// Drops every entry expired at `now_ns`.
-    pub(crate) fn sweep(&self, now_ns: u64) {
+    /// Drops every entry expired at `now`.
+    pub(crate) fn sweep(&self, now: Timestamp) {
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             let mut freed = 0;
             let removed = shard.table.retain(|v| {
-                let expired = v.counter().expired(now_ns);
+                let expired = v.counter().expired(now);
                 if expired {
                     freed += v.counter().heap_bytes();
                 }
@@ -269,7 +270,7 @@ impl<V: Entry> Locked<'_, V> {
     /// Inserts or replaces the key's entry, evicting others first while the shard would
     /// exceed its entries or bytes: expired ones first, else the least-used of a random
     /// sample (dropping it forgives the fewest units), soonest-expiring on a tie.
-    pub(crate) fn insert(&mut self, value: V, now_ns: u64) {
+    pub(crate) fn insert(&mut self, value: V, now: Timestamp) {
         let heap = value.counter().heap_bytes();
         if let Some(entry) = self.shard.table.get_mut(&self.key) {
             let held = entry.counter().heap_bytes();
@@ -283,7 +284,7 @@ impl<V: Entry> Locked<'_, V> {
         }
         self.remove();
         while self.shard.table.len() > 0 && !self.room_for(heap) {
-            self.evict_one(now_ns);
+            self.evict_one(now);
         }
         self.shard.heap_bytes += heap;
         self.shard.table.insert(self.key, value);
@@ -300,7 +301,7 @@ impl<V: Entry> Locked<'_, V> {
             && slots_after + self.shard.heap_bytes + heap <= limits.per_shard_bytes
     }
 
-    fn evict_one(&mut self, now_ns: u64) {
+    fn evict_one(&mut self, now: Timestamp) {
         let shard = &mut *self.shard;
         let mut victim: Option<(Key, (bool, u16, u32))> = None;
         for _ in 0..EVICTION_SAMPLES {
@@ -311,7 +312,7 @@ impl<V: Entry> Locked<'_, V> {
                 return;
             };
             let c = value.counter();
-            let rank = (!c.expired(now_ns), c.pressure, c.expires_at_s);
+            let rank = (!c.expired(now), c.pressure, c.expires_at_s);
             if victim.is_none_or(|(_, best)| rank < best) {
                 victim = Some((key, rank));
             }
@@ -335,7 +336,7 @@ impl<V: Entry + Send + 'static> Shards<V> {
             loop {
                 tick.tick().await;
                 let Some(shards) = weak.upgrade() else { return };
-                shards.sweep(clock.now_ns());
+                shards.sweep(clock.now());
             }
         });
     }

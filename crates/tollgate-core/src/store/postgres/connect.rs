@@ -14,6 +14,7 @@ use super::ApplyArgs;
 use super::describe::describe;
 use super::schema::{self, SchemaError};
 use super::tls::{PgTls, SslMode, TlsError, client_config};
+use crate::clock::Timestamp;
 use crate::store::shared::link::Connector;
 use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
@@ -226,7 +227,7 @@ impl Connector for PgConnector {
         })
     }
 
-    async fn time_ns(&self, pool: &Pool) -> Result<u64, PgError> {
+    async fn time(&self, pool: &Pool) -> Result<Timestamp, PgError> {
         let conn = pool.pick();
         let row = conn
             .client
@@ -234,7 +235,7 @@ impl Connector for PgConnector {
             .await
             .map_err(PgError::Db)?;
         let micros: i64 = row.try_get(0).map_err(PgError::Clock)?;
-        Ok(u64::try_from(micros).unwrap_or(0).saturating_mul(1_000))
+        Ok(Timestamp::from_micros(u64::try_from(micros).unwrap_or(0)))
     }
 
     /// A pool whose server restarted or failed over holds dead connections.
@@ -246,7 +247,13 @@ impl Connector for PgConnector {
         let limits = probe_limits();
         let (debt, hits) = PROBE_CALL;
         let call = (debt, Ask::Hits(hits));
-        let args = ApplyArgs::new(&self.key_prefix, PROBE_KEY, &limits, call, (0, 0));
+        let args = ApplyArgs::new(
+            &self.key_prefix,
+            PROBE_KEY,
+            &limits,
+            call,
+            (None, Timestamp::default()),
+        );
         let conn = pool.pick();
         let probed = match args.run(conn).await {
             // The probe leaves no row behind: one row per counter, and none that is not.

@@ -2,6 +2,7 @@
 //! [`crate::store::shared::differential`]), and the table's housekeeping.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio_postgres::{Client, NoTls};
@@ -9,6 +10,7 @@ use tollgate_testkit::postgres::PostgresServer;
 
 use super::{limit_arrays, mode, schema, signed};
 use crate::algo::Hits;
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
 use crate::store::shared::protocol::Ask;
@@ -56,30 +58,30 @@ async fn fresh_database(name: &str) -> Client {
     open(&postgres().url().replace("/postgres?", &format!("/{name}?"))).await
 }
 
-/// `tollgate_apply` at the instant `now_ns`, calendar boundaries placed around it.
+/// `tollgate_apply` at the instant `now`, calendar boundaries placed around it.
 async fn call(
     client: &Client,
     key: &str,
     limits: &[Limit],
     call: (u64, Hits),
-    deadline_ns: u64,
-    now_ns: u64,
+    deadline: Option<Timestamp>,
+    now: Timestamp,
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
     let call = (call.0, Ask::Hits(call.1));
-    call_around(client, key, limits, call, deadline_ns, (now_ns, now_ns)).await
+    call_around(client, key, limits, call, deadline, (now, now)).await
 }
 
-/// `tollgate_apply` at the instant `now_ns`, calendar boundaries placed around `around_ns`.
+/// `tollgate_apply` at the instant `now`, calendar boundaries placed around `around`.
 async fn call_around(
     client: &Client,
     key: &str,
     limits: &[Limit],
     (debt, ask): (u64, Ask),
-    deadline_ns: u64,
-    (now_ns, around_ns): (u64, u64),
+    deadline: Option<Timestamp>,
+    (now, around): (Timestamp, Timestamp),
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
     let (mode, n, extra) = mode(ask);
-    let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
+    let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around);
     let row = client
         .query_one(
             "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
@@ -88,8 +90,8 @@ async fn call_around(
                 &mode,
                 &signed(n),
                 &signed(debt),
-                &signed(deadline_ns / 1_000),
-                &signed(now_ns / 1_000),
+                &signed(deadline.map_or(0, Timestamp::as_micros)),
+                &signed(now.as_micros()),
                 &kinds,
                 &windows,
                 &params,
@@ -115,7 +117,7 @@ proptest! {
         let client = rt.block_on(connect());
         let key = format!("differential:{}", fresh_key());
         replay(&limits, &history, phase_us, |debt, ask, now, around| {
-            rt.block_on(call_around(&client, &key, &limits, (debt, ask), 0, (now, around)))
+            rt.block_on(call_around(&client, &key, &limits, (debt, ask), None, (now, around)))
                 .map_err(|e| e.to_string())
         })?;
     }
@@ -131,20 +133,20 @@ fn a_late_call_changes_nothing_and_denials_leave_no_row() {
         let client = connect().await;
         let key = format!("late:{}", fresh_key());
         let limits = one_per_second();
-        let now = 1_790_000_000_000_000_000;
+        let now = Timestamp::from_micros(1_790_000_000_000_000);
         let late = call(
             &client,
             &key,
             &limits,
             (1, Hits::Consume(1)),
-            now - 1_000,
+            Some(now - Duration::from_micros(1)),
             now,
         )
         .await
         .expect("a late call");
         assert_eq!(late, vec![-1, 1_790_000_000_000_000]);
         // Denied (6 > 5): nothing stored, not even the empty row the lock needed.
-        let denied = call(&client, &key, &limits, (0, Hits::Consume(6)), 0, now)
+        let denied = call(&client, &key, &limits, (0, Hits::Consume(6)), None, now)
             .await
             .expect("a denied call");
         assert_eq!(denied[0], 0);
@@ -176,15 +178,15 @@ fn the_sweep_deletes_expired_counters_only() {
             .await
             .expect("the clock")
             .get(0);
-        let now = u64::try_from(now_us).expect("a clock after 1970") * 1_000;
+        let now = Timestamp::from_micros(u64::try_from(now_us).expect("a clock after 1970"));
         // Counted a minute ago: long expired. Counted now: expires in a second.
-        for (name, at) in [("old", now - 60_000_000_000), ("new", now)] {
+        for (name, at) in [("old", now - Duration::from_secs(60)), ("new", now)] {
             call(
                 &client,
                 &format!("{prefix}{name}"),
                 &limits,
                 (0, Hits::Consume(1)),
-                0,
+                None,
                 at,
             )
             .await

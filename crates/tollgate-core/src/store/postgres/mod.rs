@@ -24,10 +24,10 @@ use tokio_postgres::error::SqlState;
 use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
 use super::shared::link::{Health, Link};
-use super::shared::protocol::{Ask, NANOS_PER_MICRO, limit_args, mode};
+use super::shared::protocol::{Ask, limit_args, mode};
 use super::shared::resets::{Subscribe, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
 use std::future::Future;
 use std::pin::Pin;
@@ -155,14 +155,14 @@ impl PgBackend {
     }
 
     /// One `tollgate_apply`, owning all it needs; it changes nothing if it runs after
-    /// `deadline_ns` (database time).
+    /// `deadline` (database time).
     pub(crate) fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
         (debt, ask): (u64, Ask),
-        deadline_ns: u64,
-        around_ns: u64,
+        deadline: Option<Timestamp>,
+        around: Timestamp,
     ) -> Trip {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
@@ -172,7 +172,7 @@ impl PgBackend {
             key,
             limits,
             (debt, ask),
-            (deadline_ns, around_ns),
+            (deadline, around),
         );
         let link = self.link.clone();
         Box::pin(async move {
@@ -202,24 +202,25 @@ struct ApplyArgs {
 
 impl ApplyArgs {
     /// `debt` then `ask` under `limits` on counter `key` (after `prefix`); nothing
-    /// changes if the database runs it after `deadline_ns` (0: no deadline); `around_ns`
-    /// is the database time expected, which places calendar windows' boundaries.
+    /// changes if the database runs it after `deadline`, if there is one; `around` is the
+    /// database time expected, which places calendar windows' boundaries.
     fn new(
         prefix: &str,
         key: &str,
         limits: &[Limit],
         (debt, ask): (u64, Ask),
-        (deadline_ns, around_ns): (u64, u64),
+        (deadline, around): (Option<Timestamp>, Timestamp),
     ) -> Self {
         let (mode, n, extra) = mode(ask);
-        let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around_ns);
+        let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around);
         Self {
             key: format!("{prefix}{key}"),
             mode,
             units: signed(n),
             extra: signed(extra),
             debt: signed(debt),
-            deadline_us: signed(deadline_ns / NANOS_PER_MICRO),
+            // The function's zero is "none": it never runs at the epoch.
+            deadline_us: signed(deadline.map_or(0, Timestamp::as_micros)),
             kinds,
             windows,
             params,
@@ -284,15 +285,15 @@ fn signed(n: u64) -> i64 {
 type LimitArrays = (String, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
 
 /// The limits as the function's arrays: kind letters, windows, params, limits, and three
-/// calendar boundaries per limit, placed around the store time `around_ns`.
-fn limit_arrays(limits: &[Limit], around_ns: u64) -> LimitArrays {
+/// calendar boundaries per limit, placed around the store time `around`.
+fn limit_arrays(limits: &[Limit], around: Timestamp) -> LimitArrays {
     let mut kinds = String::with_capacity(limits.len());
     let mut windows = Vec::with_capacity(limits.len());
     let mut params = Vec::with_capacity(limits.len());
     let mut rpus = Vec::with_capacity(limits.len());
     let mut bounds = Vec::with_capacity(3 * limits.len());
     for limit in limits {
-        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, around_ns);
+        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, around);
         kinds.push_str(kind);
         windows.push(signed(window_us));
         params.push(i64::from(param));

@@ -11,6 +11,7 @@ use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 
 use super::script;
+use crate::clock::Timestamp;
 use crate::limit::UnknownName;
 use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
 use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
@@ -302,13 +303,12 @@ impl Conn {
         }
     }
 
-    /// Redis's clock (`TIME`), in nanoseconds since the epoch.
-    async fn time_ns(&mut self) -> redis::RedisResult<u64> {
+    /// Redis's clock (`TIME`).
+    async fn time(&mut self) -> redis::RedisResult<Timestamp> {
         let (secs, micros): (u64, u64) = self.query(&redis::cmd("TIME")).await?;
-        Ok(secs
-            .saturating_mul(1_000_000)
-            .saturating_add(micros)
-            .saturating_mul(1_000))
+        Ok(Timestamp::from_micros(
+            secs.saturating_mul(1_000_000).saturating_add(micros),
+        ))
     }
 }
 
@@ -353,8 +353,8 @@ impl Connector for RedisConnector {
             .map_err(LinkError::Connect)
     }
 
-    async fn time_ns(&self, conn: &Conn) -> Result<u64, LinkError> {
-        conn.clone().time_ns().await.map_err(LinkError::Time)
+    async fn time(&self, conn: &Conn) -> Result<Timestamp, LinkError> {
+        conn.clone().time().await.map_err(LinkError::Time)
     }
 
     /// The connection managers reconnect by themselves; a Sentinel set may have moved
@@ -371,9 +371,9 @@ impl Connector for RedisConnector {
             limits: &limits,
             ask: Ask::Hits(hits),
             debt,
-            deadline_ns: 0,
-            now_ns: 0,
-            around_ns: 0,
+            deadline: None,
+            now: None,
+            around: Timestamp::default(),
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let mut conn = conn.clone();

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use tollgate_testkit::redis::RedisServer;
 
 use super::script::{self, Check, ScriptReply};
+use crate::clock::Timestamp;
 use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
 use crate::store::shared::protocol::Ask;
 
@@ -29,8 +30,8 @@ proptest! {
         let script = script::script();
         script.load(&mut conn).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let key = fresh_key().to_string();
-        replay(&limits, &history, phase_us, |debt, ask, now_ns, around_ns| {
-            let check = Check { key: &key, limits: &limits, ask, debt, deadline_ns: 0, now_ns, around_ns };
+        replay(&limits, &history, phase_us, |debt, ask, now, around| {
+            let check = Check { key: &key, limits: &limits, ask, debt, deadline: None, now: Some(now), around };
             let reply: ScriptReply = script::call(&script, "differential", &check)
                 .query(&mut conn)
                 .map_err(|e| e.to_string())?;
@@ -44,6 +45,8 @@ proptest! {
 /// than as a value it could not have written (an empty counter).
 #[test]
 fn huge_charges_still_deny() {
+    use std::time::Duration;
+
     use crate::algo::Hits;
     use crate::limit::{Algorithm, Limit};
     use crate::unit::Unit;
@@ -60,25 +63,25 @@ fn huge_charges_still_deny() {
     ] {
         let limits = [day.clone().with_algorithm(algorithm).unwrap_or(day.clone())];
         let key = fresh_key().to_string();
-        let now_ns = 1_790_000_000_000_000_000;
-        let mut flag = |hits, now_ns| {
+        let now = Timestamp::from_micros(1_790_000_000_000_000);
+        let mut flag = |hits, now| {
             let check = Check {
                 key: &key,
                 limits: &limits,
                 ask: Ask::Hits(hits),
                 debt: 0,
-                deadline_ns: 0,
-                now_ns,
-                around_ns: now_ns,
+                deadline: None,
+                now: Some(now),
+                around: now,
             };
             let reply: Result<ScriptReply, _> =
                 script::call(&script, "differential", &check).query(&mut conn);
             reply.map(|(flag, _, _, _)| flag).map_err(|e| e.to_string())
         };
         // Counted, though far over the limit.
-        assert!(flag(Hits::Charge(1 << 50), now_ns).is_ok(), "{algorithm:?}");
+        assert!(flag(Hits::Charge(1 << 50), now).is_ok(), "{algorithm:?}");
         assert_eq!(
-            flag(Hits::Consume(1), now_ns + 1_000_000),
+            flag(Hits::Consume(1), now + Duration::from_millis(1)),
             Ok(0),
             "{algorithm:?}"
         );

@@ -22,7 +22,7 @@ use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::link::{Health, Link};
 use super::shared::resets::{Subscribe, SubscribeError, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::clock::{Clock, NANOS_PER_MICRO, Timestamp};
+use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
 use crate::log_limit::LogLimit;
 use crate::store::shared::protocol::Ask;
@@ -92,15 +92,15 @@ impl RedisBackend {
         &self.link.health
     }
 
-    /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline_ns`
+    /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline`
     /// (Redis time).
     pub(crate) fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
         (debt, ask): (u64, Ask),
-        deadline_ns: u64,
-        around_ns: u64,
+        deadline: Option<Timestamp>,
+        around: Timestamp,
     ) -> Trip {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
@@ -111,9 +111,9 @@ impl RedisBackend {
             limits,
             ask,
             debt,
-            deadline_ns,
-            now_ns: 0,
-            around_ns,
+            deadline,
+            now: None,
+            around,
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let (script, link) = (self.script.clone(), self.link.clone());
@@ -125,11 +125,8 @@ impl RedisBackend {
                 .map_err(|e| classify(&link, e))?;
             let (_, now_us, _, held) = &reply;
             if !held.is_empty()
-                && let Some(more) = foreign_keys.admit(Timestamp::from_nanos(
-                    u64::try_from(*now_us)
-                        .unwrap_or(0)
-                        .saturating_mul(NANOS_PER_MICRO),
-                ))
+                && let Some(more) =
+                    foreign_keys.admit(Timestamp::from_micros(u64::try_from(*now_us).unwrap_or(0)))
             {
                 tracing::warn!(
                     "redis counter {held}, not a counter: read as an empty counter and \

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::connect::{Conn, RedisConnector, RedisTarget, RedisTls};
 use crate::algo::{Decision, Hits, Verdict};
-use crate::clock::{Clock, NANOS_PER_SECOND, NowNanos};
+use crate::clock::{Clock, NANOS_PER_SECOND, Timestamp};
 use crate::limit::Limit;
 use crate::stats::Histogram;
 use crate::store::shared::link::{Health, Link};
@@ -138,13 +138,13 @@ impl ReferenceStore {
     }
 
     /// The store's clock: the instance's, as the reference keys windows by its own.
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     /// The current window's count, read without counting, and what `hits` more would get.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        let unheld = CounterView::of(None, limits, self.now_ns(), hits);
+        let unheld = CounterView::of(None, limits, self.now(), hits);
         let Some(limit) = limits.first() else {
             return Peek {
                 local: unheld,
@@ -152,7 +152,7 @@ impl ReferenceStore {
                 lease: None,
             };
         };
-        let window = Window::of(limit, self.now_ns());
+        let window = Window::of(limit, self.now());
         let full_key = format!("{}{key}{}", self.config.key_prefix, window.start_s);
         let read = async {
             let mut conn: Conn = (*self.link.conn().ok_or(StoreError::NotConnected)?).clone();
@@ -167,7 +167,7 @@ impl ReferenceStore {
             let allowed = u64::from(limit.requests_per_unit());
             let count = count.unwrap_or(0);
             let remaining = allowed.saturating_sub(count);
-            let reset = Duration::from_nanos(window.reset_ns);
+            let reset = window.reset;
             CounterView {
                 held: count > 0,
                 limits: vec![LimitView { remaining, reset }],
@@ -176,7 +176,7 @@ impl ReferenceStore {
                     decision: Decision {
                         admitted: count.saturating_add(hits) <= allowed,
                         remaining: remaining.saturating_sub(hits),
-                        reset_ns: window.reset_ns,
+                        reset,
                     },
                 },
             }
@@ -194,7 +194,7 @@ impl ReferenceStore {
         let Some(limit) = limits.first() else {
             return Ok(());
         };
-        let window = Window::of(limit, self.now_ns());
+        let window = Window::of(limit, self.now());
         let full_key = format!("{}{key}{}", self.config.key_prefix, window.start_s);
         if let Some(over) = &self.over {
             over.forget(&full_key);
@@ -219,12 +219,12 @@ impl ReferenceStore {
         let Some(limit) = limits.first() else {
             return Ok(unlimited());
         };
-        let now_ns = self.clock.now_ns();
+        let now = self.clock.now();
         let unit_s = limit.unit().seconds();
         let Window {
             start_s: window_s,
-            reset_ns,
-        } = Window::of(limit, now_ns);
+            reset,
+        } = Window::of(limit, now);
         let full_key = format!("{}{key}{window_s}", self.config.key_prefix);
         let allowed = u64::from(limit.requests_per_unit());
         let over = |remaining| Verdict {
@@ -232,13 +232,13 @@ impl ReferenceStore {
             decision: Decision {
                 admitted: false,
                 remaining,
-                reset_ns,
+                reset,
             },
         };
         if self
             .over
             .as_ref()
-            .is_some_and(|cache| cache.holds(&full_key, now_ns))
+            .is_some_and(|cache| cache.holds(&full_key, now))
         {
             self.counts.cached_denials.fetch_add(1, Ordering::Relaxed);
             return Ok(over(0));
@@ -250,12 +250,12 @@ impl ReferenceStore {
         };
         let count = match self.increment(&full_key, added, unit_s).await {
             Ok(count) => count,
-            Err(e) => return self.fall_back(e, reset_ns, allowed),
+            Err(e) => return self.fall_back(e, reset, allowed),
         };
         let count = u64::try_from(count).unwrap_or(0);
         if count > allowed {
             if let Some(cache) = &self.over {
-                cache.insert(&full_key, (window_s + unit_s) * 1_000_000_000, now_ns);
+                cache.insert(&full_key, now + reset, now);
             }
             return Ok(over(0));
         }
@@ -264,7 +264,7 @@ impl ReferenceStore {
             decision: Decision {
                 admitted: true,
                 remaining: allowed - count,
-                reset_ns,
+                reset,
             },
         })
     }
@@ -317,7 +317,7 @@ impl ReferenceStore {
     fn fall_back(
         &self,
         error: StoreError,
-        reset_ns: u64,
+        reset: Duration,
         allowed: u64,
     ) -> Result<Verdict, StoreError> {
         self.counts.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -331,7 +331,7 @@ impl ReferenceStore {
             decision: Decision {
                 admitted,
                 remaining: if admitted { allowed } else { 0 },
-                reset_ns,
+                reset,
             },
         })
     }
@@ -374,15 +374,18 @@ impl ReferenceStore {
 /// epoch (the key's last part) and the time left until its end.
 struct Window {
     start_s: u64,
-    reset_ns: u64,
+    reset: Duration,
 }
 
 impl Window {
-    fn of(limit: &Limit, now_ns: u64) -> Self {
+    fn of(limit: &Limit, now: Timestamp) -> Self {
         let unit_s = limit.unit().seconds();
-        let start_s = now_ns / NANOS_PER_SECOND / unit_s * unit_s;
-        let reset_ns = ((start_s + unit_s) * NANOS_PER_SECOND).saturating_sub(now_ns);
-        Self { start_s, reset_ns }
+        let start_s = now.as_nanos() / NANOS_PER_SECOND / unit_s * unit_s;
+        let end = Timestamp::from_nanos((start_s + unit_s).saturating_mul(NANOS_PER_SECOND));
+        Self {
+            start_s,
+            reset: end.since(now),
+        }
     }
 }
 
@@ -392,14 +395,14 @@ fn unlimited() -> Verdict {
         decision: Decision {
             admitted: true,
             remaining: u64::MAX,
-            reset_ns: 0,
+            reset: Duration::ZERO,
         },
     }
 }
 
 /// Keys found over their limit, until their window ends: the reference's local cache.
 struct OverCache {
-    keys: Mutex<HashMap<Box<str>, u64>>,
+    keys: Mutex<HashMap<Box<str>, Timestamp>>,
     /// Keys held at most: the configured bytes over what one key takes, roughly.
     capacity: usize,
 }
@@ -415,7 +418,7 @@ impl OverCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Timestamp>> {
         // Inserts and removals leave the map whole: a poisoned lock is still usable.
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -424,20 +427,20 @@ impl OverCache {
         self.lock().remove(key);
     }
 
-    fn holds(&self, key: &str, now_ns: u64) -> bool {
-        self.lock().get(key).is_some_and(|&until| until > now_ns)
+    fn holds(&self, key: &str, now: Timestamp) -> bool {
+        self.lock().get(key).is_some_and(|&until| until > now)
     }
 
-    fn insert(&self, key: &str, until_ns: u64, now_ns: u64) {
+    fn insert(&self, key: &str, until: Timestamp, now: Timestamp) {
         let mut keys = self.lock();
         if keys.len() >= self.capacity {
             // The cache only saves round trips: making room by forgetting is always safe.
-            keys.retain(|_, until| *until > now_ns);
+            keys.retain(|_, until| *until > now);
             if keys.len() >= self.capacity {
                 keys.clear();
             }
         }
-        keys.insert(key.into(), until_ns);
+        keys.insert(key.into(), until);
     }
 
     fn size(&self) -> (usize, usize) {

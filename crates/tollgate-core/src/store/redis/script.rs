@@ -4,8 +4,9 @@
 
 use redis::RedisWrite as _;
 
+use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, NANOS_PER_MICRO, limit_args, mode};
+use crate::store::shared::protocol::{Ask, limit_args, mode};
 
 /// Ends every counter's key: the version of the layout the script keeps there. A build
 /// with another layout (hashes, before this one) counts in other keys instead of failing
@@ -53,18 +54,18 @@ pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>,
 }
 
 /// One check-and-count: `debt` charged, then `ask` (hits, or a lease's block) under `limits` on counter `key`; Redis
-/// changes nothing if it runs the check after `deadline_ns` (in Redis time; 0 for none).
-/// The script reads Redis' clock unless `now_ns` gives the time (tests replay histories);
-/// `around_ns`, the Redis time this instance expects, places calendar boundaries.
+/// changes nothing if it runs the check after `deadline` (in Redis time), if there is one.
+/// The script reads Redis' clock unless `now` gives the time (tests replay histories);
+/// `around`, the Redis time this instance expects, places calendar boundaries.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Check<'a> {
     pub(super) key: &'a str,
     pub(super) limits: &'a [Limit],
     pub(super) ask: Ask,
     pub(super) debt: u64,
-    pub(super) deadline_ns: u64,
-    pub(super) now_ns: u64,
-    pub(super) around_ns: u64,
+    pub(super) deadline: Option<Timestamp>,
+    pub(super) now: Option<Timestamp>,
+    pub(super) around: Timestamp,
 }
 
 /// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
@@ -77,11 +78,12 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
     args.letter(mode);
     args.number(n);
     args.number(check.debt);
-    args.number(check.deadline_ns / NANOS_PER_MICRO);
-    args.number(check.now_ns / NANOS_PER_MICRO);
+    // The script's zero is "none": it never runs at the epoch.
+    args.number(check.deadline.map_or(0, Timestamp::as_micros));
+    args.number(check.now.map_or(0, Timestamp::as_micros));
     args.number(extra);
     for limit in limits {
-        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, check.around_ns);
+        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, check.around);
         args.letter(kind);
         if kind == "c" {
             args.numbers(&bounds_us);

@@ -12,6 +12,7 @@ use futures_util::future::join_all;
 use super::debts::Due;
 use super::{Answer, SharedStore, bump};
 use crate::algo::Hits;
+use crate::clock::{Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 
 /// Refreshes queued at most; past that, denials just skip queueing one.
@@ -53,13 +54,13 @@ impl SharedStore {
 
     /// Sends the debts no request has carried; each that does not land is owed again.
     async fn settle(self: &Arc<Self>) {
-        let due = self.debts.due(self.local.now_ns(), SETTLE_BATCH);
+        let due = self.debts.due(self.local.now(), SETTLE_BATCH);
         join_all(
             due.into_iter()
                 .map(|Due { key, limits, units }| async move {
                     let call = (units, Hits::Check);
-                    let now = self.local.now_ns();
-                    let deadline = self.local.deadline_ns(now, SETTLE_TIMEOUT);
+                    let now = self.local.now();
+                    let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
                     match self
                         .round_trip(&key, &limits, call, deadline, SETTLE_TIMEOUT)
                         .await
@@ -84,7 +85,7 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
         let Some(strong) = store.upgrade() else {
             return;
         };
-        let wait = until_next_boundary(&job.limits, strong.local.now_ns());
+        let wait = until_next_boundary(&job.limits, strong.local.now());
         drop(strong);
         let store = store.clone();
         tokio::spawn(async move {
@@ -93,7 +94,7 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
             let call = (0, Hits::Check);
             let timeout = store.behaviour.timeout;
             let answer = store
-                .round_trip(&job.key, &job.limits, call, 0, timeout)
+                .round_trip(&job.key, &job.limits, call, None, timeout)
                 .await;
             if let Answer::Ran(snapshot) = answer {
                 bump(&store.counts.refreshes);
@@ -104,28 +105,30 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
 }
 
 /// Time until the earliest sub-window (or window, or emission interval) boundary.
-fn until_next_boundary(limits: &[Limit], now_ns: u64) -> Duration {
-    let wait = limits
+fn until_next_boundary(limits: &[Limit], now: Timestamp) -> Duration {
+    const LEAST: Duration = Duration::from_millis(1);
+    limits
         .iter()
         .map(|l| {
             let step = match l.algorithm {
-                Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
+                Algorithm::SlidingWindow { precision } => l.window / precision.max(1),
                 // A calendar's windows are of uneven length: ask the window itself.
                 Algorithm::FixedWindow => {
                     return l
-                        .fixed_window_at(now_ns)
-                        .map_or(l.window_ns, |w| w.end - now_ns);
+                        .fixed_window_at(now)
+                        .map_or(l.window, |w| w.end.since(now));
                 }
                 Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                    l.window_ns / u64::from(l.requests_per_unit.max(1))
+                    l.window / l.requests_per_unit.max(1)
                 }
             }
-            .max(1_000_000);
-            step - now_ns % step
+            .max(LEAST);
+            // Steps are epoch-aligned: the next boundary is a whole number of them.
+            step - Duration::from_nanos(now.as_nanos() % nanos_of(step))
         })
         .min()
-        .unwrap_or(1_000_000_000);
-    Duration::from_nanos(wait.max(1_000_000))
+        .unwrap_or(Duration::from_secs(1))
+        .max(LEAST)
 }
 
 /// Sends debts that no request carried, while the store answers.

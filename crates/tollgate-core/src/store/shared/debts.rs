@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::algo::LimitState;
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 
 /// Counters that may owe at once; past it a new debt is forgiven (and counted).
@@ -29,7 +30,7 @@ struct Debt {
     sending: u64,
     awaited: u64,
     /// When the owed units would no longer count, had they been counted when admitted.
-    expires_ns: u64,
+    expires: Timestamp,
 }
 
 /// A debt due to be sent by the settler: the counter, its limits, the units.
@@ -69,11 +70,11 @@ impl Debts {
         self.counters.load(Ordering::Relaxed) == 0
     }
 
-    /// Records what a decision made at `now_ns` without the store counted on counter
+    /// Records what a decision made at `now` without the store counted on counter
     /// `key`: units admitted are owed, units given back cancel owed ones.
-    pub(crate) fn owe(&self, key: &str, limits: &[Limit], units: i64, now_ns: u64) {
+    pub(crate) fn owe(&self, key: &str, limits: &[Limit], units: i64, now: Timestamp) {
         match u64::try_from(units) {
-            Ok(owed) => self.incur(key, limits, owed, now_ns),
+            Ok(owed) => self.incur(key, limits, owed, now),
             Err(_) => self.refund(key, units.unsigned_abs()),
         }
     }
@@ -93,7 +94,14 @@ impl Debts {
 
     /// The call behind `expected` awaited units was heard from (or given up on): they are
     /// no longer awaited, and `owed` units (negative: given back) are owed instead.
-    pub(crate) fn heard(&self, key: &str, limits: &[Limit], expected: u64, owed: i64, now_ns: u64) {
+    pub(crate) fn heard(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        expected: u64,
+        owed: i64,
+        now: Timestamp,
+    ) {
         if expected > 0 {
             let mut ledger = self.lock();
             if let Some(debt) = ledger.get_mut(key) {
@@ -103,7 +111,7 @@ impl Debts {
                 self.drop_if_settled(&mut ledger, key);
             }
         }
-        self.owe(key, limits, owed, now_ns);
+        self.owe(key, limits, owed, now);
     }
 
     /// The ledger's entry for `key`, made if need be; none when the ledger is full, and
@@ -125,7 +133,7 @@ impl Debts {
                 owed: 0,
                 sending: 0,
                 awaited: 0,
-                expires_ns: 0,
+                expires: Timestamp::default(),
             };
             ledger.insert(key.into(), debt);
             self.counters.store(ledger.len(), Ordering::Relaxed);
@@ -133,7 +141,7 @@ impl Debts {
         ledger.get_mut(key)
     }
 
-    fn incur(&self, key: &str, limits: &[Limit], units: u64, now_ns: u64) {
+    fn incur(&self, key: &str, limits: &[Limit], units: u64, now: Timestamp) {
         if units == 0 {
             return;
         }
@@ -141,15 +149,13 @@ impl Debts {
         let Some(debt) = self.entry(&mut ledger, key, limits, units) else {
             return;
         };
-        if now_ns >= debt.expires_ns && debt.owed > 0 {
+        if now >= debt.expires && debt.owed > 0 {
             // Units whose windows have passed would only burden the current one.
             self.forget(debt.owed);
             debt.owed = 0;
         }
         debt.owed = debt.owed.saturating_add(units);
-        debt.expires_ns = debt
-            .expires_ns
-            .max(counts_until(&debt.limits, debt.owed, now_ns));
+        debt.expires = debt.expires.max(counts_until(&debt.limits, debt.owed, now));
         self.units.fetch_add(units, Ordering::Relaxed);
     }
 
@@ -166,12 +172,12 @@ impl Debts {
 
     /// What a call for `key` should carry: every owed unit, now on its way (0 if none, or
     /// if its windows have passed).
-    pub(crate) fn take(&self, key: &str, now_ns: u64) -> u64 {
+    pub(crate) fn take(&self, key: &str, now: Timestamp) -> u64 {
         let mut ledger = self.lock();
         let Some(debt) = ledger.get_mut(key) else {
             return 0;
         };
-        let units = if now_ns >= debt.expires_ns {
+        let units = if now >= debt.expires {
             self.forget(debt.owed);
             0
         } else {
@@ -224,7 +230,7 @@ impl Debts {
 
     /// Up to `max` debts that no request has carried, taken for the settler to send;
     /// debts whose windows have passed are forgiven on the way.
-    pub(crate) fn due(&self, now_ns: u64, max: usize) -> Vec<Due> {
+    pub(crate) fn due(&self, now: Timestamp, max: usize) -> Vec<Due> {
         let mut ledger = self.lock();
         let mut due = Vec::new();
         let mut expired = Vec::new();
@@ -232,7 +238,7 @@ impl Debts {
             if debt.owed == 0 {
                 continue;
             }
-            if now_ns >= debt.expires_ns {
+            if now >= debt.expires {
                 self.forget(debt.owed);
                 debt.owed = 0;
                 if debt.unsettled() == 0 {
@@ -291,23 +297,23 @@ impl Debt {
     }
 }
 
-/// Until when `units` counted at `now_ns` would affect a decision under `limits`.
-fn counts_until(limits: &[Limit], units: u64, now_ns: u64) -> u64 {
+/// Until when `units` counted at `now` would affect a decision under `limits`.
+fn counts_until(limits: &[Limit], units: u64, now: Timestamp) -> Timestamp {
     limits
         .iter()
         .map(|limit| {
             let mut state = LimitState::new(limit);
-            state.record(limit, now_ns, units);
-            state.expires_at_ns(limit)
+            state.record(limit, now, units);
+            state.expires_at(limit)
         })
         .max()
-        .unwrap_or(now_ns)
+        .unwrap_or(now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::testing::{FIXED, SECOND, SLIDING, limit};
+    use crate::algo::testing::{FIXED, SECOND, SLIDING, at, limit};
 
     const T0: u64 = 1_000 * 60 * SECOND;
 
@@ -316,16 +322,16 @@ mod tests {
         let debts = Debts::default();
         let limits = [limit(SLIDING, 10, 60 * SECOND)];
         assert!(debts.is_empty());
-        debts.incur("k", &limits, 3, T0);
-        debts.incur("k", &limits, 2, T0);
+        debts.incur("k", &limits, 3, at(T0));
+        debts.incur("k", &limits, 2, at(T0));
         assert!(!debts.is_empty());
-        assert_eq!(debts.take("k", T0), 5);
-        assert_eq!(debts.take("k", T0), 0, "already on its way");
-        debts.incur("k", &limits, 1, T0);
+        assert_eq!(debts.take("k", at(T0)), 5);
+        assert_eq!(debts.take("k", at(T0)), 0, "already on its way");
+        debts.incur("k", &limits, 1, at(T0));
         debts.landed("k", 5);
         assert_eq!(debts.unsettled("k"), 1, "one unit still owed");
         assert_eq!(debts.stats().charged, 5);
-        assert_eq!(debts.take("k", T0), 1);
+        assert_eq!(debts.take("k", at(T0)), 1);
         debts.landed("k", 1);
         assert!(debts.is_empty());
         assert_eq!(debts.stats().units, 0);
@@ -335,29 +341,29 @@ mod tests {
     fn a_call_that_did_not_land_owes_again() {
         let debts = Debts::default();
         let limits = [limit(SLIDING, 10, 60 * SECOND)];
-        debts.incur("k", &limits, 4, T0);
-        assert_eq!(debts.take("k", T0), 4);
+        debts.incur("k", &limits, 4, at(T0));
+        assert_eq!(debts.take("k", at(T0)), 4);
         assert_eq!(debts.unsettled("k"), 4);
         debts.restore("k", 4);
-        let due = debts.due(T0, 10);
+        let due = debts.due(at(T0), 10);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].units, 4);
-        assert!(debts.due(T0, 10).is_empty(), "taken by the settler");
+        assert!(debts.due(at(T0), 10).is_empty(), "taken by the settler");
     }
 
     #[test]
     fn a_debt_whose_window_passed_is_forgiven_not_charged_later() {
         let debts = Debts::default();
         let limits = [limit(FIXED, 10, 60 * SECOND)];
-        debts.incur("k", &limits, 4, T0);
+        debts.incur("k", &limits, 4, at(T0));
         // The next fixed window: those units no longer count anywhere.
-        assert_eq!(debts.take("k", T0 + 60 * SECOND), 0);
+        assert_eq!(debts.take("k", at(T0 + 60 * SECOND)), 0);
         assert!(debts.is_empty());
         assert_eq!(debts.stats().forgiven, 4);
-        debts.incur("k", &limits, 2, T0);
-        debts.incur("k", &limits, 1, T0 + 60 * SECOND);
+        debts.incur("k", &limits, 2, at(T0));
+        debts.incur("k", &limits, 1, at(T0 + 60 * SECOND));
         assert_eq!(
-            debts.take("k", T0 + 60 * SECOND),
+            debts.take("k", at(T0 + 60 * SECOND)),
             1,
             "only the current window's unit is owed"
         );
@@ -367,7 +373,7 @@ mod tests {
     fn refunds_cancel_owed_units_and_the_ledger_is_bounded() {
         let debts = Debts::default();
         let limits = [limit(SLIDING, 10, 60 * SECOND)];
-        debts.incur("k", &limits, 3, T0);
+        debts.incur("k", &limits, 3, at(T0));
         debts.refund("k", 5);
         assert!(debts.is_empty());
         debts.expect("k", &limits, 2);
@@ -376,14 +382,14 @@ mod tests {
             2,
             "awaited units are not in the store"
         );
-        debts.heard("k", &limits, 2, 1, T0);
-        assert_eq!(debts.take("k", T0), 1, "the store counted one of two");
+        debts.heard("k", &limits, 2, 1, at(T0));
+        assert_eq!(debts.take("k", at(T0)), 1, "the store counted one of two");
         debts.landed("k", 1);
         assert!(debts.is_empty());
         for i in 0..MAX_DEBTS {
-            debts.incur(&i.to_string(), &limits, 1, T0);
+            debts.incur(&i.to_string(), &limits, 1, at(T0));
         }
-        debts.incur("one too many", &limits, 7, T0);
+        debts.incur("one too many", &limits, 7, at(T0));
         let stats = debts.stats();
         assert_eq!(stats.counters, MAX_DEBTS);
         assert_eq!(stats.forgiven, 7);

@@ -10,18 +10,16 @@
 //! the first one, on any day of a year (so across daylight-saving changes), with the
 //! boundaries the store is given computed for a time up to an hour off its own.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
 use super::protocol::{self, Ask, Reply, lease_effect};
 use crate::algo::{Hits, LimitState, evaluate};
 use crate::calendar::Calendar;
+use crate::clock::{NANOS_PER_MICRO, Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit, LimitError};
 use crate::unit::Unit;
-
-const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
-const MICRO: u64 = crate::clock::NANOS_PER_MICRO;
 
 /// Zones west and east of UTC, with and without daylight saving.
 const ZONES: [&str; 5] = [
@@ -74,9 +72,18 @@ pub(crate) fn limits() -> impl Strategy<Value = Vec<Limit>> {
     prop::collection::vec(prop_oneof![4 => one, 1 => calendar], 1..4)
 }
 
-/// One call: the gap since the last, the debt it carries, and what it asks (a give-back's
-/// `taken_ns` here says how long before the call the block was taken).
-pub(crate) type Operation = (u64, u64, Ask);
+/// One call: the gap since the last in microseconds, the debt it carries, and what it
+/// asks.
+pub(crate) type Operation = (u64, u64, Asked);
+
+/// What a call asks, with a give-back's take placed relative to the call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Asked {
+    /// This, as it is.
+    Now(Ask),
+    /// `units` of a block taken `ago` before the call.
+    GiveBack { units: u64, ago: Duration },
+}
 
 pub(crate) fn operation() -> impl Strategy<Value = Operation> {
     let hits = prop_oneof![
@@ -86,16 +93,16 @@ pub(crate) fn operation() -> impl Strategy<Value = Operation> {
         2 => Just(Hits::Check),
         1 => (1u64..50).prop_map(Hits::Refund),
     ]
-    .prop_map(Ask::Hits);
+    .prop_map(|hits| Asked::Now(Ask::Hits(hits)));
     let lease = prop_oneof![
-        (1u64..5, 0u64..800).prop_map(|(need, more)| Ask::Take {
+        (1u64..5, 0u64..800).prop_map(|(need, more)| Asked::Now(Ask::Take {
             need,
             want: need + more
-        }),
+        })),
         (1u64..800, prop_oneof![0u64..2_000_000, 0u64..200_000_000]).prop_map(|(units, ago_us)| {
-            Ask::GiveBack {
+            Asked::GiveBack {
                 units,
-                taken_ns: ago_us * MICRO,
+                ago: Duration::from_micros(ago_us),
             }
         }),
     ];
@@ -116,46 +123,49 @@ pub(crate) fn replay(
     limits: &[Limit],
     history: &[Operation],
     phase_us: u64,
-    mut call: impl FnMut(u64, Ask, u64, u64) -> Result<Vec<i64>, String>,
+    mut call: impl FnMut(u64, Ask, Timestamp, Timestamp) -> Result<Vec<i64>, String>,
 ) -> Result<(), TestCaseError> {
     let started = Instant::now();
     // A time of year like a real clock's; with a calendar, up to two minutes before its
     // window ends, so that the history crosses the boundary.
-    let mut now = 1_790_000_000 * SECOND + phase_us * MICRO;
+    let mut now = Timestamp::from_micros(1_790_000_000_000_000 + phase_us);
     if let Some(window) = limits
         .iter()
         .find(|l| l.calendar().is_some())
         .and_then(|l| l.fixed_window_at(now))
     {
-        now = window.end - (phase_us % 120_000_000) * MICRO;
+        now = window.end - Duration::from_micros(phase_us % 120_000_000);
     }
     let start = now;
     // The caller's idea of the store's time: up to an hour either side.
-    let skew = |now: u64| now + (phase_us % 7_200_000_000) * MICRO - 3_600 * SECOND;
+    let skew = |now: Timestamp| {
+        now + Duration::from_micros(phase_us % 7_200_000_000) - Duration::from_secs(3_600)
+    };
     let mut states: Vec<LimitState> = limits.iter().map(LimitState::new).collect();
-    for &(gap_us, debt, ask) in history {
-        // Never behind real time since the start: a store expires counters on its own
-        // clock, so a counter it drops must be one the algorithm no longer needs.
-        let elapsed = crate::clock::nanos_of(started.elapsed());
-        now = (now + gap_us * MICRO).max(start + elapsed.div_ceil(MICRO) * MICRO);
+    for &(gap_us, debt, asked) in history {
+        // Never behind real time since the start, in whole microseconds (the stores'
+        // resolution): a store expires counters on its own clock, so a counter it drops
+        // must be one the algorithm no longer needs.
+        let elapsed_us = nanos_of(started.elapsed()).div_ceil(NANOS_PER_MICRO);
+        now = (now + Duration::from_micros(gap_us)).max(start + Duration::from_micros(elapsed_us));
 
-        let ask = match ask {
-            Ask::GiveBack { units, taken_ns } => Ask::GiveBack {
+        let ask = match asked {
+            Asked::Now(ask) => ask,
+            Asked::GiveBack { units, ago } => Ask::GiveBack {
                 units,
-                taken_ns: now.saturating_sub(taken_ns),
+                taken: now - ago,
             },
-            other => other,
         };
         let raw = call(debt, ask, now, skew(now)).map_err(TestCaseError::fail)?;
         let Ok(Reply::Ran {
             admitted,
-            now_ns,
+            now: answered_at,
             states: seen,
         }) = protocol::decode(&raw, limits)
         else {
             return Err(TestCaseError::fail(format!("unreadable reply {raw:?}")));
         };
-        prop_assert_eq!(now_ns, now);
+        prop_assert_eq!(answered_at, now);
         // The state the store read answers every question as the algorithm's own does.
         for asked in [1, 7, 300] {
             prop_assert_eq!(
@@ -164,11 +174,11 @@ pub(crate) fn replay(
                 "before {:?} of {} at +{} µs",
                 ask,
                 asked,
-                (now - start) / MICRO
+                now.since(start).as_micros()
             );
         }
         let ours = lease_effect(&mut states, limits, now, debt, ask);
-        let at = (now - start) / MICRO;
+        let at = now.since(start).as_micros();
         match ask {
             Ask::Hits(Hits::Refund(_)) => {}
             Ask::Hits(_) => prop_assert_eq!(admitted, ours == 1, "{:?} at +{} µs", ask, at),

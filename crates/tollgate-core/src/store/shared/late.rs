@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::protocol::{self, Reply};
 use super::{SharedStore, Trip, counted};
 use crate::algo::Hits;
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 
 /// Round trips awaited at once; past it, a call is taken as not run (conservatively: what
@@ -22,7 +23,7 @@ const LATE_WAIT: Duration = Duration::from_secs(30);
 
 impl SharedStore {
     /// Awaits `trip`, a call of `debt` then `hits` whose request was decided without it
-    /// at `now_ns`, its fallback counting `decided` units (negative: given back; what it
+    /// at `now`, its fallback counting `decided` units (negative: given back; what it
     /// admitted is awaited in the ledger meanwhile).
     pub(super) fn hear_late(
         self: &Arc<Self>,
@@ -31,11 +32,11 @@ impl SharedStore {
         limits: &[Limit],
         (debt, hits): (u64, Hits),
         decided: i64,
-        now_ns: u64,
+        now: Timestamp,
     ) {
         if self.awaited.fetch_add(1, Ordering::Relaxed) >= MAX_AWAITED {
             self.awaited.fetch_sub(1, Ordering::Relaxed);
-            self.reconcile(key, limits, debt, None, decided, now_ns);
+            self.reconcile(key, limits, debt, None, decided, now);
             return;
         }
         let store = Arc::downgrade(self);
@@ -51,7 +52,7 @@ impl SharedStore {
                 },
                 Ok(Err(_)) | Err(_) => None,
             };
-            store.reconcile(&key, &limits, debt, stored, decided, now_ns);
+            store.reconcile(&key, &limits, debt, stored, decided, now);
         });
     }
 
@@ -65,7 +66,7 @@ impl SharedStore {
         debt: u64,
         stored: Option<i64>,
         decided: i64,
-        now_ns: u64,
+        now: Timestamp,
     ) {
         let owed = match stored {
             Some(stored) => {
@@ -80,6 +81,6 @@ impl SharedStore {
             }
         };
         let expected = u64::try_from(decided).unwrap_or(0);
-        self.debts.heard(key, limits, expected, owed, now_ns);
+        self.debts.heard(key, limits, expected, owed, now);
     }
 }

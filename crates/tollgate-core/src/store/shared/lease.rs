@@ -23,6 +23,7 @@ use std::sync::Arc;
 use super::protocol::{Reply, lease_effect};
 use super::{SharedStore, Snapshot, StoreError, bump};
 use crate::algo::{Hits, LimitState, Verdict, evaluate};
+use crate::clock::{Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::LeaseView;
 
@@ -45,52 +46,69 @@ impl Default for LeasePolicy {
 }
 
 /// A block is about one period of this instance's traffic on the counter.
-pub(crate) const PERIOD_NS: u64 = 20_000_000;
+pub(crate) const PERIOD: Duration = Duration::from_millis(20);
 /// A counter whose largest block would be smaller never leases: a small counter.
 const MIN_BLOCK: u64 = 8;
 /// Counters tracked for leasing at once; past it, new counters go to the store per request.
 const MAX_ENTRIES: usize = 10_000;
 /// A block unspent for this many periods is given back.
-const IDLE_PERIODS: u64 = 3;
+const IDLE_PERIODS: u32 = 3;
+
+/// The number of the period holding local time `local`, counted from the epoch.
+fn period_of(local: Timestamp) -> u64 {
+    local.as_nanos() / nanos_of(PERIOD)
+}
+
+/// When period number `period` begins.
+fn period_start(period: u64) -> Timestamp {
+    Timestamp::from_nanos(period.saturating_mul(nanos_of(PERIOD)))
+}
+
+/// How a GCRA limit's block decays: the arrival time the take left, the limit's window
+/// and its requests per window.
+#[derive(Debug, Clone, Copy)]
+struct Decay {
+    tat: Timestamp,
+    window: Duration,
+    requests: u64,
+}
 
 /// A block held on one counter.
 #[derive(Debug)]
 struct Block {
     left: u64,
     /// Store time of the take, and the local time the take was sent.
-    taken_ns: u64,
-    sent_local_ns: u64,
+    taken: Timestamp,
+    sent_local: Timestamp,
     /// Store time from which no unit may be spent: the end of the take's window or
-    /// sub-window, the earliest over the limits.
-    ends_ns: u64,
-    /// Per GCRA limit: the arrival time the take left, its window and requests.
-    decay: Vec<(u64, u64, u64)>,
+    /// sub-window, the earliest over the limits ([`Timestamp::MAX`] for GCRA alone).
+    ends: Timestamp,
+    /// Per GCRA limit, how the block decays.
+    decay: Vec<Decay>,
     /// The store's answer after the take, without the block: room and reset.
     base: Verdict,
-    last_spent_local_ns: u64,
+    last_spent_local: Timestamp,
     limits: Vec<Limit>,
 }
 
 impl Block {
-    /// The latest the store's clock can be at local time `local_ns`.
-    fn store_ns(&self, local_ns: u64) -> u64 {
-        self.taken_ns
-            .saturating_add(local_ns.saturating_sub(self.sent_local_ns))
+    /// The latest the store's clock can be at local time `local`.
+    fn store_time(&self, local: Timestamp) -> Timestamp {
+        self.taken + local.since(self.sent_local)
     }
 
-    /// Units that may be spent at local time `local_ns`.
-    fn spendable(&self, local_ns: u64) -> u64 {
-        let store_ns = self.store_ns(local_ns);
-        if store_ns >= self.ends_ns {
+    /// Units that may be spent at local time `local`.
+    fn spendable(&self, local: Timestamp) -> u64 {
+        let store = self.store_time(local);
+        if store >= self.ends {
             return 0;
         }
-        self.decay
-            .iter()
-            .fold(self.left, |most, &(tat_ns, window_ns, rpu)| {
-                let ahead = u128::from(tat_ns.saturating_sub(store_ns));
-                let refilled = ahead * u128::from(rpu) / u128::from(window_ns.max(1));
-                most.min(u64::try_from(refilled).unwrap_or(u64::MAX))
-            })
+        self.decay.iter().fold(self.left, |most, decay| {
+            let ahead = u128::from(nanos_of(decay.tat.since(store)));
+            let window = u128::from(nanos_of(decay.window).max(1));
+            let refilled = ahead * u128::from(decay.requests) / window;
+            most.min(u64::try_from(refilled).unwrap_or(u64::MAX))
+        })
     }
 }
 
@@ -107,7 +125,7 @@ struct Entry {
     /// The store's room after the last take, which a next block stays well within, and
     /// the local time it is known until: the end of the take's window (it only shrinks
     /// within it), or for GCRA a period (it grows as the bucket refills).
-    room: Option<(u64, u64)>,
+    room: Option<(u64, Timestamp)>,
 }
 
 /// Counts behind the lease metrics.
@@ -167,7 +185,7 @@ impl Leases {
         }
     }
 
-    /// Admits `n` units from the counter's block at local time `local_ns` if it holds them;
+    /// Admits `n` units from the counter's block at local time `local` if it holds them;
     /// else, when the counter is hot, the block to ask for (marked as being taken) or the
     /// take to wait for. A block that can no longer serve is handed back for giving back.
     pub(crate) fn spend(
@@ -175,7 +193,7 @@ impl Leases {
         key: &str,
         limits: &[Limit],
         n: u64,
-        local_ns: u64,
+        local: Timestamp,
     ) -> Result<Verdict, (Miss, Option<GiveBack>)> {
         let most = self.max_block(limits);
         if most == 0 || n >= most {
@@ -192,7 +210,7 @@ impl Leases {
         let Some(entry) = entries.get_mut(key) else {
             return Err((Miss::Usual, None));
         };
-        let period = local_ns / PERIOD_NS;
+        let period = period_of(local);
         if period != entry.period {
             entry.rate = if period == entry.period + 1 {
                 entry.count
@@ -203,7 +221,7 @@ impl Leases {
             entry.count = 0;
         }
         entry.count += n;
-        if let Some(verdict) = self.spend_held(entry, n, local_ns) {
+        if let Some(verdict) = self.spend_held(entry, n, local) {
             return Ok(verdict);
         }
         let stale = entry.block.take().and_then(|b| give_back(key, b));
@@ -215,7 +233,7 @@ impl Leases {
             return Err((Miss::Usual, stale));
         }
         // Near the limit, a quarter of the room at the last take: down to one per call.
-        let room = entry.room.filter(|&(_, until)| local_ns < until);
+        let room = entry.room.filter(|&(_, until)| local < until);
         let want = entry
             .rate
             .clamp(n, most)
@@ -229,22 +247,22 @@ impl Leases {
 
     /// After waiting for a take: `n` units from the block it left, if it holds them (the
     /// request was counted in the rate when it first came).
-    pub(crate) fn spend_waited(&self, key: &str, n: u64, local_ns: u64) -> Option<Verdict> {
+    pub(crate) fn spend_waited(&self, key: &str, n: u64, local: Timestamp) -> Option<Verdict> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        self.spend_held(entries.get_mut(key)?, n, local_ns)
+        self.spend_held(entries.get_mut(key)?, n, local)
     }
 
-    /// `n` units from the entry's block, if it may spend them at `local_ns`.
-    fn spend_held(&self, entry: &mut Entry, n: u64, local_ns: u64) -> Option<Verdict> {
+    /// `n` units from the entry's block, if it may spend them at `local`.
+    fn spend_held(&self, entry: &mut Entry, n: u64, local: Timestamp) -> Option<Verdict> {
         let block = entry.block.as_mut()?;
-        let spendable = block.spendable(local_ns);
+        let spendable = block.spendable(local);
         if spendable < n {
             return None;
         }
         // Units past `spendable` (for GCRA, those the bucket has refilled) are dropped, not
         // kept for later: spent late, they would come on top of what the bucket admits anew.
         block.left = spendable - n;
-        block.last_spent_local_ns = local_ns;
+        block.last_spent_local = local;
         self.counts.local_admissions.fetch_add(1, Ordering::Relaxed);
         let mut verdict = block.base;
         verdict.decision.admitted = true;
@@ -252,20 +270,20 @@ impl Leases {
         Some(verdict)
     }
 
-    /// The store's answer to a take sent at local time `sent_local_ns`: `granted` units
+    /// The store's answer to a take sent at local time `sent_local`: `granted` units
     /// of which `n` go to the request, on `after`, the counter's state after the take.
     pub(crate) fn took(
         &self,
         key: &str,
         limits: &[Limit],
         (granted, n): (u64, u64),
-        (after, now_ns, sent_local_ns): (&[LimitState], u64, u64),
+        (after, now, sent_local): (&[LimitState], Timestamp, Timestamp),
     ) -> Option<GiveBack> {
-        let base = evaluate(after, limits, now_ns, 0);
-        let ends_ns = ends_ns(limits, now_ns);
-        let known_until = match ends_ns {
-            u64::MAX => sent_local_ns.saturating_add(PERIOD_NS),
-            ends => sent_local_ns.saturating_add(ends - now_ns),
+        let base = evaluate(after, limits, now, 0);
+        let ends = ends_at(limits, now);
+        let known_until = match ends {
+            Timestamp::MAX => sent_local + PERIOD,
+            ends => sent_local + ends.since(now),
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let entry = entries.get_mut(key)?;
@@ -282,12 +300,12 @@ impl Leases {
         entry.room = Some((base.decision.remaining, known_until));
         let block = Block {
             left: granted - n,
-            taken_ns: now_ns,
-            sent_local_ns,
-            ends_ns,
+            taken: now,
+            sent_local,
+            ends,
             decay: decay(after, limits),
             base,
-            last_spent_local_ns: sent_local_ns,
+            last_spent_local: sent_local,
             limits: limits.to_vec(),
         };
         let stale = entry.block.replace(block).and_then(|b| give_back(key, b));
@@ -305,32 +323,32 @@ impl Leases {
 
     /// Blocks idle for a few periods or past their end (all of them when `all`), taken
     /// out to be given back; entries idle as long are forgotten.
-    pub(crate) fn sweep(&self, local_ns: u64, all: bool) -> Vec<GiveBack> {
-        let idle = |since: u64| all || local_ns.saturating_sub(since) >= IDLE_PERIODS * PERIOD_NS;
+    pub(crate) fn sweep(&self, local: Timestamp, all: bool) -> Vec<GiveBack> {
+        let idle = |since: Timestamp| all || local.since(since) >= IDLE_PERIODS * PERIOD;
         let mut out = Vec::new();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.retain(|key, entry| {
             let done = entry
                 .block
                 .as_ref()
-                .is_some_and(|b| idle(b.last_spent_local_ns) || b.spendable(local_ns) == 0);
+                .is_some_and(|b| idle(b.last_spent_local) || b.spendable(local) == 0);
             if done && let Some(back) = entry.block.take().and_then(|b| give_back(key, b)) {
                 out.push(back);
             }
-            entry.taking.is_some() || entry.block.is_some() || !idle(entry.period * PERIOD_NS)
+            entry.taking.is_some() || entry.block.is_some() || !idle(period_start(entry.period))
         });
         out
     }
 
-    /// The block held on `key` at local time `local_ns`, if any.
-    pub(crate) fn view(&self, key: &str, local_ns: u64) -> Option<LeaseView> {
+    /// The block held on `key` at local time `local`, if any.
+    pub(crate) fn view(&self, key: &str, local: Timestamp) -> Option<LeaseView> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let block = entries.get(key)?.block.as_ref()?;
-        let ends = (block.ends_ns != u64::MAX)
-            .then(|| Duration::from_nanos(block.ends_ns.saturating_sub(block.store_ns(local_ns))));
+        let ends =
+            (block.ends != Timestamp::MAX).then(|| block.ends.since(block.store_time(local)));
         Some(LeaseView {
             left: block.left,
-            spendable: block.spendable(local_ns),
+            spendable: block.spendable(local),
             ends,
         })
     }
@@ -390,42 +408,45 @@ fn give_back(key: &str, block: Block) -> Option<GiveBack> {
     (units > 0).then(|| {
         let ask = Ask::GiveBack {
             units,
-            taken_ns: block.taken_ns,
+            taken: block.taken,
         };
         (key.to_owned(), block.limits, ask)
     })
 }
 
-/// When a block taken at store time `now_ns` stops being spendable.
-fn ends_ns(limits: &[Limit], now_ns: u64) -> u64 {
+/// When a block taken at store time `now` stops being spendable: the end of its
+/// (sub-)window, in the epoch-aligned integer nanoseconds the stores cut windows in.
+fn ends_at(limits: &[Limit], now: Timestamp) -> Timestamp {
     limits
         .iter()
         .map(|l| {
             let span = match l.algorithm {
-                Algorithm::SlidingWindow { precision } => l.window_ns / u64::from(precision.max(1)),
-                Algorithm::FixedWindow => l.window_ns,
-                Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => u64::MAX,
-            };
-            match span {
-                u64::MAX => u64::MAX,
-                span => (now_ns / span.max(1) + 1).saturating_mul(span.max(1)),
+                Algorithm::SlidingWindow { precision } => {
+                    l.window_nanos() / u64::from(precision.max(1))
+                }
+                Algorithm::FixedWindow => l.window_nanos(),
+                Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                    return Timestamp::MAX;
+                }
             }
+            .max(1);
+            Timestamp::from_nanos((now.as_nanos() / span + 1).saturating_mul(span))
         })
         .min()
-        .unwrap_or(now_ns)
+        .unwrap_or(now)
 }
 
-/// Per GCRA limit of `after`: the arrival time after the take, window and requests.
-fn decay(after: &[LimitState], limits: &[Limit]) -> Vec<(u64, u64, u64)> {
+/// Per GCRA limit of `after`: how a block taken on it decays.
+fn decay(after: &[LimitState], limits: &[Limit]) -> Vec<Decay> {
     after
         .iter()
         .zip(limits)
         .filter_map(|(state, limit)| match state {
-            LimitState::Gcra(g) => Some((
-                g.tat_ns(),
-                limit.window_ns,
-                u64::from(limit.requests_per_unit),
-            )),
+            LimitState::Gcra(g) => Some(Decay {
+                tat: g.tat(),
+                window: limit.window,
+                requests: u64::from(limit.requests_per_unit),
+            }),
             LimitState::Sliding(_) | LimitState::Fixed(_) => None,
         })
         .collect()
@@ -441,7 +462,7 @@ impl SharedStore {
         limits: &[Limit],
         n: u64,
     ) -> Option<Result<Verdict, StoreError>> {
-        let sent_local = self.local.local_ns();
+        let sent_local = self.local.local_now();
         let (miss, stale) = match self.leases.spend(key, limits, n, sent_local) {
             Ok(verdict) => return Some(Ok(verdict)),
             Err(miss) => miss,
@@ -456,7 +477,7 @@ impl SharedStore {
                 // Bounded by the store timeout, as the take is; after it the request goes
                 // the usual way within what is left of its own timeout.
                 let _ = tokio::time::timeout(self.behaviour.timeout, taken).await;
-                let now = self.local.local_ns();
+                let now = self.local.local_now();
                 return self.leases.spend_waited(key, n, now).map(Ok);
             }
         };
@@ -467,8 +488,8 @@ impl SharedStore {
         if !self.is_up() {
             return None;
         }
-        let now = self.local.now_ns();
-        let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
+        let now = self.local.now();
+        let deadline = self.local.deadline(now, self.behaviour.timeout);
         let _sent = self.in_flight.send(key, Hits::Consume(n));
         let ask = Ask::Take { need: n, want };
         let trip = self
@@ -477,7 +498,7 @@ impl SharedStore {
         let Ok(Ok(raw)) = tokio::time::timeout(self.behaviour.timeout, trip).await else {
             return None;
         };
-        let (Ok(Reply::Ran { now_ns, states, .. }), Some(&flag)) =
+        let (Ok(Reply::Ran { now, states, .. }), Some(&flag)) =
             (super::protocol::decode(&raw, limits), raw.first())
         else {
             return None;
@@ -485,18 +506,18 @@ impl SharedStore {
         bump(&self.counts.round_trips);
         let granted = u64::try_from(flag).unwrap_or(0);
         let mut after = states.clone();
-        if lease_effect(&mut after, limits, now_ns, 0, ask) != granted {
+        if lease_effect(&mut after, limits, now, 0, ask) != granted {
             // The store decided; its block is counted on the state it read.
             bump(&self.counts.disagreements);
             after = states;
             for (state, limit) in after.iter_mut().zip(limits) {
-                state.record(limit, now_ns, granted);
+                state.record(limit, now, granted);
             }
         }
-        let within = evaluate(&after, limits, now_ns, 0).decision.admitted;
+        let within = evaluate(&after, limits, now, 0).decision.admitted;
         let snapshot = Snapshot {
             admitted: within,
-            now_ns,
+            now,
             states: after.clone(),
         };
         let unsettled = || match self.debts.is_empty() {
@@ -510,13 +531,13 @@ impl SharedStore {
         out.answered();
         if let Some(back) = self
             .leases
-            .took(key, limits, taken, (&after, now_ns, sent_local))
+            .took(key, limits, taken, (&after, now, sent_local))
         {
             self.send_back(back);
         }
         verdict.decision.admitted = granted > 0;
         if granted == 0 {
-            verdict = evaluate(&after, limits, now_ns, n);
+            verdict = evaluate(&after, limits, now, n);
         } else {
             verdict.decision.remaining = verdict.decision.remaining.saturating_add(granted - n);
         }
@@ -525,10 +546,10 @@ impl SharedStore {
 
     /// Gives a block back in a task of its own; nothing waits for it.
     pub(super) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
-        let now = self.local.now_ns();
+        let now = self.local.now();
         let trip = self
             .backend
-            .check_and_count(&key, &limits, (0, ask), 0, now);
+            .check_and_count(&key, &limits, (0, ask), None, now);
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
             if let (Ok(_), Some(store), Ask::GiveBack { units, .. }) =
@@ -541,15 +562,15 @@ impl SharedStore {
 
     /// Gives back every block held (at shutdown), waiting for the store at most `limit`.
     pub async fn give_back_leases(self: &Arc<Self>, limit: std::time::Duration) {
-        let now = self.local.now_ns();
+        let now = self.local.now();
         let calls = self
             .leases
-            .sweep(self.local.local_ns(), true)
+            .sweep(self.local.local_now(), true)
             .into_iter()
             .map(|(key, limits, ask)| {
                 let trip = self
                     .backend
-                    .check_and_count(&key, &limits, (0, ask), 0, now);
+                    .check_and_count(&key, &limits, (0, ask), None, now);
                 async move {
                     if let (Ok(Ok(_)), Ask::GiveBack { units, .. }) =
                         (tokio::time::timeout(limit, trip).await, ask)
@@ -566,11 +587,11 @@ impl SharedStore {
 pub(super) fn spawn_sweeper(store: &Arc<SharedStore>) {
     let me = Arc::downgrade(store);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_nanos(PERIOD_NS));
+        let mut tick = tokio::time::interval(PERIOD);
         loop {
             tick.tick().await;
             let Some(store) = me.upgrade() else { return };
-            for back in store.leases.sweep(store.local.local_ns(), false) {
+            for back in store.leases.sweep(store.local.local_now(), false) {
                 store.send_back(back);
             }
         }

@@ -16,6 +16,8 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
 
+use crate::clock::Timestamp;
+
 /// How long one health probe may take.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// Probe period while the store answers; a request error wakes the supervisor sooner.
@@ -45,9 +47,12 @@ pub(crate) trait Connector: Send + Sync + 'static {
     /// Connects.
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, Self::Error>> + Send;
 
-    /// The store's clock in nanoseconds since the epoch: the health probe, which also
-    /// tells the local view the store's time before any request has run.
-    fn time_ns(&self, conn: &Self::Conn) -> impl Future<Output = Result<u64, Self::Error>> + Send;
+    /// The store's clock: the health probe, which also tells the local view the store's
+    /// time before any request has run.
+    fn time(
+        &self,
+        conn: &Self::Conn,
+    ) -> impl Future<Output = Result<Timestamp, Self::Error>> + Send;
 
     /// Whether a store that stops answering is connected afresh (its address may have
     /// moved, or its connections died with it), rather than left to recover on its own.
@@ -62,7 +67,7 @@ pub(crate) trait Connector: Send + Sync + 'static {
 }
 
 /// Told the store's time whenever a probe reads it.
-pub(crate) type TimeSink = Box<dyn Fn(u64) + Send + Sync>;
+pub(crate) type TimeSink = Box<dyn Fn(Timestamp) + Send + Sync>;
 
 /// Whether the store answers, and a way for requests to report trouble; the same for
 /// every store.
@@ -222,10 +227,9 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
         }
         let probed = std::time::Instant::now();
         let healthy = match strong.current.load_full() {
-            Some(conn) => match tokio::time::timeout(PROBE_TIMEOUT, connector.time_ns(&conn)).await
-            {
-                Ok(Ok(now_ns)) => {
-                    time(now_ns);
+            Some(conn) => match tokio::time::timeout(PROBE_TIMEOUT, connector.time(&conn)).await {
+                Ok(Ok(now)) => {
+                    time(now);
                     let took = crate::clock::nanos_of(probed.elapsed());
                     strong.health.probe_ns.store(took.max(1), Ordering::Relaxed);
                     true

@@ -39,7 +39,7 @@ use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
 use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
 use crate::algo::{Hits, LimitState, Verdict};
-use crate::clock::Clock;
+use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
 use crate::stats::Histogram;
 
@@ -124,20 +124,20 @@ impl Backend {
     }
 
     /// One atomic check-and-count of `ask` after `debt`, under way once first polled;
-    /// `around_ns` is the store time expected, which places calendar windows' boundaries.
+    /// `around` is the store time expected, which places calendar windows' boundaries.
     fn check_and_count(
         &self,
         key: &str,
         limits: &[Limit],
         call: (u64, Ask),
-        deadline_ns: u64,
-        around_ns: u64,
+        deadline: Option<Timestamp>,
+        around: Timestamp,
     ) -> Trip {
         match self {
             #[cfg(feature = "redis")]
-            Self::Redis(b) => b.check_and_count(key, limits, call, deadline_ns, around_ns),
+            Self::Redis(b) => b.check_and_count(key, limits, call, deadline, around),
             #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.check_and_count(key, limits, call, deadline_ns, around_ns),
+            Self::Postgres(b) => b.check_and_count(key, limits, call, deadline, around),
         }
     }
 }
@@ -230,9 +230,9 @@ impl SharedStore {
         let store = Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
             let me = me.clone();
             // From the first probe on, every request carries a deadline in store time.
-            let learn = move |now_ns| {
+            let learn = move |now| {
                 if let Some(store) = me.upgrade() {
-                    store.local.learn_time(now_ns);
+                    store.local.learn_time(now);
                 }
             };
             Self {
@@ -311,9 +311,9 @@ impl SharedStore {
     /// The local view of counter `key` and the store's value, read with a check that
     /// counts nothing and is not adopted into the view.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        let now = self.local.now_ns();
+        let now = self.local.now();
         let local = self.local.peek(key, limits, now, hits);
-        let deadline = self.local.deadline_ns(now, self.behaviour.timeout);
+        let deadline = self.local.deadline(now, self.behaviour.timeout);
         let call = (0, Hits::Check);
         let shared = match self
             .round_trip(key, limits, call, deadline, self.behaviour.timeout)
@@ -324,7 +324,7 @@ impl SharedStore {
                 let held =
                     (snapshot.states.iter().zip(limits)).any(|(s, l)| *s != LimitState::new(l));
                 let states = held.then_some(snapshot.states.as_slice());
-                Ok(CounterView::of(states, limits, snapshot.now_ns, hits))
+                Ok(CounterView::of(states, limits, snapshot.now, hits))
             }
             Answer::Failed(e) => Err(e),
             Answer::Pending(_) => Err(StoreError::Timeout),
@@ -332,7 +332,7 @@ impl SharedStore {
         Peek {
             local,
             shared: Some(shared),
-            lease: self.leases.view(key, self.local.local_ns()),
+            lease: self.leases.view(key, self.local.local_now()),
         }
     }
 
@@ -357,8 +357,8 @@ impl SharedStore {
     }
 
     /// The store's clock now, as this instance reckons it.
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.local.now_ns()
+    pub(crate) fn now(&self) -> Timestamp {
+        self.local.now()
     }
 
     pub(crate) async fn apply(
@@ -367,16 +367,16 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
-        let began = self.local.local_ns();
+        let began = self.local.local_now();
         if let Hits::Consume(n) = hits
             && let Some(leased) = self.lease(key, limits, n).await
         {
             return leased.map(|verdict| (verdict, DecidedBy::Lease));
         }
         // A failed take, or a wait for one, spent part of the request's timeout.
-        let spent = Duration::from_nanos(self.local.local_ns().saturating_sub(began));
+        let spent = self.local.local_now().since(began);
         let timeout = self.behaviour.timeout.saturating_sub(spent);
-        let now = self.local.now_ns();
+        let now = self.local.now();
         let queue = || self.queue_refresh(key, limits);
         if let Some(denied) = self.local.deny(key, limits, hits, now, queue) {
             bump(&self.counts.local_denials);
@@ -402,7 +402,7 @@ impl SharedStore {
             true => 0,
             false => self.debts.take(key, now),
         };
-        let deadline = self.local.deadline_ns(now, timeout);
+        let deadline = self.local.deadline(now, timeout);
         let span = self.backend.span(limits.len());
         let call = (debt, hits);
         let sent = self.in_flight.send(key, hits);
@@ -450,7 +450,7 @@ impl SharedStore {
         key: &str,
         limits: &[Limit],
         (hits, pending): (Hits, u64),
-        now_ns: u64,
+        now: Timestamp,
         error: StoreError,
         decided: impl FnOnce(&Verdict),
     ) -> Result<Verdict, StoreError> {
@@ -463,7 +463,7 @@ impl SharedStore {
         };
         Ok(self
             .local
-            .fall_back(key, limits, now_ns, (hits, pending), how, decided))
+            .fall_back(key, limits, now, (hits, pending), how, decided))
     }
 
     /// The store's answer to `call` as the verdict and the counter's new view, which also
@@ -485,22 +485,22 @@ impl SharedStore {
     }
 
     /// One check-and-count, waited for at most `timeout`. The store ignores it if it runs
-    /// after `deadline_ns` (store time), by when this request will have been answered
+    /// after `deadline` (store time), by when this request will have been answered
     /// without it.
     async fn round_trip(
         &self,
         key: &str,
         limits: &[Limit],
         call: (u64, Hits),
-        deadline_ns: u64,
+        deadline: Option<Timestamp>,
         timeout: Duration,
     ) -> Answer {
         let started = Instant::now();
-        let around_ns = self.local.now_ns();
+        let around = self.local.now();
         let call = (call.0, Ask::Hits(call.1));
         let mut trip = self
             .backend
-            .check_and_count(key, limits, call, deadline_ns, around_ns);
+            .check_and_count(key, limits, call, deadline, around);
         let answer = tokio::time::timeout(timeout, &mut trip).await;
         self.counts.latency.observe(started.elapsed());
         match answer {
@@ -544,15 +544,15 @@ impl SharedStore {
         match protocol::decode(&raw, limits) {
             Ok(Reply::Ran {
                 admitted,
-                now_ns,
+                now,
                 states,
             }) => Ok(Snapshot {
                 admitted,
-                now_ns,
+                now,
                 states,
             }),
-            Ok(Reply::Late { now_ns }) => {
-                self.local.learn_time(now_ns);
+            Ok(Reply::Late { now }) => {
+                self.local.learn_time(now);
                 bump(&self.counts.timeouts);
                 Err(StoreError::Timeout)
             }

@@ -7,10 +7,8 @@
 //! store did not answer, charged before the hits are checked ([`effect`]).
 
 use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow, Verdict, apply, evaluate};
+use crate::clock::{NANOS_PER_MICRO, Timestamp};
 use crate::limit::{Algorithm, Limit};
-
-/// The stores count time in microseconds.
-pub(crate) use crate::clock::NANOS_PER_MICRO;
 
 /// The counter the health probe counts on, to learn whether counter calls work (a table
 /// dropped, a read-only replica): no counter's key, since every counter key has a `#`.
@@ -32,9 +30,9 @@ pub(crate) enum Ask {
     /// The most units up to `want`, and at least `need`, that every limit admits, counted
     /// as consumed ([`take`]).
     Take { need: u64, want: u64 },
-    /// `units` of a block taken at store time `taken_ns` that were not spent, given back
+    /// `units` of a block taken at store time `taken` that were not spent, given back
     /// where they were counted if that still counts ([`LimitState::give_back`]).
-    GiveBack { units: u64, taken_ns: u64 },
+    GiveBack { units: u64, taken: Timestamp },
 }
 
 /// The mode letter, unit count and extra number for `ask`: `c` consume, `p` charge
@@ -47,21 +45,21 @@ pub(crate) fn mode(ask: Ask) -> (&'static str, u64, u64) {
         Ask::Hits(Hits::Check) => ("k", 0, 0),
         Ask::Hits(Hits::Refund(n)) => ("r", n, 0),
         Ask::Take { need, want } => ("l", want, need),
-        Ask::GiveBack { units, taken_ns } => ("g", units, taken_ns / NANOS_PER_MICRO),
+        Ask::GiveBack { units, taken } => ("g", units, taken.as_micros()),
     }
 }
 
-/// What [`Ask::Take`] gets from `states` at `now_ns`, counted in them: `want` if it fits,
+/// What [`Ask::Take`] gets from `states` at `now`, counted in them: `want` if it fits,
 /// else the most that fits found by bisection (the stores search the same way, so they
 /// find the same number), or 0 when not even `need` fits.
 pub(crate) fn take(
     states: &mut [LimitState],
     limits: &[Limit],
-    now_ns: u64,
+    now: Timestamp,
     need: u64,
     want: u64,
 ) -> u64 {
-    let fits = |k| evaluate(states, limits, now_ns, k).decision.admitted;
+    let fits = |k| evaluate(states, limits, now, k).decision.admitted;
     let granted = if fits(want) {
         want
     } else if need == 0 || !fits(need) {
@@ -79,17 +77,17 @@ pub(crate) fn take(
         lo
     };
     if granted > 0 {
-        apply(states, limits, now_ns, Hits::Consume(granted));
+        apply(states, limits, now, Hits::Consume(granted));
     }
     granted
 }
 
-/// What a lease call does to `states` at `now_ns`, as the stores do it: `debt` charged,
+/// What a lease call does to `states` at `now`, as the stores do it: `debt` charged,
 /// then the block taken or given back; the store's flag (units taken; 1 for a give-back).
 pub(crate) fn lease_effect(
     states: &mut [LimitState],
     limits: &[Limit],
-    now_ns: u64,
+    now: Timestamp,
     debt: u64,
     ask: Ask,
 ) -> u64 {
@@ -97,54 +95,58 @@ pub(crate) fn lease_effect(
         Ask::Hits(hits) => hits,
         Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
     };
-    let verdict = effect(states, limits, now_ns, debt, hits);
+    let verdict = effect(states, limits, now, debt, hits);
     match ask {
         Ask::Hits(_) => u64::from(verdict.decision.admitted),
-        Ask::Take { need, want } => take(states, limits, now_ns, need, want),
-        Ask::GiveBack { units, taken_ns } => {
+        Ask::Take { need, want } => take(states, limits, now, need, want),
+        Ask::GiveBack { units, taken } => {
             for (state, limit) in states.iter_mut().zip(limits) {
-                state.give_back(limit, now_ns, units, taken_ns);
+                state.give_back(limit, now, units, taken);
             }
             1
         }
     }
 }
 
-/// What one call does to a counter's `states` at `now_ns`, as the stores do it: `debt`
+/// What one call does to a counter's `states` at `now`, as the stores do it: `debt`
 /// charged (counted even past the limit), then `hits` applied; the verdict on the hits.
 pub(crate) fn effect(
     states: &mut [LimitState],
     limits: &[Limit],
-    now_ns: u64,
+    now: Timestamp,
     debt: u64,
     hits: Hits,
 ) -> Verdict {
     if debt > 0 {
-        apply(states, limits, now_ns, Hits::Charge(debt));
+        apply(states, limits, now, Hits::Charge(debt));
     }
-    apply(states, limits, now_ns, hits)
+    apply(states, limits, now, hits)
 }
 
 /// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `c` calendar,
 /// `g` GCRA), window in microseconds, precision or burst, requests per window, and for a
-/// calendar three window boundaries around `around_ns` in microseconds ([`Calendar::boundaries`];
+/// calendar three window boundaries around `around` in microseconds ([`Calendar::boundaries`];
 /// zeros otherwise). The store picks the calendar window holding its own now, so that it
 /// decides in its clock and needs no time-zone database.
 ///
 /// [`Calendar::boundaries`]: crate::calendar::Calendar
-pub(crate) fn limit_args(limit: &Limit, around_ns: u64) -> (&'static str, u64, u32, u32, [u64; 3]) {
+pub(crate) fn limit_args(
+    limit: &Limit,
+    around: Timestamp,
+) -> (&'static str, u64, u32, u32, [u64; 3]) {
     let (kind, param) = match limit.algorithm {
         Algorithm::SlidingWindow { precision } => ("s", precision),
         Algorithm::FixedWindow if limit.calendar.is_some() => ("c", 1),
         Algorithm::FixedWindow => ("f", 1),
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => ("g", burst),
     };
-    let bounds = limit.calendar.as_ref().map_or([0; 3], |c| {
-        c.boundaries(around_ns).map(|b| b / NANOS_PER_MICRO)
-    });
+    let bounds = limit
+        .calendar
+        .as_ref()
+        .map_or([0; 3], |c| c.boundaries(around).map(Timestamp::as_micros));
     (
         kind,
-        limit.window_ns / NANOS_PER_MICRO,
+        limit.window_nanos() / NANOS_PER_MICRO,
         param,
         limit.requests_per_unit,
         bounds,
@@ -157,12 +159,12 @@ pub(crate) enum Reply {
     /// The check ran: whether it admitted, when, and the state it read.
     Ran {
         admitted: bool,
-        now_ns: u64,
+        now: Timestamp,
         states: Vec<LimitState>,
     },
-    /// The store ran the check at `now_ns`, after its deadline, when the request had been
+    /// The store ran the check at `now`, after its deadline, when the request had been
     /// answered without it; nothing was counted.
-    Late { now_ns: u64 },
+    Late { now: Timestamp },
 }
 
 /// Why a reply could not be read.
@@ -187,16 +189,16 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
         Some(Err(n)) => Err(ReplyError::Negative(n)),
         None => Err(ReplyError::Short(raw.len())),
     };
-    let now_ns = next()?.saturating_mul(NANOS_PER_MICRO);
+    let now = Timestamp::from_micros(next()?);
     if flag == -1 {
-        return Ok(Reply::Late { now_ns });
+        return Ok(Reply::Late { now });
     }
     let admitted = flag == 1;
     if rest.len() == 1 {
         let states = limits.iter().map(LimitState::new).collect();
         return Ok(Reply::Ran {
             admitted,
-            now_ns,
+            now,
             states,
         });
     }
@@ -213,13 +215,13 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
                 LimitState::Fixed(FixedWindow::from_parts(window, next()?))
             }
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                LimitState::Gcra(Gcra::from_tat(next()?.saturating_mul(NANOS_PER_MICRO)))
+                LimitState::Gcra(Gcra::from_tat(Timestamp::from_micros(next()?)))
             }
         });
     }
     Ok(Reply::Ran {
         admitted,
-        now_ns,
+        now,
         states,
     })
 }

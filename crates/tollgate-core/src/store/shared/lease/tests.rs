@@ -3,11 +3,12 @@
 
 use proptest::prelude::*;
 
-use super::{LeasePolicy, Leases, Miss, PERIOD_NS};
-use crate::algo::{Gcra, Hits, LimitState, mul_div};
 use std::time::Duration;
 
-use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO, Timestamp};
+use super::{LeasePolicy, Leases, Miss, PERIOD};
+use crate::algo::testing::at;
+use crate::algo::{Gcra, Hits, LimitState, mul_div};
+use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO, Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::shared::protocol::{Ask, lease_effect};
 use crate::unit::Unit;
@@ -41,7 +42,7 @@ impl Counter {
 
     /// One store call at the clock's time; its flag (units granted, or admitted).
     fn call(&mut self, ask: Ask) -> u64 {
-        let now = self.clock.now().as_nanos();
+        let now = self.clock.now();
         self.calls += 1;
         let flag = lease_effect(&mut self.states, &self.limits, now, 0, ask);
         if flag > 0 && !matches!(ask, Ask::GiveBack { .. }) {
@@ -53,7 +54,7 @@ impl Counter {
     /// A request of `n` units through `leases`, as `SharedStore::apply` makes it: from
     /// the block, by a take, or as plain hits; whether it was admitted.
     pub(super) fn request(&mut self, leases: &Leases, n: u64) -> bool {
-        let now = self.clock.now().as_nanos();
+        let now = self.clock.now();
         let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
             Ok(_) => return true,
             Err(next) => next,
@@ -76,14 +77,14 @@ impl Counter {
 
     /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
     pub(super) fn sweep(&mut self, leases: &Leases, all: bool) {
-        for (_, _, ask) in leases.sweep(self.clock.now().as_nanos(), all) {
+        for (_, _, ask) in leases.sweep(self.clock.now(), all) {
             self.call(ask);
         }
     }
 
     /// Units the store still has room for at the clock's time.
     fn room(&self) -> u64 {
-        crate::algo::evaluate(&self.states, &self.limits, self.clock.now().as_nanos(), 0)
+        crate::algo::evaluate(&self.states, &self.limits, self.clock.now(), 0)
             .decision
             .remaining
     }
@@ -118,7 +119,7 @@ impl Fleet {
     pub(super) fn request(&mut self, i: usize, n: u64, after_ns: u64) -> bool {
         self.counter.clock.advance(Duration::from_nanos(after_ns));
         let now = self.counter.clock.now().as_nanos();
-        if now - self.swept_ns >= PERIOD_NS {
+        if now - self.swept_ns >= nanos_of(PERIOD) {
             for leases in &self.instances {
                 self.counter.sweep(leases, false);
             }
@@ -145,11 +146,11 @@ fn held(leases: &Leases) -> u64 {
 
 /// `count` requests of one unit spread evenly over one period; how many were admitted.
 fn one_period(counter: &mut Counter, leases: &Leases, count: u64) -> u64 {
-    let step = PERIOD_NS / count;
+    let step = PERIOD / u32::try_from(count).expect("a count of requests");
     (0..count)
         .filter(|_| {
             let admitted = counter.request(leases, 1);
-            counter.clock.advance(Duration::from_nanos(step));
+            counter.clock.advance(step);
             admitted
         })
         .count() as u64
@@ -186,17 +187,17 @@ fn a_block_is_sized_to_one_period_of_recent_traffic() {
 fn a_block_is_shown_as_held_and_a_reset_drops_it() {
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
-    assert_eq!(leases.view(KEY, 0), None);
+    assert_eq!(leases.view(KEY, Timestamp::default()), None);
     one_period(&mut counter, &leases, 50);
     one_period(&mut counter, &leases, 50);
     // A third period takes 50 at its start and spends 20 of them.
     one_period(&mut counter, &leases, 20);
-    let now = counter.clock.now().as_nanos();
+    let now = counter.clock.now();
     let view = leases.view(KEY, now).expect("a block");
     assert_eq!((view.left, view.spendable), (30, 30));
     assert_eq!(
         view.ends,
-        Some(std::time::Duration::from_nanos(60 * SECOND - now)),
+        Some(at(60 * SECOND).since(now)),
         "spendable until the minute ends"
     );
     leases.forget(Some("another"));
@@ -291,7 +292,10 @@ fn take_block(counter: &mut Counter, leases: &Leases) {
 
 #[test]
 fn a_fixed_window_block_ends_with_its_window() {
-    let mut counter = Counter::new(vec![fixed(100_000, Unit::Second)], SECOND - 5 * PERIOD_NS);
+    let mut counter = Counter::new(
+        vec![fixed(100_000, Unit::Second)],
+        SECOND - 5 * nanos_of(PERIOD),
+    );
     let leases = leases(0.01);
     take_block(&mut counter, &leases);
     let left = held(&leases);
@@ -300,9 +304,7 @@ fn a_fixed_window_block_ends_with_its_window() {
         .local_admissions
         .load(super::Ordering::Relaxed);
     // The window ends: the block is given back (to the old window) and a new one taken.
-    counter.clock.advance(Duration::from_nanos(
-        SECOND - counter.clock.now().as_nanos(),
-    ));
+    counter.clock.advance(at(SECOND).since(counter.clock.now()));
     assert!(counter.request(&leases, 1));
     assert_eq!(
         leases
@@ -317,7 +319,7 @@ fn a_fixed_window_block_ends_with_its_window() {
 
 /// A counter of 100,000 a second counted by `algorithm`, made hot from time 0, and what
 /// `check` says of the block it took.
-fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, u64) -> T) -> T {
+fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, Timestamp) -> T) -> T {
     let limit = Limit::new(100_000, Unit::Second)
         .with_algorithm(algorithm)
         .expect("limit");
@@ -329,16 +331,16 @@ fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, u64) ->
         .get(KEY)
         .and_then(|e| e.block.as_ref())
         .expect("block");
-    check(block, counter.clock.now().as_nanos())
+    check(block, counter.clock.now())
 }
 
 #[test]
 fn a_sliding_window_block_ends_with_its_sub_window() {
     with_block(Algorithm::SlidingWindow { precision: 10 }, |block, now| {
         let sub_window = SECOND / 10;
-        let end = (now / sub_window + 1) * sub_window;
-        assert_eq!(block.ends_ns, end);
-        assert!(block.spendable(end - 1) > 0);
+        let end = at((now.as_nanos() / sub_window + 1) * sub_window);
+        assert_eq!(block.ends, end);
+        assert!(block.spendable(end - Duration::from_nanos(1)) > 0);
         assert_eq!(block.spendable(end), 0);
     });
 }
@@ -350,12 +352,12 @@ fn a_gcra_block_decays_as_the_bucket_refills() {
         assert_eq!(left, block.left);
         // One unit refills every 10 µs: that long before the arrival time the take left,
         // one unit is spendable, at it none.
-        let interval = SECOND / 100_000;
-        let &(tat_ns, _, _) = block.decay.first().expect("decay");
+        let interval = Duration::from_micros(10);
+        let tat = block.decay.first().expect("decay").tat;
         assert!(block.spendable(now + 3 * interval) <= left);
-        assert_eq!(block.spendable(tat_ns - 2 * interval), 2.min(left));
-        assert_eq!(block.spendable(tat_ns - interval), 1);
-        assert_eq!(block.spendable(tat_ns), 0);
+        assert_eq!(block.spendable(tat - 2 * interval), 2.min(left));
+        assert_eq!(block.spendable(tat - interval), 1);
+        assert_eq!(block.spendable(tat), 0);
     });
 }
 
@@ -371,14 +373,15 @@ fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
     let left = held(&leases);
     // Until 5 ms before the arrival time the take left, when the bucket has refilled all
     // but 5 units of the block: the rest, unspent, has drained as if spent.
-    let tat_ns = {
+    let tat = {
         let entries = leases.entries.lock().expect("entries");
         let block = entries.get(KEY).and_then(|e| e.block.as_ref());
-        block.and_then(|b| b.decay.first()).expect("decay").0
+        block.and_then(|b| b.decay.first()).expect("decay").tat
     };
-    counter.clock.advance(Duration::from_nanos(
-        tat_ns - 5 * MS - counter.clock.now().as_nanos(),
-    ));
+    let five_ms = Duration::from_millis(5);
+    counter
+        .clock
+        .advance((tat - five_ms).since(counter.clock.now()));
     assert!(left > 5, "a block of {left}");
     // Another instance fills the bucket; this one then spends what it may of its block.
     let mut admitted = 0;
@@ -398,7 +401,7 @@ fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again()
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
     one_period(&mut counter, &leases, 100);
-    let now = counter.clock.now().as_nanos();
+    let now = counter.clock.now();
     let spend = || leases.spend(KEY, &counter.limits, 1, now);
     assert!(matches!(spend(), Err((Miss::Take(_), _))));
     let Err((Miss::Wait(waiting), _)) = spend() else {
@@ -421,15 +424,15 @@ fn the_sweep_gives_idle_blocks_back() {
     let leases = leases(0.01);
     take_block(&mut counter, &leases);
     let admitted = 100_000 - counter.room() - held(&leases);
-    counter.clock.advance(Duration::from_nanos(PERIOD_NS));
+    counter.clock.advance(PERIOD);
     counter.sweep(&leases, false);
     assert!(held(&leases) > 0, "a block idle for one period is kept");
-    counter.clock.advance(Duration::from_nanos(2 * PERIOD_NS));
+    counter.clock.advance(2 * PERIOD);
     counter.sweep(&leases, false);
     assert_eq!(held(&leases), 0);
     assert_eq!(100_000 - counter.room(), admitted);
     // With nothing held and nothing seen for a while, the counter is forgotten.
-    counter.clock.advance(Duration::from_nanos(4 * PERIOD_NS));
+    counter.clock.advance(4 * PERIOD);
     counter.sweep(&leases, false);
     assert!(leases.entries.lock().expect("entries").is_empty());
 }
@@ -495,9 +498,9 @@ fn allowed(limit: &Limit, from_ns: u64, to_ns: u64, calls: u64) -> u64 {
     let requests = u64::from(limit.requests_per_unit);
     match limit.algorithm {
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => {
-            let tolerance = Gcra::span(limit, u64::from(burst));
+            let tolerance = nanos_of(Gcra::span(limit, u64::from(burst)));
             let bucket_ns = (to_ns - from_ns) + tolerance + calls * NANOS_PER_MICRO;
-            mul_div(bucket_ns, requests, limit.window_ns)
+            mul_div(bucket_ns, requests, limit.window_nanos())
         }
         _ => requests,
     }
@@ -523,7 +526,7 @@ proptest! {
                 Algorithm::FixedWindow => {
                     let mut per_window = std::collections::BTreeMap::new();
                     for &(at, units, _, _) in &admissions {
-                        *per_window.entry(at / limit.window_ns).or_insert(0) += units;
+                        *per_window.entry(at / limit.window_nanos()).or_insert(0) += units;
                     }
                     for (window, admitted) in per_window {
                         prop_assert!(admitted <= allowed(limit, 0, 0, 0),
@@ -565,7 +568,7 @@ proptest! {
             .with_multiplier(seconds)
             .and_then(|l| l.with_algorithm(Algorithm::FixedWindow))
             .expect("limit");
-        let window_ns = limit.window_ns;
+        let window_ns = limit.window_nanos();
         let mut fleet = Fleet::new(vec![limit], fraction, instances, 7 * window_ns);
         let per_window = (f64::from(requests) * demand) as u64;
         let gap_ns = window_ns / per_window;
