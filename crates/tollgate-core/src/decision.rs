@@ -60,7 +60,8 @@ impl Limited {
     /// The wait a client is told, in whole seconds rounded up: a client that waits the
     /// advertised time must then be admitted.
     pub fn reset_seconds(&self) -> u64 {
-        u64::try_from(self.reset.as_nanos().div_ceil(1_000_000_000)).unwrap_or(u64::MAX)
+        let second = u128::from(crate::clock::NANOS_PER_SECOND);
+        u64::try_from(self.reset.as_nanos().div_ceil(second)).unwrap_or(u64::MAX)
     }
 }
 

@@ -5,14 +5,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::clock::{Timestamp, nanos_of};
+use crate::clock::Timestamp;
 
 /// At most one log line per period, the lines held back counted; shared by every task
 /// that may log the event, so it works through `&self`.
 #[derive(Debug)]
 pub struct LogLimit {
-    period_ns: u64,
-    next_ns: AtomicU64,
+    period: Duration,
+    /// When the next line may be logged, in nanoseconds since the epoch (an atomic holds
+    /// an integer).
+    next: AtomicU64,
     held: AtomicU64,
 }
 
@@ -20,8 +22,8 @@ impl LogLimit {
     /// At most one line per `period`.
     pub fn new(period: Duration) -> Self {
         Self {
-            period_ns: nanos_of(period),
-            next_ns: AtomicU64::new(0),
+            period,
+            next: AtomicU64::new(0),
             held: AtomicU64::new(0),
         }
     }
@@ -29,12 +31,11 @@ impl LogLimit {
     /// Whether to log at `now` (the caller's clock): `Some(lines held back since the last
     /// one logged)`, or `None` to stay quiet.
     pub fn admit(&self, now: Timestamp) -> Option<u64> {
-        let now_ns = now.as_nanos();
-        let next = self.next_ns.load(Ordering::Relaxed);
-        let due = now_ns.saturating_add(self.period_ns);
-        if now_ns >= next
+        let next = self.next.load(Ordering::Relaxed);
+        let due = (now + self.period).as_nanos();
+        if now.as_nanos() >= next
             && self
-                .next_ns
+                .next
                 .compare_exchange(next, due, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {

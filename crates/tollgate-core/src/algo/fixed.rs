@@ -153,7 +153,7 @@ mod tests {
             let mut admitted: Vec<(u64, u64)> = Vec::new();
             let mut t = 0u64;
             for (gap_ms, hits) in arrivals {
-                t += gap_ms * 1_000_000;
+                t += gap_ms * crate::clock::NANOS_PER_MILLI;
                 let used: u64 = admitted.iter().filter(|(at, _)| at / window == t / window).map(|(_, h)| h).sum();
                 let expected = used + hits <= u64::from(requests);
                 let d = w.evaluate(&l, at(t), hits);

@@ -193,7 +193,7 @@ mod tests {
             let mut t = 0u64;
             let mut admissions = 0u32;
             for (gap_ms, cost) in arrivals {
-                t += gap_ms * 1_000_000;
+                t += gap_ms * crate::clock::NANOS_PER_MILLI;
                 tokens = (tokens + (t - last) as f64 / SECOND as f64 * f64::from(rate))
                     .min(f64::from(burst));
                 last = t;

@@ -642,7 +642,7 @@ mod against_the_log {
         let mut t = 5 * SECOND;
         // Twenty windows, so that the edges of the run do not dominate.
         while t < 25 * SECOND {
-            t += next() % (max_gap_ms * 1_000_000);
+            t += next() % (max_gap_ms * crate::clock::NANOS_PER_MILLI);
             let hits = 1 + next() % 3;
             if approx.evaluate(&l, at(t), hits).admitted {
                 approx.record(&l, at(t), hits);

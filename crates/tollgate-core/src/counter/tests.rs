@@ -9,7 +9,7 @@ use crate::unit::Unit;
 
 use super::*;
 
-const S: u64 = 1_000_000_000;
+const S: u64 = crate::clock::NANOS_PER_SECOND;
 const RULES: &str = r#"
 domain: d
 descriptors:

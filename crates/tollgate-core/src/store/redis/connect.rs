@@ -306,9 +306,7 @@ impl Conn {
     /// Redis's clock (`TIME`).
     async fn time(&mut self) -> redis::RedisResult<Timestamp> {
         let (secs, micros): (u64, u64) = self.query(&redis::cmd("TIME")).await?;
-        Ok(Timestamp::from_micros(
-            secs.saturating_mul(1_000_000).saturating_add(micros),
-        ))
+        Ok(Timestamp::default() + Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 }
 

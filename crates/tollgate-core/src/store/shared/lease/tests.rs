@@ -14,8 +14,7 @@ use crate::store::shared::protocol::{Ask, lease_effect};
 use crate::unit::Unit;
 
 const KEY: &str = "hot";
-const MS: u64 = 1_000_000;
-pub(super) const SECOND: u64 = 1_000 * MS;
+pub(super) const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
 
 /// One shared counter as the store holds it, and the clock both sides read.
 pub(super) struct Counter {
