@@ -131,11 +131,18 @@ pub async fn take_turns_on_one_key(
 /// The `x-ratelimit-reset` a one-minute fixed window may announce for a decision taken
 /// between `before` and `after`: the seconds left until the next full minute, rounded
 /// down (Envoy sends whole seconds) or up (the reference computes from whole seconds).
+/// A Tollgate on a shared store decides on its reckoning of the store's clock, which lags
+/// by up to the latency of the answer it learned it from ([`STORE_CLOCK_LAG`]).
 pub fn fixed_minute_reset(before: Duration, after: Duration) -> RangeInclusive<u64> {
     let left = |t: Duration| MINUTE.as_nanos() - t.as_nanos() % MINUTE.as_nanos();
     let whole = |ns: u128| u64::try_from(ns).expect("under a minute");
-    whole(left(after) / 1_000_000_000)..=whole(left(before).div_ceil(1_000_000_000))
+    let latest = (left(before) + STORE_CLOCK_LAG.as_nanos()).min(MINUTE.as_nanos());
+    whole(left(after) / 1_000_000_000)..=whole(latest.div_ceil(1_000_000_000))
 }
+
+/// The most a Tollgate's reckoning of a store's clock on this host lags behind it: a
+/// store call's latency here, generously.
+const STORE_CLOCK_LAG: Duration = Duration::from_millis(10);
 
 /// The draft-03 headers Envoy builds from Tollgate's statuses: the tightest limit first,
 /// then every matched limit as `N;w=SECONDS[;name="NAME"]`; the tightest remaining; its
