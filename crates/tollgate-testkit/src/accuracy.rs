@@ -77,6 +77,25 @@ pub async fn steady_overload(
     }
 }
 
+/// One window's length of a run at some alignment.
+#[derive(Debug, Clone, Copy)]
+pub struct Alignment {
+    /// Where the window starts, from the run's start.
+    pub offset: Duration,
+    /// Admissions sent and answered inside it: certainly decided inside it.
+    pub admitted: u64,
+    /// The most the store can have admitted in it. Its start t is a fraction φ into
+    /// sub-window a. The window's last admission after a's end, at τ, was admitted under a
+    /// count holding the window's earlier admissions after a, plus all of a's count if τ
+    /// comes before sub-window a + N, or a's count weighted by at least 1 − φ if τ is in
+    /// it (the weight is min(1, (1 − f) / (1 − start)), with f < φ). So the window holds
+    /// at most the limit plus a's admissions from t on, less a's count × (1 − φ): only
+    /// what a admitted late, beyond an even share, can come on top of the limit. From the
+    /// client's log the first count is an upper bound (answered from t on, sent before a's
+    /// end) and the second a lower bound (sent and answered inside a).
+    pub bound: u64,
+}
+
 /// Admissions of one window of a run.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WindowCount {
@@ -132,6 +151,41 @@ impl OverloadRun {
             worst = worst.max(inside as u64);
         }
         worst
+    }
+
+    /// Each window's length starting at an admission's send time, with what a weighted
+    /// sliding window with sub-windows of `sub` may have admitted in it
+    /// ([`Alignment::bound`]).
+    pub fn alignments(&self, sub: Duration) -> impl Iterator<Item = Alignment> + '_ {
+        let admitted: Vec<&Answer> = self.admissions().collect();
+        let (window, sub_ns) = (self.window, sub.as_nanos().max(1));
+        (0..admitted.len()).map(move |i| {
+            let t = admitted[i].sent;
+            let end = t + window;
+            let inside = admitted[i..]
+                .iter()
+                .take_while(|a| a.sent < end)
+                .filter(|a| a.received < end)
+                .count() as u64;
+            // The sub-window holding t, and how much of it is left from t on.
+            let into = epoch_ns(t) % sub_ns;
+            let sub_start = t - Duration::from_nanos(into as u64);
+            let sub_end = sub_start + sub;
+            let from_t = admitted
+                .iter()
+                .filter(|a| a.received >= t && a.sent < sub_end)
+                .count() as u64;
+            let whole = admitted
+                .iter()
+                .filter(|a| a.sent >= sub_start && a.received < sub_end)
+                .count() as u64;
+            let even_share = (u128::from(whole) * (sub_ns - into)).div_ceil(sub_ns) as u64;
+            Alignment {
+                offset: t.duration_since(self.start).unwrap_or_default(),
+                admitted: inside,
+                bound: (self.limit + from_t).saturating_sub(even_share),
+            }
+        })
     }
 
     pub fn admitted(&self) -> u64 {
@@ -191,13 +245,15 @@ impl OverloadRun {
     /// Everything above, for messages.
     pub fn summary(&self, sub: Duration) -> String {
         format!(
-            "limit {} per {:?}; per window {:?}; worst window at any alignment {}; long-run \
-             average {:.1} per window (utilisation {:.3}); admissions per {sub:?}: {:?}; {} \
-             answers, slowest {:?}",
+            "limit {} per {:?}; per window {:?}; worst window at any alignment {}; closest to \
+             its bound {:?}; long-run average {:.1} per window (utilisation {:.3}); admissions \
+             per {sub:?}: {:?}; {} answers, slowest {:?}",
             self.limit,
             self.window,
             self.per_window(),
             self.worst_window(),
+            self.alignments(sub)
+                .max_by_key(|a| i128::from(a.admitted) - i128::from(a.bound)),
             self.long_run_average(),
             self.utilisation(),
             self.histogram(sub),
@@ -219,8 +275,14 @@ impl OverloadRun {
 /// - From the start, the limit is reached within a third of the window; later windows
 ///   admit as the first third's sub-windows slide out, so each window fills to the limit;
 ///   1 % covers the admissions the client cannot attribute to one window.
-/// - Over any alignment, a window can also hold what its oldest sub-window's share
-///   admitted: at most one sub-window's worth more (`limit + limit / precision`).
+/// - At any other alignment, a window holds at most the limit plus what the sub-window
+///   holding its start admitted from there on beyond an even share ([`Alignment::bound`]):
+///   the store weighs its oldest sub-window as if that sub-window's admissions were spread
+///   evenly. This is not a fixed slack: at a steady pace the share is about even and the
+///   bound about the limit, but a client that stalls (a loaded host) sends its missed
+///   requests at once, late in a sub-window, and a window starting just before such a
+///   burst holds most of it on top of the limit, by design (a client paused for 140 ms at
+///   +30 ms into the first window: 239 at that alignment, 200 in every aligned window).
 ///
 /// The long-run average and the utilisation are printed (they follow from the above).
 pub async fn assert_steady_overload_kept(
@@ -255,10 +317,15 @@ pub async fn assert_steady_overload_kept(
             count.straddling
         );
     }
-    let worst = run.worst_window();
+    let over: Vec<Alignment> = run
+        .alignments(sub_window)
+        .filter(|a| a.admitted > a.bound)
+        .collect();
     assert!(
-        worst <= limit + limit / 10,
-        "a window at some alignment admitted {worst}; {summary}"
+        over.is_empty(),
+        "{} windows at other alignments admitted more than the store can, e.g. {:?}; {summary}",
+        over.len(),
+        &over[..over.len().min(3)]
     );
     run
 }
