@@ -30,9 +30,7 @@ const WINDOWS: u32 = 3;
 /// send time, so the log attributes every decision exactly.
 async fn overload(stall: Option<(Duration, Duration)>) -> OverloadRun {
     let start = Duration::from_secs(1_000_000);
-    let clock = ManualClock::new(Timestamp::from_nanos(
-        u64::try_from(start.as_nanos()).expect("fits"),
-    ));
+    let clock = ManualClock::new(Timestamp::default() + start);
     let rules = Rules::from_yaml("rules.yaml", RULES).expect("rules load");
     let store = Store::Memory(MemoryStore::new(
         Capacity::default(),
