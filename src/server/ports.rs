@@ -1,0 +1,205 @@
+//! The listeners: bound at startup, served until the stop, then a grace period for the
+//! calls in flight.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::health::{report_health, serving_status, set_health};
+use super::signals::stopped;
+use crate::admin::{self, Admin};
+use crate::debug_port;
+use crate::grpc::GrpcService;
+use crate::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
+use crate::rlqs::{Rlqs, RlqsService};
+use crate::rls::Rls;
+use crate::settings::{ConnArgs, ServeArgs};
+use crate::tls::{Port, ServerTls};
+
+/// Request headers a gRPC client may send; Envoy's are a few hundred bytes.
+const HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Flow-control windows: what a client may have in flight before Tollgate reads it.
+const STREAM_WINDOW_BYTES: u32 = 64 << 10;
+const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
+/// How long calls in flight get to finish once the listeners are closed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The listeners, bound.
+pub(super) struct Ports {
+    grpc: TcpListener,
+    http: TcpListener,
+    prometheus: Option<TcpListener>,
+    debug: Option<TcpListener>,
+}
+
+impl Ports {
+    /// Binds every port the settings ask for and prints the line tests and scripts wait
+    /// for (with port 0 it is how they learn the ports).
+    pub(super) async fn bind(args: &ServeArgs) -> anyhow::Result<Self> {
+        let grpc = bind(args.grpc_addr(), "gRPC").await?;
+        let http = bind(args.http_addr(), "HTTP").await?;
+        let prometheus = match args.ops.use_prometheus {
+            true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
+            false => None,
+        };
+        let debug = match args.ops.debug_port.0 {
+            Some(port) => bind_debug(SocketAddr::new(args.ops.debug_host, port)).await,
+            None => None,
+        };
+        let grpc_addr = grpc.local_addr()?;
+        let http_addr = http.local_addr()?;
+        println!("tollgate listening grpc={grpc_addr} http={http_addr}");
+        tracing::info!(%grpc_addr, %http_addr, "listening");
+        Ok(Self {
+            grpc,
+            http,
+            prometheus,
+            debug,
+        })
+    }
+}
+
+/// What the ports serve, and whether the server is draining (health fails meanwhile).
+pub(super) struct Services {
+    pub(super) rls: Arc<Rls>,
+    pub(super) rlqs: Option<Arc<Rlqs>>,
+    pub(super) draining: watch::Receiver<bool>,
+}
+
+/// Serves every port until `stop` says so, then gives calls in flight a grace period.
+pub(super) async fn serve(
+    args: &ServeArgs,
+    ports: Ports,
+    services: Services,
+    server_tls: Option<Arc<ServerTls>>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let Services {
+        rls,
+        rlqs,
+        draining,
+    } = services;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    // Health is answered from the first connection on: set it before anything is served.
+    set_health(&health, serving_status(rls.status.readiness(), false)).await;
+    tokio::spawn(report_health(
+        health,
+        rls.status.subscribe(),
+        draining.clone(),
+    ));
+    let admin = Admin {
+        rls: rls.clone(),
+        draining,
+        admin_token: args.ops.admin_token.clone().map(Arc::from),
+    };
+    let limits = args.conn.limits();
+    let grpc_tls = server_tls.clone().map(|tls| PortTls {
+        tls,
+        port: Port::Grpc,
+    });
+    let http_tls = server_tls
+        .filter(|_| args.tls.http_server_use_tls)
+        .map(|tls| PortTls {
+            tls,
+            port: Port::Http,
+        });
+    let grpc_server = grpc_builder(&args.conn)
+        .layer(MarkFirstRequestLayer)
+        .add_service(health_service)
+        .add_service(GrpcService::new(
+            rls.clone(),
+            args.conn.grpc_max_message_bytes,
+            args.tracing.tracing_enabled,
+        ))
+        .add_optional_service(rlqs.map(|rlqs| {
+            RateLimitQuotaServiceServer::new(RlqsService(rlqs))
+                .max_decoding_message_size(args.conn.grpc_max_message_bytes)
+        }))
+        .serve_with_incoming_shutdown(
+            Acceptor::new(ports.grpc, args.conn.grpc_limits(), grpc_tls).incoming(),
+            stopped(stop.clone()),
+        );
+    let http_acceptor = Acceptor::new(ports.http, limits, http_tls.clone());
+    let http_server =
+        listen::serve_http(http_acceptor, admin::router(admin), stopped(stop.clone()));
+    let debug_server = async {
+        if let Some(listener) = ports.debug {
+            let acceptor = Acceptor::new(listener, limits, None);
+            let router = debug_port::router(rls.clone());
+            listen::serve_http(acceptor, router, stopped(stop.clone())).await;
+        }
+    };
+    let prometheus_server = async {
+        if let Some(listener) = ports.prometheus {
+            let router = axum::Router::new()
+                .route(
+                    &args.ops.prometheus_path,
+                    axum::routing::get(admin::metrics),
+                )
+                .with_state(rls.clone());
+            let acceptor = Acceptor::new(listener, limits, http_tls);
+            listen::serve_http(acceptor, router, stopped(stop.clone())).await;
+        }
+    };
+    let servers = async {
+        let (grpc, (), (), ()) =
+            tokio::join!(grpc_server, http_server, prometheus_server, debug_server);
+        grpc
+    };
+    // Envoy keeps its HTTP/2 connections open for good: once the listeners are closed, give
+    // calls in flight a grace period, then stop whatever is still connected.
+    let grace_over = async {
+        stopped(stop.clone()).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        grpc_result = servers => grpc_result.context("gRPC server failed"),
+        () = grace_over => {
+            tracing::info!("closing connections still open after {SHUTDOWN_GRACE:?}");
+            Ok(())
+        }
+    }
+}
+
+/// The debug port's listener; a debug port that cannot be bound is logged, not fatal (the
+/// reference's instances share theirs with SO_REUSEPORT, so manifests may start several).
+async fn bind_debug(addr: SocketAddr) -> Option<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => {
+            if let Ok(local) = listener.local_addr() {
+                tracing::info!(%local, "debug port: /rlconfig, /stats");
+            }
+            Some(listener)
+        }
+        Err(e) => {
+            tracing::warn!("debug port {addr} not served: {e}");
+            None
+        }
+    }
+}
+
+/// The gRPC server with its per-connection limits (streams, header size, buffered bytes)
+/// and lifetime (age, keepalive).
+fn grpc_builder(conn: &ConnArgs) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(conn.grpc_max_concurrent_streams)
+        .http2_max_header_list_size(HEADER_LIST_BYTES)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        // Only the age: tonic 0.14 with a grace set skips the polite GOAWAY and cuts the
+        // connection at age + grace. The cut is the acceptor's (`ConnArgs::grpc_limits`).
+        .max_connection_age(conn.grpc_max_connection_age)
+        .http2_keepalive_interval(Some(conn.grpc_keepalive_time))
+        .http2_keepalive_timeout(Some(conn.grpc_keepalive_timeout))
+}
+
+async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for {what} on {addr}"))
+}
