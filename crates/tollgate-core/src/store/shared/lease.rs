@@ -10,19 +10,15 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
 use super::protocol::Ask;
-use std::sync::Arc;
-
-use super::protocol::{Reply, lease_effect};
-use super::{SharedStore, Snapshot, StoreError, bump};
-use crate::algo::{Hits, LimitState, Verdict, evaluate};
+use crate::algo::{LimitState, Verdict, evaluate};
 use crate::clock::{Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::LeaseView;
@@ -375,26 +371,6 @@ impl Leases {
     }
 }
 
-/// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
-/// it lets the counter take again and the requests waiting for it go on.
-struct TakeOut<'a> {
-    leases: &'a Leases,
-    key: &'a str,
-}
-
-impl TakeOut<'_> {
-    /// The take was answered: `Leases::took` ends it.
-    fn answered(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for TakeOut<'_> {
-    fn drop(&mut self) {
-        self.leases.failed(self.key);
-    }
-}
-
 /// Wakes the requests waiting for a take that is over.
 fn wake(taking: Option<Arc<Notify>>) {
     if let Some(notify) = taking {
@@ -452,151 +428,9 @@ fn decay(after: &[LimitState], limits: &[Limit]) -> Vec<Decay> {
         .collect()
 }
 
-impl SharedStore {
-    /// The request's `n` units from a lease: spent from the counter's block, or a new
-    /// block taken with them; `None` when the counter does not lease now or the take
-    /// failed (the request then goes the usual way).
-    pub(super) async fn lease(
-        self: &Arc<Self>,
-        key: &str,
-        limits: &[Limit],
-        n: u64,
-    ) -> Option<Result<Verdict, StoreError>> {
-        let sent_local = self.local.local_now();
-        let (miss, stale) = match self.leases.spend(key, limits, n, sent_local) {
-            Ok(verdict) => return Some(Ok(verdict)),
-            Err(miss) => miss,
-        };
-        if let Some(back) = stale {
-            self.send_back(back);
-        }
-        let want = match miss {
-            Miss::Usual => return None,
-            Miss::Take(want) => want,
-            Miss::Wait(taken) => {
-                // Bounded by the store timeout, as the take is; after it the request goes
-                // the usual way within what is left of its own timeout.
-                let _ = tokio::time::timeout(self.behaviour.timeout, taken).await;
-                let now = self.local.local_now();
-                return self.leases.spend_waited(key, n, now).map(Ok);
-            }
-        };
-        let out = TakeOut {
-            leases: &self.leases,
-            key,
-        };
-        if !self.is_up() {
-            return None;
-        }
-        let now = self.local.now();
-        let deadline = self.local.deadline(now, self.behaviour.timeout);
-        let _sent = self.in_flight.send(key, Hits::Consume(n));
-        let ask = Ask::Take { need: n, want };
-        let trip = self
-            .backend
-            .check_and_count(key, limits, (0, ask), deadline, now);
-        let Ok(Ok(raw)) = tokio::time::timeout(self.behaviour.timeout, trip).await else {
-            return None;
-        };
-        let (Ok(Reply::Ran { now, states, .. }), Some(&flag)) =
-            (super::protocol::decode(&raw, limits), raw.first())
-        else {
-            return None;
-        };
-        bump(&self.counts.round_trips);
-        let granted = u64::try_from(flag).unwrap_or(0);
-        let mut after = states.clone();
-        if lease_effect(&mut after, limits, now, 0, ask) != granted {
-            // The store decided; its block is counted on the state it read.
-            bump(&self.counts.disagreements);
-            after = states;
-            for (state, limit) in after.iter_mut().zip(limits) {
-                state.record(limit, now, granted);
-            }
-        }
-        let within = evaluate(&after, limits, now, 0).decision.admitted;
-        let snapshot = Snapshot {
-            admitted: within,
-            now,
-            states: after.clone(),
-        };
-        let unsettled = || match self.debts.is_empty() {
-            true => 0,
-            false => self.debts.unsettled(key),
-        };
-        let (mut verdict, _) = self
-            .local
-            .adopt(key, limits, (0, Hits::Check), snapshot, unsettled);
-        let taken = (granted, n.min(granted));
-        out.answered();
-        if let Some(back) = self
-            .leases
-            .took(key, limits, taken, (&after, now, sent_local))
-        {
-            self.send_back(back);
-        }
-        verdict.decision.admitted = granted > 0;
-        if granted == 0 {
-            verdict = evaluate(&after, limits, now, n);
-        } else {
-            verdict.decision.remaining = verdict.decision.remaining.saturating_add(granted - n);
-        }
-        Some(Ok(verdict))
-    }
+mod take;
 
-    /// Gives a block back in a task of its own; nothing waits for it.
-    pub(super) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
-        let now = self.local.now();
-        let trip = self
-            .backend
-            .check_and_count(&key, &limits, (0, ask), None, now);
-        let me = Arc::downgrade(self);
-        tokio::spawn(async move {
-            if let (Ok(_), Some(store), Ask::GiveBack { units, .. }) =
-                (trip.await, me.upgrade(), ask)
-            {
-                store.leases.returned(units);
-            }
-        });
-    }
-
-    /// Gives back every block held (at shutdown), waiting for the store at most `limit`.
-    pub async fn give_back_leases(self: &Arc<Self>, limit: std::time::Duration) {
-        let now = self.local.now();
-        let calls = self
-            .leases
-            .sweep(self.local.local_now(), true)
-            .into_iter()
-            .map(|(key, limits, ask)| {
-                let trip = self
-                    .backend
-                    .check_and_count(&key, &limits, (0, ask), None, now);
-                async move {
-                    if let (Ok(Ok(_)), Ask::GiveBack { units, .. }) =
-                        (tokio::time::timeout(limit, trip).await, ask)
-                    {
-                        self.leases.returned(units);
-                    }
-                }
-            });
-        futures_util::future::join_all(calls).await;
-    }
-}
-
-/// Every period, gives back the blocks idle or past their end.
-pub(super) fn spawn_sweeper(store: &Arc<SharedStore>) {
-    let me = Arc::downgrade(store);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(PERIOD);
-        loop {
-            tick.tick().await;
-            let Some(store) = me.upgrade() else { return };
-            for back in store.leases.sweep(store.local.local_now(), false) {
-                store.send_back(back);
-            }
-        }
-    });
-}
+pub(super) use self::take::spawn_sweeper;
 
 #[cfg(test)]
 mod simulation;

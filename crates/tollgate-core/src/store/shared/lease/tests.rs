@@ -406,7 +406,7 @@ fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again()
     let Err((Miss::Wait(waiting), _)) = spend() else {
         panic!("a second request does not wait for the take");
     };
-    drop(super::TakeOut {
+    drop(super::take::TakeOut {
         leases: &leases,
         key: KEY,
     });
