@@ -2,7 +2,8 @@
 //! keys, both bounded, so that a typo in a domain or key shows instead of silently
 //! leaving traffic unlimited.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -25,11 +26,15 @@ struct DomainLabels {
     domain: String,
 }
 
-/// What has been labelled and logged so far.
+/// What has been labelled and logged so far. A descriptor seen before allocates nothing:
+/// its counter is found by the domain's text, its log line by a hash.
 #[derive(Debug, Default)]
 struct Seen {
-    unknown_domains: HashSet<String>,
-    logged: HashSet<(String, String)>,
+    /// The counter of each label given out: the rules' domains, unknown ones, `other`.
+    counters: HashMap<Box<str>, PlainCounter>,
+    unknown_domains: usize,
+    /// Hashes of the domain-and-keys combinations logged.
+    logged: HashSet<u64>,
     said_full: bool,
 }
 
@@ -37,6 +42,7 @@ struct Seen {
 #[derive(Debug, Default)]
 pub(crate) struct Unmatched {
     counts: Family<DomainLabels, PlainCounter>,
+    hasher: RandomState,
     seen: Mutex<Seen>,
 }
 
@@ -52,28 +58,16 @@ impl Unmatched {
     /// Counts one descriptor of `domain` that matched no rule, and logs the first of each
     /// domain and set of keys.
     pub(crate) fn record(&self, domain: &str, descriptor: &Descriptor<'_>, why: NoMatch) {
-        let keys = descriptor
-            .pairs()
-            .map(|(k, _)| k)
-            .collect::<Vec<_>>()
-            .join(",");
+        let mut hasher = self.hasher.build_hasher();
+        domain.hash(&mut hasher);
+        for (key, _) in descriptor.pairs() {
+            key.hash(&mut hasher);
+        }
+        let combination = hasher.finish();
+        // Updates under this lock are plain inserts: a poisoned lock is still usable.
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let label = match why {
-            NoMatch::NoRule => domain,
-            NoMatch::NoDomain if seen.unknown_domains.contains(domain) => domain,
-            NoMatch::NoDomain if seen.unknown_domains.len() < MAX_UNKNOWN_DOMAINS => {
-                seen.unknown_domains.insert(domain.to_owned());
-                domain
-            }
-            NoMatch::NoDomain => OTHER,
-        };
-        self.counts
-            .get_or_create(&DomainLabels {
-                domain: label.to_owned(),
-            })
-            .inc();
-        let first = (domain.to_owned(), keys);
-        if seen.logged.contains(&first) {
+        self.count(&mut seen, domain, why);
+        if seen.logged.contains(&combination) {
             return;
         }
         if seen.logged.len() >= MAX_LOGGED {
@@ -85,13 +79,42 @@ impl Unmatched {
             }
             return;
         }
-        let (domain, keys) = &first;
-        let reason = no_match_reason(domain, keys, why);
+        seen.logged.insert(combination);
+        drop(seen);
+        let keys = descriptor
+            .pairs()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+            .join(",");
+        let reason = no_match_reason(domain, &keys, why);
         tracing::info!(
             domain,
             keys,
             "no rule matched: {reason}; the descriptor is not limited"
         );
-        seen.logged.insert(first);
+    }
+
+    /// Counts one on `domain`'s label: its own, or past [`MAX_UNKNOWN_DOMAINS`] unknown
+    /// domains, `other`'s.
+    fn count(&self, seen: &mut Seen, domain: &str, why: NoMatch) {
+        let label = match why {
+            _ if seen.counters.contains_key(domain) => domain,
+            NoMatch::NoRule => domain,
+            NoMatch::NoDomain if seen.unknown_domains < MAX_UNKNOWN_DOMAINS => {
+                seen.unknown_domains += 1;
+                domain
+            }
+            NoMatch::NoDomain => OTHER,
+        };
+        if let Some(counter) = seen.counters.get(label) {
+            counter.inc();
+            return;
+        }
+        let labels = DomainLabels {
+            domain: label.to_owned(),
+        };
+        let counter = self.counts.get_or_create(&labels).clone();
+        counter.inc();
+        seen.counters.insert(label.into(), counter);
     }
 }

@@ -11,6 +11,9 @@ use crate::clock::{NANOS_PER_SECOND, Timestamp};
 /// Counters remembered as over at once; past it, the expired are dropped first, and a
 /// counter that finds no room is logged again at its next denial (within the line cap).
 const MAX_TRACKED: usize = 10_000;
+/// Shards of the remembered counters: a denial locks the one its key hashes to, so that
+/// denials of different counters on different cores rarely wait for each other.
+const SHARDS: usize = 16;
 /// Lines written in one second of the store's clock; the rest are counted and the count
 /// is told in the next line written.
 const MAX_LINES_PER_SECOND: u32 = 10;
@@ -19,19 +22,25 @@ const MAX_LINES_PER_SECOND: u32 = 10;
 #[derive(Debug, Default)]
 pub(super) struct OverLimitLog {
     hasher: RandomState,
-    inner: Mutex<Inner>,
+    shards: [Mutex<Shard>; SHARDS],
+    /// Taken only when a counter goes over, not for its further denials.
+    budget: Mutex<Budget>,
 }
 
+/// Some of the counters now over.
 #[derive(Debug, Default)]
-struct Inner {
+struct Shard {
     /// Key hash → when the counter would admit again (store clock).
     over_until: HashMap<u64, Timestamp>,
-    /// The second the line budget counts in, and the lines written in it.
-    second: u64,
-    lines: u32,
     /// The second expired entries were last dropped in.
     purged: u64,
-    /// Transitions not logged since the last line.
+}
+
+/// The lines written in the current second, and the transitions not logged.
+#[derive(Debug, Default)]
+struct Budget {
+    second: u64,
+    lines: u32,
     unlogged: u64,
 }
 
@@ -40,31 +49,45 @@ impl OverLimitLog {
     /// logged since the last one) when this is the counter going over and a line is due.
     pub(super) fn went_over(&self, key: &str, now: Timestamp, until: Timestamp) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(over) = inner.over_until.get_mut(&hash)
-            && *over > now
-        {
-            *over = (*over).max(until);
-            return None;
-        }
         let second = now.as_nanos() / NANOS_PER_SECOND;
-        if inner.over_until.len() >= MAX_TRACKED && inner.purged != second {
-            inner.purged = second;
-            inner.over_until.retain(|_, over| *over > now);
+        {
+            // The remainder is below SHARDS.
+            let shard = &self.shards[(hash % SHARDS as u64) as usize];
+            // Updates here are plain field writes: a poisoned lock is still usable.
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(over) = shard.over_until.get_mut(&hash)
+                && *over > now
+            {
+                *over = (*over).max(until);
+                return None;
+            }
+            let cap = MAX_TRACKED / SHARDS;
+            if shard.over_until.len() >= cap && shard.purged != second {
+                shard.purged = second;
+                shard.over_until.retain(|_, over| *over > now);
+            }
+            if shard.over_until.len() < cap || shard.over_until.contains_key(&hash) {
+                shard.over_until.insert(hash, until);
+            }
         }
-        if inner.over_until.len() < MAX_TRACKED || inner.over_until.contains_key(&hash) {
-            inner.over_until.insert(hash, until);
+        let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+        if budget.second != second {
+            budget.second = second;
+            budget.lines = 0;
         }
-        if inner.second != second {
-            inner.second = second;
-            inner.lines = 0;
-        }
-        if inner.lines >= MAX_LINES_PER_SECOND {
-            inner.unlogged += 1;
+        if budget.lines >= MAX_LINES_PER_SECOND {
+            budget.unlogged += 1;
             return None;
         }
-        inner.lines += 1;
-        Some(std::mem::take(&mut inner.unlogged))
+        budget.lines += 1;
+        Some(std::mem::take(&mut budget.unlogged))
+    }
+
+    /// Counters remembered as over.
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        let held = |s: &Mutex<Shard>| s.lock().map_or(0, |s| s.over_until.len());
+        self.shards.iter().map(held).sum()
     }
 }
 
@@ -100,10 +123,14 @@ mod tests {
     #[test]
     fn memory_is_bounded_by_the_tracked_cap() {
         let log = OverLimitLog::default();
-        for i in 0..MAX_TRACKED + 500 {
+        // Four times the cap: every shard gets far more keys than its share.
+        for i in 0..4 * MAX_TRACKED {
             log.went_over(&format!("k{i}"), at(5), at(60));
         }
-        let inner = log.inner.lock().expect("not poisoned");
-        assert_eq!(inner.over_until.len(), MAX_TRACKED);
+        assert_eq!(log.tracked(), MAX_TRACKED);
+        // Once the remembered have admitted again, they make room for new ones.
+        log.went_over("late", at(61), at(62));
+        assert!(log.tracked() <= MAX_TRACKED);
+        assert_eq!(log.went_over("late", at(61), at(62)), None, "remembered");
     }
 }
