@@ -126,6 +126,15 @@ impl LocalView {
         CounterView::of(states, limits, now, hits)
     }
 
+    /// A background read of counter `key` ended without an answer to adopt: the view's next
+    /// denial may queue another, so that one failed read does not leave the view
+    /// unrefreshed until it expires.
+    pub(crate) fn refresh_failed(&self, key: &str) {
+        if let Some(view) = self.views.lock(key).get_mut() {
+            view.refreshing = false;
+        }
+    }
+
     /// Drops the view of counter `key`: the next request for it asks the store.
     pub(crate) fn forget(&self, key: &str) {
         self.views.lock(key).remove();
@@ -356,6 +365,16 @@ mod tests {
             assert!(denied.is_some_and(|d| !d.decision.admitted));
         }
         assert_eq!(queued, 1, "one background read until it is adopted");
+        // A read that failed lets the next denial queue another.
+        v.refresh_failed("k");
+        assert!(
+            v.deny("k", &limits, Hits::Consume(1), at(T0), || {
+                queued += 1;
+                true
+            })
+            .is_some()
+        );
+        assert_eq!(queued, 2, "a failed read is queued again");
         // A check at the limit is within it: the store answers it. A refund always goes
         // to the store.
         assert!(v.deny("k", &limits, Hits::Check, at(T0), || true).is_none());

@@ -96,9 +96,12 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
             let answer = store
                 .round_trip(&job.key, &job.limits, call, None, timeout)
                 .await;
-            if let Answer::Ran(snapshot) = answer {
-                bump(&store.counts.refreshes);
-                store.adopt(&job.key, &job.limits, call, snapshot);
+            match answer {
+                Answer::Ran(snapshot) => {
+                    bump(&store.counts.refreshes);
+                    store.adopt(&job.key, &job.limits, call, snapshot);
+                }
+                Answer::Failed(_) | Answer::Pending(_) => store.local.refresh_failed(&job.key),
             }
         });
     }
