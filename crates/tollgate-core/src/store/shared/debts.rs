@@ -86,7 +86,9 @@ impl Debts {
             return;
         }
         let mut ledger = self.lock();
-        if let Some(debt) = self.entry(&mut ledger, key, limits, units) {
+        // Without room they are not forgiven yet: the call may still count them, and what
+        // it is heard not to have counted is owed (and forgiven) then.
+        if let Some(debt) = self.entry(&mut ledger, key, limits) {
             debt.awaited += units;
             self.units.fetch_add(units, Ordering::Relaxed);
         }
@@ -114,18 +116,15 @@ impl Debts {
         self.owe(key, limits, owed, now);
     }
 
-    /// The ledger's entry for `key`, made if need be; none when the ledger is full, and
-    /// the `units` are then forgiven.
+    /// The ledger's entry for `key`, made if need be; none when the ledger is full.
     fn entry<'a>(
         &self,
         ledger: &'a mut HashMap<Box<str>, Debt>,
         key: &str,
         limits: &[Limit],
-        units: u64,
     ) -> Option<&'a mut Debt> {
         if !ledger.contains_key(key) {
             if ledger.len() >= MAX_DEBTS {
-                self.forgiven.fetch_add(units, Ordering::Relaxed);
                 return None;
             }
             let debt = Debt {
@@ -146,7 +145,9 @@ impl Debts {
             return;
         }
         let mut ledger = self.lock();
-        let Some(debt) = self.entry(&mut ledger, key, limits, units) else {
+        let Some(debt) = self.entry(&mut ledger, key, limits) else {
+            // No room to remember them: owed units are forgiven.
+            self.forgiven.fetch_add(units, Ordering::Relaxed);
             return;
         };
         if now >= debt.expires && debt.owed > 0 {
@@ -393,5 +394,11 @@ mod tests {
         let stats = debts.stats();
         assert_eq!(stats.counters, MAX_DEBTS);
         assert_eq!(stats.forgiven, 7);
+        // Units awaited when there is no room are not forgiven yet: the call may still
+        // count them. Only what it is heard not to have counted is.
+        debts.expect("awaited", &limits, 5);
+        assert_eq!(debts.stats().forgiven, 7);
+        debts.heard("awaited", &limits, 5, 2, at(T0));
+        assert_eq!(debts.stats().forgiven, 9, "the two the call did not count");
     }
 }
