@@ -432,6 +432,8 @@ mod take;
 
 pub(super) use self::take::spawn_sweeper;
 
+#[cfg(all(test, feature = "redis"))]
+mod on_redis;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]

@@ -67,7 +67,8 @@ impl SharedStore {
         }
         let now = self.local.now();
         let deadline = self.local.deadline(now, self.behaviour.timeout);
-        let _sent = self.in_flight.send(key, Hits::Consume(n));
+        // The store may grant all of `want`: a fallback meanwhile must leave room for it.
+        let _sent = self.in_flight.send(key, Hits::Consume(want));
         let ask = Ask::Take { need: n, want };
         let trip = self
             .backend

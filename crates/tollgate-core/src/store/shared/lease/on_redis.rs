@@ -1,0 +1,100 @@
+//! Leases through a whole `SharedStore` on a real redis-server: what a take or a
+//! give-back does to the debts, the calls in flight, the metrics and the local view. The
+//! local clock is a `ManualClock`, so the periods that make a counter hot are stepped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::wait::{room_in_window, until_async};
+
+use super::{LeasePolicy, PERIOD};
+use crate::algo::Hits;
+use crate::clock::{ManualClock, Timestamp, nanos_of};
+use crate::limit::{Algorithm, Limit};
+use crate::store::redis::{RedisConfig, RedisTarget, RedisTls};
+use crate::store::shared::{SharedBehaviour, SharedStore};
+use crate::store::{Capacity, OnStoreError};
+use crate::unit::Unit;
+
+const KEY: &str = "domain#hot";
+
+/// A store on `redis` leasing up to `max_fraction` of a limit, waiting `timeout` for it,
+/// and the local clock it reads.
+async fn store(
+    redis: &RedisServer,
+    max_fraction: f64,
+    timeout: Duration,
+) -> (Arc<SharedStore>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_nanos(1_000 * nanos_of(PERIOD)));
+    let config = RedisConfig {
+        target: RedisTarget::Single { url: redis.url() },
+        tls: RedisTls::default(),
+        key_prefix: String::new(),
+        behaviour: SharedBehaviour {
+            timeout,
+            on_error: OnStoreError::Local,
+            local_capacity: Capacity::default(),
+            leases: LeasePolicy {
+                enabled: true,
+                max_fraction,
+            },
+        },
+    };
+    let store = SharedStore::redis(config, Arc::new(clock.clone()), Duration::from_secs(60));
+    assert!(
+        store.wait_up(Duration::from_secs(10)).await,
+        "redis answers"
+    );
+    (store, clock)
+}
+
+fn fixed(requests: u32, unit: Unit) -> Vec<Limit> {
+    let limit = Limit::new(requests, unit).with_algorithm(Algorithm::FixedWindow);
+    vec![limit.expect("a fixed window")]
+}
+
+/// `count` requests of one unit at the clock's time; how many were admitted.
+async fn requests(store: &Arc<SharedStore>, limits: &[Limit], count: u64) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..count {
+        let answer = store.apply(KEY, limits, Hits::Consume(1)).await;
+        if answer.is_ok_and(|(verdict, _)| verdict.decision.admitted) {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+/// Makes the counter hot: `count` requests in one period, and the clock on to the next,
+/// where the first request takes a block of about `count`.
+async fn heat(store: &Arc<SharedStore>, clock: &ManualClock, limits: &[Limit], count: u64) {
+    assert_eq!(requests(store, limits, count).await, count);
+    clock.advance(PERIOD);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_out_counts_every_unit_it_asks_for_in_flight() {
+    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
+    let mut redis = RedisServer::start();
+    let (store, clock) = store(&redis, 0.5, Duration::from_secs(2)).await;
+    let limits = fixed(1_000, Unit::Hour);
+    heat(&store, &clock, &limits, 5).await;
+    redis.freeze();
+    let taking = tokio::spawn({
+        let (store, limits) = (store.clone(), limits.clone());
+        async move { store.apply(KEY, &limits, Hits::Consume(1)).await.is_ok() }
+    });
+    let (units, _) = until_async(
+        "a take in flight",
+        Duration::from_secs(2),
+        async || match store.in_flight.units(KEY) {
+            0 => Err("none".into()),
+            units => Ok(units),
+        },
+    )
+    .await;
+    redis.thaw();
+    assert!(taking.await.is_ok_and(|answered| answered));
+    assert_eq!(units, 5, "the take asks for a block of 5");
+}
