@@ -98,3 +98,23 @@ async fn a_take_out_counts_every_unit_it_asks_for_in_flight() {
     assert!(taking.await.is_ok_and(|answered| answered));
     assert_eq!(units, 5, "the take asks for a block of 5");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_that_times_out_is_counted_as_one() {
+    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
+    let mut redis = RedisServer::start();
+    let (store, clock) = store(&redis, 0.5, Duration::from_millis(200)).await;
+    let limits = fixed(1_000, Unit::Hour);
+    heat(&store, &clock, &limits, 5).await;
+    let before = store.stats().shared.expect("shared stats");
+    redis.freeze();
+    let leased = store.lease(KEY, &limits, 1).await;
+    redis.thaw();
+    assert!(
+        leased.is_none(),
+        "no answer: the request goes the usual way"
+    );
+    let after = store.stats().shared.expect("shared stats");
+    assert_eq!(after.timeouts, before.timeouts + 1);
+    assert_eq!(after.latency.count, before.latency.count + 1);
+}

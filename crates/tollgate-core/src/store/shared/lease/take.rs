@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument as _;
+
 use super::{GiveBack, Leases, Miss, PERIOD};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, Reply, decode, lease_effect};
+use crate::store::shared::protocol::{Ask, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -70,14 +72,19 @@ impl SharedStore {
         // The store may grant all of `want`: a fallback meanwhile must leave room for it.
         let _sent = self.in_flight.send(key, Hits::Consume(want));
         let ask = Ask::Take { need: n, want };
-        let trip = self
-            .backend
-            .check_and_count(key, limits, (0, ask), deadline, now);
-        let Ok(Ok(raw)) = tokio::time::timeout(self.behaviour.timeout, trip).await else {
+        let timeout = self.behaviour.timeout;
+        let span = self.backend.span(limits.len());
+        // Counted, measured and read as a request's call is. One not answered in time is
+        // dropped: past its deadline the store ignores it.
+        let Ok(raw) = self
+            .call(key, limits, (0, ask), deadline, timeout)
+            .instrument(span)
+            .await
+        else {
             return None;
         };
-        let (Ok(Reply::Ran { now, states, .. }), Some(&flag)) = (decode(&raw, limits), raw.first())
-        else {
+        let flag = raw.as_ref().ok().and_then(|raw| raw.first().copied());
+        let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
             return None;
         };
         bump(&self.counts.round_trips);
