@@ -13,8 +13,8 @@ use crate::algo::Hits;
 use crate::clock::{ManualClock, Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::redis::{RedisConfig, RedisTarget, RedisTls};
-use crate::store::shared::{SharedBehaviour, SharedStore};
-use crate::store::{Capacity, OnStoreError};
+use crate::store::shared::{SharedBehaviour, SharedStore, counted};
+use crate::store::{Capacity, OnStoreError, StoreError};
 use crate::unit::Unit;
 
 const KEY: &str = "domain#hot";
@@ -117,4 +117,24 @@ async fn a_take_that_times_out_is_counted_as_one() {
     let after = store.stats().shared.expect("shared stats");
     assert_eq!(after.timeouts, before.timeouts + 1);
     assert_eq!(after.latency.count, before.latency.count + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_carries_what_the_counter_owes() {
+    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
+    let redis = RedisServer::start();
+    let (store, clock) = store(&redis, 0.5, Duration::from_secs(1)).await;
+    let limits = fixed(100, Unit::Hour);
+    heat(&store, &clock, &limits, 3).await;
+    // 95 units admitted while the store did not answer: in the view, and owed.
+    let now = store.now();
+    let owed = (Hits::Consume(95), 0);
+    let fallback = store.fall_back(KEY, &limits, owed, now, StoreError::Timeout, |v| {
+        let decided = counted(Hits::Consume(95), v.decision.admitted);
+        store.debts.owe(KEY, &limits, decided, now);
+    });
+    assert!(fallback.is_ok_and(|v| v.decision.admitted));
+    // 98 of 100 are used: whatever leases or the store decide, 2 more at most.
+    let admitted = requests(&store, &limits, 10).await;
+    assert!(admitted <= 2, "admitted {admitted} past 98 of 100");
 }

@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 use super::{GiveBack, Leases, Miss, PERIOD};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, lease_effect};
+use crate::store::shared::protocol::{Ask, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -67,7 +67,17 @@ impl SharedStore {
         if !self.is_up() {
             return None;
         }
+        // Units of this counter in calls not heard from are unknown to the store, which
+        // would grant a block past them: such a counter goes the usual way (`apply`).
+        if !self.debts.is_empty() && self.debts.uncertain(key) > 0 {
+            return None;
+        }
         let now = self.local.now();
+        // What the counter owes is charged before the block, as a request's call does.
+        let debt = match self.debts.is_empty() {
+            true => 0,
+            false => self.debts.take(key, now),
+        };
         let deadline = self.local.deadline(now, self.behaviour.timeout);
         // The store may grant all of `want`: a fallback meanwhile must leave room for it.
         let _sent = self.in_flight.send(key, Hits::Consume(want));
@@ -75,25 +85,31 @@ impl SharedStore {
         let timeout = self.behaviour.timeout;
         let span = self.backend.span(limits.len());
         // Counted, measured and read as a request's call is. One not answered in time is
-        // dropped: past its deadline the store ignores it.
+        // dropped (past its deadline the store ignores it), its debt owed again.
         let Ok(raw) = self
-            .call(key, limits, (0, ask), deadline, timeout)
+            .call(key, limits, (debt, ask), deadline, timeout)
             .instrument(span)
             .await
         else {
+            self.debts.restore(key, debt);
             return None;
         };
         let flag = raw.as_ref().ok().and_then(|raw| raw.first().copied());
         let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
+            self.debts.restore(key, debt);
             return None;
         };
         bump(&self.counts.round_trips);
+        if debt > 0 {
+            self.debts.landed(key, debt);
+        }
         let granted = u64::try_from(flag).unwrap_or(0);
         let mut after = states.clone();
-        if lease_effect(&mut after, limits, now, 0, ask) != granted {
-            // The store decided; its block is counted on the state it read.
+        if lease_effect(&mut after, limits, now, debt, ask) != granted {
+            // The store decided; its block is counted on the state it read, after the debt.
             bump(&self.counts.disagreements);
             after = states;
+            effect(&mut after, limits, now, debt, Hits::Check);
             for (state, limit) in after.iter_mut().zip(limits) {
                 state.record(limit, now, granted);
             }
