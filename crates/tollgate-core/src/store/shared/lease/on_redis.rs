@@ -3,7 +3,7 @@
 //! local clock is a `ManualClock`, so the periods that make a counter hot are stepped.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::wait::{room_in_window, until_async};
@@ -137,4 +137,31 @@ async fn a_take_carries_what_the_counter_owes() {
     // 98 of 100 are used: whatever leases or the store decide, 2 more at most.
     let admitted = requests(&store, &limits, 10).await;
     assert!(admitted <= 2, "admitted {admitted} past 98 of 100");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_given_back_after_their_window_are_not_counted_returned() {
+    let window = Duration::from_secs(1);
+    room_in_window(window, Duration::from_millis(500)).await;
+    let redis = RedisServer::start();
+    let (store, clock) = store(&redis, 0.01, Duration::from_secs(1)).await;
+    // Blocks of up to 10 in windows of a second.
+    let limits = fixed(1_000, Unit::Second);
+    heat(&store, &clock, &limits, 5).await;
+    assert_eq!(requests(&store, &limits, 1).await, 1);
+    assert_eq!(store.leases.counts.taken.load(super::Ordering::Relaxed), 1);
+    // The window ends (Redis runs on this machine's clock): the store no longer takes
+    // the block's units back.
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970");
+    let into = Duration::from_nanos(nanos_of(since_epoch) % nanos_of(window));
+    tokio::time::sleep(window - into + Duration::from_millis(50)).await;
+    store.give_back_leases(Duration::from_secs(1)).await;
+    let returned = store
+        .leases
+        .counts
+        .units_returned
+        .load(super::Ordering::Relaxed);
+    assert_eq!(returned, 0);
 }

@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 use super::{GiveBack, Leases, Miss, PERIOD};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, effect, lease_effect};
+use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -152,10 +152,8 @@ impl SharedStore {
             .check_and_count(&key, &limits, (0, ask), None, now);
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
-            if let (Ok(_), Some(store), Ask::GiveBack { units, .. }) =
-                (trip.await, me.upgrade(), ask)
-            {
-                store.leases.returned(units);
+            if let (Ok(raw), Some(store)) = (trip.await, me.upgrade()) {
+                store.leases.returned(given_back(&raw, &limits, ask));
             }
         });
     }
@@ -172,14 +170,39 @@ impl SharedStore {
                     .backend
                     .check_and_count(&key, &limits, (0, ask), None, now);
                 async move {
-                    if let (Ok(Ok(_)), Ask::GiveBack { units, .. }) =
-                        (tokio::time::timeout(limit, trip).await, ask)
-                    {
-                        self.leases.returned(units);
+                    if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await {
+                        self.leases.returned(given_back(&raw, &limits, ask));
                     }
                 }
             });
         futures_util::future::join_all(calls).await;
+    }
+}
+
+/// The units give-back `ask` returned to the store, as its reply `raw` (the state it
+/// read, and when) says: none where it came after the (sub-)window of every windowed
+/// limit had passed.
+fn given_back(raw: &[i64], limits: &[Limit], ask: Ask) -> u64 {
+    let (Ok(Reply::Ran { now, states, .. }), Ask::GiveBack { units, taken }) =
+        (decode(raw, limits), ask)
+    else {
+        return 0;
+    };
+    // A give-back of nothing rolls the windows as the real one does: only a difference
+    // from it is units taken back.
+    let mut rolled = states.clone();
+    lease_effect(
+        &mut rolled,
+        limits,
+        now,
+        0,
+        Ask::GiveBack { units: 0, taken },
+    );
+    let mut after = states;
+    lease_effect(&mut after, limits, now, 0, ask);
+    match after == rolled {
+        true => 0,
+        false => units,
     }
 }
 
