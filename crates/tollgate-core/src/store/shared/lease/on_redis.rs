@@ -14,7 +14,7 @@ use crate::clock::{ManualClock, Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::redis::{RedisConfig, RedisTarget, RedisTls};
 use crate::store::shared::{SharedBehaviour, SharedStore, counted};
-use crate::store::{Capacity, OnStoreError, StoreError};
+use crate::store::{Capacity, DecidedBy, OnStoreError, StoreError};
 use crate::unit::Unit;
 
 const KEY: &str = "domain#hot";
@@ -164,4 +164,34 @@ async fn units_given_back_after_their_window_are_not_counted_returned() {
         .units_returned
         .load(super::Ordering::Relaxed);
     assert_eq!(returned, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_is_adopted_into_the_local_view() {
+    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
+    let redis = RedisServer::start();
+    let (store, clock) = store(&redis, 0.5, Duration::from_secs(1)).await;
+    let limits = fixed(100, Unit::Hour);
+    // 60 through the store, then a take of what is left: 40, the view full.
+    heat(&store, &clock, &limits, 60).await;
+    assert_eq!(requests(&store, &limits, 1).await, 1);
+    assert_eq!(
+        store
+            .leases
+            .counts
+            .units_leased
+            .load(super::Ordering::Relaxed),
+        40
+    );
+    // 39 given back: the store admits again, and the view must not deny for it.
+    store.give_back_leases(Duration::from_secs(1)).await;
+    let returned = store
+        .leases
+        .counts
+        .units_returned
+        .load(super::Ordering::Relaxed);
+    assert_eq!(returned, 39);
+    let answer = store.apply(KEY, &limits, Hits::Consume(1)).await;
+    let (verdict, by) = answer.expect("an answer");
+    assert_eq!((verdict.decision.admitted, by), (true, DecidedBy::Store));
 }

@@ -144,16 +144,20 @@ impl SharedStore {
         Some(Ok(verdict))
     }
 
-    /// Gives a block back in a task of its own; nothing waits for it.
+    /// Gives a block back in a task of its own, waiting for the store at most the store
+    /// timeout; nothing waits for it.
     pub(in crate::store::shared) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
         let now = self.local.now();
         let trip = self
             .backend
             .check_and_count(&key, &limits, (0, ask), None, now);
+        let timeout = self.behaviour.timeout;
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
-            if let (Ok(raw), Some(store)) = (trip.await, me.upgrade()) {
-                store.leases.returned(given_back(&raw, &limits, ask));
+            if let (Ok(Ok(raw)), Some(store)) =
+                (tokio::time::timeout(timeout, trip).await, me.upgrade())
+            {
+                store.gave_back(&key, &limits, ask, &raw);
             }
         });
     }
@@ -171,22 +175,33 @@ impl SharedStore {
                     .check_and_count(&key, &limits, (0, ask), None, now);
                 async move {
                     if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await {
-                        self.leases.returned(given_back(&raw, &limits, ask));
+                        self.gave_back(&key, &limits, ask, &raw);
                     }
                 }
             });
         futures_util::future::join_all(calls).await;
     }
+
+    /// What give-back `ask`'s reply `raw` says: the units the store took back are counted,
+    /// and the counter after it becomes the local view, as a refresh's answer does (unless
+    /// a later answer is there already), so the view holds no units the store gave back
+    /// and denies only what the store would.
+    fn gave_back(&self, key: &str, limits: &[Limit], ask: Ask, raw: &[i64]) {
+        if let Some((units, snapshot)) = given_back(raw, limits, ask) {
+            self.leases.returned(units);
+            self.adopt(key, limits, (0, Hits::Check), snapshot);
+        }
+    }
 }
 
-/// The units give-back `ask` returned to the store, as its reply `raw` (the state it
-/// read, and when) says: none where it came after the (sub-)window of every windowed
-/// limit had passed.
-fn given_back(raw: &[i64], limits: &[Limit], ask: Ask) -> u64 {
+/// The units give-back `ask` returned to the store, and the counter after it, as its
+/// reply `raw` (the state it read, and when) says: no units where it came after the
+/// (sub-)window of every windowed limit had passed.
+fn given_back(raw: &[i64], limits: &[Limit], ask: Ask) -> Option<(u64, Snapshot)> {
     let (Ok(Reply::Ran { now, states, .. }), Ask::GiveBack { units, taken }) =
         (decode(raw, limits), ask)
     else {
-        return 0;
+        return None;
     };
     // A give-back of nothing rolls the windows as the real one does: only a difference
     // from it is units taken back.
@@ -200,10 +215,16 @@ fn given_back(raw: &[i64], limits: &[Limit], ask: Ask) -> u64 {
     );
     let mut after = states;
     lease_effect(&mut after, limits, now, 0, ask);
-    match after == rolled {
+    let returned = match after == rolled {
         true => 0,
         false => units,
-    }
+    };
+    let snapshot = Snapshot {
+        admitted: evaluate(&after, limits, now, 0).decision.admitted,
+        now,
+        states: after,
+    };
+    Some((returned, snapshot))
 }
 
 /// Every period, gives back the blocks idle or past their end.
