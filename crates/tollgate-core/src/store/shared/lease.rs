@@ -378,10 +378,13 @@ fn wake(taking: Option<Arc<Notify>>) {
     }
 }
 
-/// The give-back of what `block` did not spend, if anything.
+/// The give-back of what `block` did not spend, if anything and if the store can take it
+/// back: it ignores a give-back on GCRA, so one on GCRA limits alone would be a round trip
+/// for nothing.
 fn give_back(key: &str, block: Block) -> Option<GiveBack> {
     let units = block.left;
-    (units > 0).then(|| {
+    let windowed = block.decay.len() < block.limits.len();
+    (units > 0 && windowed).then(|| {
         let ask = Ask::GiveBack {
             units,
             taken: block.taken,
@@ -432,6 +435,8 @@ mod take;
 
 pub(super) use self::take::spawn_sweeper;
 
+#[cfg(all(test, feature = "redis"))]
+mod on_redis;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]

@@ -495,25 +495,39 @@ impl SharedStore {
         deadline: Option<Timestamp>,
         timeout: Duration,
     ) -> Answer {
-        let started = Instant::now();
-        let around = self.local.now();
         let call = (call.0, Ask::Hits(call.1));
-        let mut trip = self
-            .backend
-            .check_and_count(key, limits, call, deadline, around);
-        let answer = tokio::time::timeout(timeout, &mut trip).await;
-        self.counts.latency.observe(started.elapsed());
-        match answer {
-            Err(_) => {
-                bump(&self.counts.timeouts);
-                self.backend.health().report_slow();
-                Answer::Pending(trip)
-            }
+        match self.call(key, limits, call, deadline, timeout).await {
+            Err(trip) => Answer::Pending(trip),
             Ok(raw) => match self.read(raw, limits) {
                 Ok(snapshot) => Answer::Ran(snapshot),
                 Err(e) => Answer::Failed(e),
             },
         }
+    }
+
+    /// One call of any kind (a request's hits, a lease's take), waited for at most
+    /// `timeout` and measured as every round trip is; the call itself when it did not
+    /// finish in time.
+    async fn call(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        call: (u64, Ask),
+        deadline: Option<Timestamp>,
+        timeout: Duration,
+    ) -> Result<Result<Vec<i64>, TripError>, Trip> {
+        let started = Instant::now();
+        let around = self.local.now();
+        let mut trip = self
+            .backend
+            .check_and_count(key, limits, call, deadline, around);
+        let answer = tokio::time::timeout(timeout, &mut trip).await;
+        self.counts.latency.observe(started.elapsed());
+        answer.map_err(|_| {
+            bump(&self.counts.timeouts);
+            self.backend.health().report_slow();
+            trip
+        })
     }
 
     /// What a finished round trip says, counted by kind when it failed.

@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument as _;
+
 use super::{GiveBack, Leases, Miss, PERIOD};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, Reply, decode, lease_effect};
+use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -65,27 +67,49 @@ impl SharedStore {
         if !self.is_up() {
             return None;
         }
+        // Units of this counter in calls not heard from are unknown to the store, which
+        // would grant a block past them: such a counter goes the usual way (`apply`).
+        if !self.debts.is_empty() && self.debts.uncertain(key) > 0 {
+            return None;
+        }
         let now = self.local.now();
+        // What the counter owes is charged before the block, as a request's call does.
+        let debt = match self.debts.is_empty() {
+            true => 0,
+            false => self.debts.take(key, now),
+        };
         let deadline = self.local.deadline(now, self.behaviour.timeout);
-        let _sent = self.in_flight.send(key, Hits::Consume(n));
+        // The store may grant all of `want`: a fallback meanwhile must leave room for it.
+        let _sent = self.in_flight.send(key, Hits::Consume(want));
         let ask = Ask::Take { need: n, want };
-        let trip = self
-            .backend
-            .check_and_count(key, limits, (0, ask), deadline, now);
-        let Ok(Ok(raw)) = tokio::time::timeout(self.behaviour.timeout, trip).await else {
+        let timeout = self.behaviour.timeout;
+        let span = self.backend.span(limits.len());
+        // Counted, measured and read as a request's call is. One not answered in time is
+        // dropped (past its deadline the store ignores it), its debt owed again.
+        let Ok(raw) = self
+            .call(key, limits, (debt, ask), deadline, timeout)
+            .instrument(span)
+            .await
+        else {
+            self.debts.restore(key, debt);
             return None;
         };
-        let (Ok(Reply::Ran { now, states, .. }), Some(&flag)) = (decode(&raw, limits), raw.first())
-        else {
+        let flag = raw.as_ref().ok().and_then(|raw| raw.first().copied());
+        let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
+            self.debts.restore(key, debt);
             return None;
         };
         bump(&self.counts.round_trips);
+        if debt > 0 {
+            self.debts.landed(key, debt);
+        }
         let granted = u64::try_from(flag).unwrap_or(0);
         let mut after = states.clone();
-        if lease_effect(&mut after, limits, now, 0, ask) != granted {
-            // The store decided; its block is counted on the state it read.
+        if lease_effect(&mut after, limits, now, debt, ask) != granted {
+            // The store decided; its block is counted on the state it read, after the debt.
             bump(&self.counts.disagreements);
             after = states;
+            effect(&mut after, limits, now, debt, Hits::Check);
             for (state, limit) in after.iter_mut().zip(limits) {
                 state.record(limit, now, granted);
             }
@@ -120,18 +144,20 @@ impl SharedStore {
         Some(Ok(verdict))
     }
 
-    /// Gives a block back in a task of its own; nothing waits for it.
+    /// Gives a block back in a task of its own, waiting for the store at most the store
+    /// timeout; nothing waits for it.
     pub(in crate::store::shared) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
         let now = self.local.now();
         let trip = self
             .backend
             .check_and_count(&key, &limits, (0, ask), None, now);
+        let timeout = self.behaviour.timeout;
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
-            if let (Ok(_), Some(store), Ask::GiveBack { units, .. }) =
-                (trip.await, me.upgrade(), ask)
+            if let (Ok(Ok(raw)), Some(store)) =
+                (tokio::time::timeout(timeout, trip).await, me.upgrade())
             {
-                store.leases.returned(units);
+                store.gave_back(&key, &limits, ask, &raw);
             }
         });
     }
@@ -148,15 +174,57 @@ impl SharedStore {
                     .backend
                     .check_and_count(&key, &limits, (0, ask), None, now);
                 async move {
-                    if let (Ok(Ok(_)), Ask::GiveBack { units, .. }) =
-                        (tokio::time::timeout(limit, trip).await, ask)
-                    {
-                        self.leases.returned(units);
+                    if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await {
+                        self.gave_back(&key, &limits, ask, &raw);
                     }
                 }
             });
         futures_util::future::join_all(calls).await;
     }
+
+    /// What give-back `ask`'s reply `raw` says: the units the store took back are counted,
+    /// and the counter after it becomes the local view, as a refresh's answer does (unless
+    /// a later answer is there already), so the view holds no units the store gave back
+    /// and denies only what the store would.
+    fn gave_back(&self, key: &str, limits: &[Limit], ask: Ask, raw: &[i64]) {
+        if let Some((units, snapshot)) = given_back(raw, limits, ask) {
+            self.leases.returned(units);
+            self.adopt(key, limits, (0, Hits::Check), snapshot);
+        }
+    }
+}
+
+/// The units give-back `ask` returned to the store, and the counter after it, as its
+/// reply `raw` (the state it read, and when) says: no units where it came after the
+/// (sub-)window of every windowed limit had passed.
+fn given_back(raw: &[i64], limits: &[Limit], ask: Ask) -> Option<(u64, Snapshot)> {
+    let (Ok(Reply::Ran { now, states, .. }), Ask::GiveBack { units, taken }) =
+        (decode(raw, limits), ask)
+    else {
+        return None;
+    };
+    // A give-back of nothing rolls the windows as the real one does: only a difference
+    // from it is units taken back.
+    let mut rolled = states.clone();
+    lease_effect(
+        &mut rolled,
+        limits,
+        now,
+        0,
+        Ask::GiveBack { units: 0, taken },
+    );
+    let mut after = states;
+    lease_effect(&mut after, limits, now, 0, ask);
+    let returned = match after == rolled {
+        true => 0,
+        false => units,
+    };
+    let snapshot = Snapshot {
+        admitted: evaluate(&after, limits, now, 0).decision.admitted,
+        now,
+        states: after,
+    };
+    Some((returned, snapshot))
 }
 
 /// Every period, gives back the blocks idle or past their end.

@@ -587,3 +587,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_gcra_block_is_not_given_back() {
+    // The stores ignore a give-back on GCRA: sending one would be a round trip for nothing.
+    let limit = Limit::new(100_000, Unit::Second)
+        .with_algorithm(Algorithm::TokenBucket { burst: 100_000 })
+        .expect("limit");
+    let mut counter = Counter::new(vec![limit], SECOND);
+    let leases = leases(0.01);
+    take_block(&mut counter, &leases);
+    let calls = counter.calls;
+    counter.sweep(&leases, true);
+    assert_eq!(counter.calls, calls, "a give-back was sent");
+    assert_eq!(held(&leases), 0, "the block is dropped all the same");
+}
