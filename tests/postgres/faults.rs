@@ -264,3 +264,54 @@ async fn a_dropped_table_is_reported_down_and_recreated() {
     assert!(causes <= 2, "{causes} lines for one cause:\n{stderr}");
     assert!(!stderr.contains("already exists"), "{stderr}");
 }
+
+/// A function of the schema dropped while serving, the table left: the store goes down,
+/// and on reconnect the migration sees the piece missing and recreates it (held back by
+/// the migration's lock until the outage has been seen), and counting resumes.
+async fn a_dropped_function_is_recreated(drop: &str) {
+    let postgres = PostgresServer::start();
+    let server = connected(&postgres, &[]).await;
+    let mut rls = server.client().await;
+    assert_eq!(
+        code(&rls.check(DOMAIN, &[("yearly", "before")]).await),
+        Code::Ok
+    );
+
+    let migrations = postgres.hold("SELECT pg_advisory_lock(8390043843661231205)");
+    blocking(|| postgres.psql(drop));
+    for value in ["after-1", "after-2", "after-3"] {
+        rls.check(DOMAIN, &[("yearly", value)]).await;
+    }
+    server.await_store_health(503, RECOVERY).await;
+
+    std::mem::drop(migrations);
+    server.await_store_health(200, RECOVERY).await;
+    let trips = server.metric("tollgate_store_round_trips_total").await;
+    assert_eq!(
+        code(&rls.check(DOMAIN, &[("yearly", "again")]).await),
+        Code::Ok
+    );
+    assert!(
+        server.metric("tollgate_store_round_trips_total").await > trips,
+        "counted in PostgreSQL again"
+    );
+    let stderr = server.stderr().text();
+    assert!(stderr.contains("schema repaired"), "{stderr}");
+}
+
+/// The counting function this version calls (not an older signature) dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_counting_function_is_recreated() {
+    a_dropped_function_is_recreated(
+        "DROP FUNCTION tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+         bigint[], bigint[], bigint[], bigint[], bigint)",
+    )
+    .await;
+}
+
+/// The clock function dropped: the health probe fails, and the pool's statements cannot
+/// be prepared on reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_clock_function_is_recreated() {
+    a_dropped_function_is_recreated("DROP FUNCTION tollgate_now_us()").await;
+}

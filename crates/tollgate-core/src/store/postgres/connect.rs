@@ -180,12 +180,30 @@ impl PgConnector {
         Ok(client)
     }
 
+    /// `conn`, or its error; a statement that could not be prepared because part of the
+    /// schema is gone (the clock function dropped, say) has the next connect migrate,
+    /// which repairs it, instead of failing the same way for ever.
+    fn schema_checked(&self, conn: Result<PooledConn, PgError>) -> Result<PooledConn, PgError> {
+        if let Err(PgError::Unprepared(e)) = &conn
+            && schema_gone(e)
+        {
+            self.migrated.store(false, Ordering::Relaxed);
+        }
+        conn
+    }
+
     async fn prepared(client: Client) -> Result<PooledConn, PgError> {
         let prepare = |sql| client.prepare(sql);
         let (check, now) =
             tokio::try_join!(prepare(CHECK), prepare(NOW)).map_err(PgError::Unprepared)?;
         Ok(PooledConn { client, check, now })
     }
+}
+
+/// Whether `e` says a table or function of the schema is not there.
+fn schema_gone(e: &tokio_postgres::Error) -> bool {
+    let gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
+    e.code().is_some_and(|code| gone.contains(code))
 }
 
 async fn open_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<Client, PgError>
@@ -216,10 +234,10 @@ impl Connector for PgConnector {
             schema::migrate(&mut first, self.unlogged).await?;
             self.migrated.store(true, Ordering::Relaxed);
         }
-        let mut conns = vec![Self::prepared(first).await?];
+        let mut conns = vec![self.schema_checked(Self::prepared(first).await)?];
         let rest = (1..self.pool_size).map(|_| async { Self::prepared(self.open().await?).await });
         for conn in futures_util::future::join_all(rest).await {
-            conns.push(conn?);
+            conns.push(self.schema_checked(conn)?);
         }
         Ok(Pool {
             conns,
@@ -270,8 +288,7 @@ impl Connector for PgConnector {
         match probed {
             Ok(()) => Ok(()),
             Err(e) => {
-                let schema_gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
-                if e.code().is_some_and(|code| schema_gone.contains(code)) {
+                if schema_gone(&e) {
                     self.migrated.store(false, Ordering::Relaxed);
                 }
                 Err(PgError::Db(e))

@@ -9,8 +9,8 @@
 //! leases: `tollgate_apply` takes and gives back blocks, with one extra number (3's
 //! signature calls it with none).
 //!
-//! A database at the current version whose counter table or function is gone (dropped by
-//! hand) is repaired: the file is run again.
+//! A database at the current version missing any piece of it (the counter table or any
+//! of its functions, dropped by hand) is repaired: the file is run again.
 
 use tokio_postgres::Client;
 
@@ -22,10 +22,18 @@ const SCHEMA: &str = include_str!("schema.sql");
 /// The version this Tollgate writes and reads.
 pub const SCHEMA_VERSION: i32 = 4;
 
-/// Whether the counter table and the counting function are there.
+/// Whether every piece `schema.sql` makes is there: the counter table, the counting
+/// function this version calls, the older signatures kept for a rolling upgrade's
+/// instances, the clock and the sweep. Any one missing runs the file again.
 const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
-     bigint[], bigint[], bigint[])') IS NOT NULL";
+     bigint[], bigint[], bigint[], bigint[], bigint)') IS NOT NULL \
+     AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+     bigint[], bigint[], bigint[], bigint[])') IS NOT NULL \
+     AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+     bigint[], bigint[], bigint[])') IS NOT NULL \
+     AND to_regprocedure('tollgate_now_us()') IS NOT NULL \
+     AND to_regprocedure('tollgate_sweep(integer)') IS NOT NULL";
 
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
@@ -87,8 +95,8 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
     } else if !complete {
         tx.batch_execute(SCHEMA).await.map_err(db)?;
         tracing::warn!(
-            "postgres schema repaired: version {found}, but tollgate_counters or \
-             tollgate_apply was missing (dropped?), so it was created again"
+            "postgres schema repaired: version {found}, but part of it (tollgate_counters \
+             or one of its functions) was missing (dropped?), so it was created again"
         );
     }
     let is_unlogged: bool = tx
