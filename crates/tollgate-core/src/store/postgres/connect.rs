@@ -157,10 +157,20 @@ pub enum PgError {
     /// The schema could not be brought up to date.
     #[error(transparent)]
     Schema(#[from] SchemaError),
+    /// No connection within the connect timeout.
+    #[error("no connection within {0:?}")]
+    Timeout(Duration),
     /// The clock's row is not a number.
     #[error("{0}")]
     Clock(#[source] tokio_postgres::Error),
 }
+
+/// Longest one statement of a migration may run on connect (instead of the requests'
+/// `statement_timeout`), and about the longest the migration may take: enough to wait
+/// out another instance's migration, or to rewrite a large counter table when
+/// `POSTGRES_UNLOGGED` changes. Past it the migration is rolled back and tried again;
+/// `tollgate migrate` has no limit.
+pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(300);
 
 const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
 const NOW: &str = "SELECT tollgate_now_us()";
@@ -228,10 +238,30 @@ impl Connector for PgConnector {
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     type Error = PgError;
 
+    /// A connect that migrates may take [`MIGRATION_TIMEOUT`] more.
+    fn connect_timeout(&self) -> Duration {
+        match self.migrated.load(Ordering::Relaxed) {
+            true => Self::CONNECT_TIMEOUT,
+            false => Self::CONNECT_TIMEOUT + MIGRATION_TIMEOUT,
+        }
+    }
+
     async fn connect(&self) -> Result<Pool, PgError> {
-        let mut first = self.open().await?;
+        // The connect timeout is stretched for a migration, not for a server that does
+        // not answer.
+        let mut first = tokio::time::timeout(Self::CONNECT_TIMEOUT, self.open())
+            .await
+            .map_err(|_| PgError::Timeout(Self::CONNECT_TIMEOUT))??;
         if !self.migrated.load(Ordering::Relaxed) {
-            schema::migrate(&mut first, self.unlogged).await?;
+            // The server cancels a statement past the limit itself (dropping the client
+            // would leave it running, holding its locks); this bounds the rest.
+            let limit = MIGRATION_TIMEOUT;
+            tokio::time::timeout(
+                limit,
+                schema::migrate(&mut first, self.unlogged, Some(limit)),
+            )
+            .await
+            .map_err(|_| SchemaError::TimedOut(limit))??;
             self.migrated.store(true, Ordering::Relaxed);
         }
         let mut conns = vec![self.schema_checked(Self::prepared(first).await)?];

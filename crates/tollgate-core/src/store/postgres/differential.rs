@@ -31,7 +31,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A connection to the test server's database `postgres`, with the schema in place.
 async fn connect() -> Client {
     let mut client = open(&postgres().url()).await;
-    schema::migrate(&mut client, false)
+    schema::migrate(&mut client, false, None)
         .await
         .expect("migrate the schema");
     client
@@ -168,7 +168,7 @@ fn the_sweep_deletes_expired_counters_only() {
         // The histories replayed by the other tests are long expired on the database's
         // clock: a sweep of their database would delete them under their feet.
         let mut client = fresh_database("sweep").await;
-        schema::migrate(&mut client, false)
+        schema::migrate(&mut client, false, None)
             .await
             .expect("migrate the schema");
         let prefix = format!("sweep:{}:", fresh_key());
@@ -216,14 +216,14 @@ fn the_sweep_deletes_expired_counters_only() {
 fn a_newer_schema_is_refused_and_migration_is_idempotent() {
     runtime().block_on(async {
         let mut client = connect().await;
-        let again = schema::migrate(&mut client, false).await;
+        let again = schema::migrate(&mut client, false, None).await;
         assert!(
             matches!(again, Ok(found) if found == schema::SCHEMA_VERSION),
             "{again:?}"
         );
         // Another database, so that the shared one keeps its version.
         let mut newer = fresh_database("newer").await;
-        let first = schema::migrate(&mut newer, true).await;
+        let first = schema::migrate(&mut newer, true, None).await;
         assert!(matches!(first, Ok(0)), "{first:?}");
         let unlogged: bool = newer
             .query_one(
@@ -238,7 +238,7 @@ fn a_newer_schema_is_refused_and_migration_is_idempotent() {
             .batch_execute("INSERT INTO tollgate_schema (version) VALUES (99)")
             .await
             .expect("pretend a newer Tollgate ran");
-        let refused = schema::migrate(&mut newer, true).await.unwrap_err();
+        let refused = schema::migrate(&mut newer, true, None).await.unwrap_err();
         assert!(
             matches!(refused, schema::SchemaError::Newer { found: 99 }),
             "{refused:?}"
@@ -255,7 +255,7 @@ fn a_newer_schema_is_refused_and_migration_is_idempotent() {
 fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
     runtime().block_on(async {
         let mut client = fresh_database("repair").await;
-        schema::migrate(&mut client, false)
+        schema::migrate(&mut client, false, None)
             .await
             .expect("migrate the schema");
         let pieces = [
@@ -284,7 +284,7 @@ fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
                 .batch_execute(&format!("DROP {kind} {piece}"))
                 .await
                 .unwrap_or_else(|e| panic!("drop {piece}: {e}"));
-            let found = schema::migrate(&mut client, false).await;
+            let found = schema::migrate(&mut client, false, None).await;
             assert!(
                 matches!(found, Ok(v) if v == schema::SCHEMA_VERSION),
                 "{piece}: {found:?}"
