@@ -210,6 +210,16 @@ impl PgConnector {
     }
 }
 
+/// `connecting`, or [`PgError::Timeout`] past `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    connecting: impl Future<Output = Result<T, PgError>>,
+) -> Result<T, PgError> {
+    tokio::time::timeout(timeout, connecting)
+        .await
+        .map_err(|_| PgError::Timeout(timeout))?
+}
+
 /// Whether `e` says a table or function of the schema is not there.
 fn schema_gone(e: &tokio_postgres::Error) -> bool {
     let gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
@@ -238,23 +248,22 @@ impl Connector for PgConnector {
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     type Error = PgError;
 
-    /// A connect that migrates may take [`MIGRATION_TIMEOUT`] more.
+    /// A connect that migrates may take [`MIGRATION_TIMEOUT`] more: its connections are
+    /// still due within [`Self::CONNECT_TIMEOUT`] before the migration, and again after.
     fn connect_timeout(&self) -> Duration {
         match self.migrated.load(Ordering::Relaxed) {
             true => Self::CONNECT_TIMEOUT,
-            false => Self::CONNECT_TIMEOUT + MIGRATION_TIMEOUT,
+            false => Self::CONNECT_TIMEOUT * 2 + MIGRATION_TIMEOUT,
         }
     }
 
     async fn connect(&self) -> Result<Pool, PgError> {
         // The connect timeout is stretched for a migration, not for a server that does
-        // not answer.
-        let mut first = tokio::time::timeout(Self::CONNECT_TIMEOUT, self.open())
-            .await
-            .map_err(|_| PgError::Timeout(Self::CONNECT_TIMEOUT))??;
+        // not answer: the connections keep their own.
+        let mut first = within(Self::CONNECT_TIMEOUT, self.open()).await?;
         if !self.migrated.load(Ordering::Relaxed) {
             // The server cancels a statement past the limit itself (dropping the client
-            // would leave it running, holding its locks); this bounds the rest.
+            // would leave it running, holding its locks); this bounds the whole.
             let limit = MIGRATION_TIMEOUT;
             tokio::time::timeout(
                 limit,
@@ -264,15 +273,19 @@ impl Connector for PgConnector {
             .map_err(|_| SchemaError::TimedOut(limit))??;
             self.migrated.store(true, Ordering::Relaxed);
         }
-        let mut conns = vec![self.schema_checked(Self::prepared(first).await)?];
-        let rest = (1..self.pool_size).map(|_| async { Self::prepared(self.open().await?).await });
-        for conn in futures_util::future::join_all(rest).await {
-            conns.push(self.schema_checked(conn)?);
-        }
-        Ok(Pool {
-            conns,
-            next: AtomicUsize::new(0),
+        within(Self::CONNECT_TIMEOUT, async {
+            let mut conns = vec![self.schema_checked(Self::prepared(first).await)?];
+            let rest =
+                (1..self.pool_size).map(|_| async { Self::prepared(self.open().await?).await });
+            for conn in futures_util::future::join_all(rest).await {
+                conns.push(self.schema_checked(conn)?);
+            }
+            Ok(Pool {
+                conns,
+                next: AtomicUsize::new(0),
+            })
         })
+        .await
     }
 
     async fn time(&self, pool: &Pool) -> Result<Timestamp, PgError> {
