@@ -7,9 +7,9 @@ use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::load::{Load, assert_all, sent_between, timed_check};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::tollgate::Serve;
-use tollgate_testkit::{free_port, loopback};
+use tollgate_testkit::{free_port, loopback, wait};
 
-use crate::support::{DOMAIN, RECOVERY, RULES, await_exact_probe, blocking, connected};
+use crate::support::{DOMAIN, RECOVERY, RULES, await_exact_probe, blocking, connected, serve};
 
 const STDERR_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -263,4 +263,115 @@ async fn a_dropped_table_is_reported_down_and_recreated() {
     let causes = stderr.matches("counter calls fail").count();
     assert!(causes <= 2, "{causes} lines for one cause:\n{stderr}");
     assert!(!stderr.contains("already exists"), "{stderr}");
+}
+
+/// A function of the schema dropped while serving, the table left: the store goes down,
+/// and on reconnect the migration sees the piece missing and recreates it (held back by
+/// the migration's lock until the outage has been seen), and counting resumes.
+async fn a_dropped_function_is_recreated(drop: &str) {
+    let postgres = PostgresServer::start();
+    let server = connected(&postgres, &[]).await;
+    let mut rls = server.client().await;
+    assert_eq!(
+        code(&rls.check(DOMAIN, &[("yearly", "before")]).await),
+        Code::Ok
+    );
+
+    let migrations = postgres.hold("SELECT pg_advisory_lock(8390043843661231205)");
+    blocking(|| postgres.psql(drop));
+    for value in ["after-1", "after-2", "after-3"] {
+        rls.check(DOMAIN, &[("yearly", value)]).await;
+    }
+    server.await_store_health(503, RECOVERY).await;
+
+    std::mem::drop(migrations);
+    server.await_store_health(200, RECOVERY).await;
+    let trips = server.metric("tollgate_store_round_trips_total").await;
+    assert_eq!(
+        code(&rls.check(DOMAIN, &[("yearly", "again")]).await),
+        Code::Ok
+    );
+    assert!(
+        server.metric("tollgate_store_round_trips_total").await > trips,
+        "counted in PostgreSQL again"
+    );
+    let stderr = server.stderr().text();
+    assert!(stderr.contains("schema repaired"), "{stderr}");
+}
+
+/// The counting function this version calls (not an older signature) dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_counting_function_is_recreated() {
+    a_dropped_function_is_recreated(
+        "DROP FUNCTION tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+         bigint[], bigint[], bigint[], bigint[], bigint)",
+    )
+    .await;
+}
+
+/// The clock function dropped: the health probe fails, and the pool's statements cannot
+/// be prepared on reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_clock_function_is_recreated() {
+    a_dropped_function_is_recreated("DROP FUNCTION tollgate_now_us()").await;
+}
+
+/// Tollgate's backends (the pool's, the migration's among them) that have waited on
+/// `lock` (`pg_locks` wait event: `advisory`, `relation`) for longer than `at_least`.
+fn waiting_on(postgres: &PostgresServer, lock: &str, at_least: Duration) -> u32 {
+    let waiting = postgres.psql(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tollgate' \
+         AND wait_event_type = 'Lock' AND wait_event = '{lock}' \
+         AND now() - query_start > interval '{} ms'",
+        at_least.as_millis()
+    ));
+    waiting
+        .parse()
+        .unwrap_or_else(|e| panic!("count of waiting backends {waiting:?}: {e}"))
+}
+
+/// Longer than both the statement timeout (1 s) and the connect timeout (5 s).
+const LONG_WAIT: Duration = Duration::from_secs(6);
+
+/// Another instance's migration holding the migration lock past the statement timeout
+/// and the connect timeout, then a reader holding the counter table while this instance
+/// switches it to unlogged (a rewrite, which needs the table to itself): each migration
+/// waits rather than being cancelled and failing every retry, and the store comes up
+/// once the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_waits_past_the_statement_and_connect_timeouts() {
+    let postgres = PostgresServer::start();
+    let migrations = blocking(|| postgres.hold("SELECT pg_advisory_lock(8390043843661231205)"));
+    let server = serve(&postgres, &[]).start_without_store();
+    let waited = |lock: &'static str, server: &tollgate_testkit::tollgate::Server| {
+        blocking(|| {
+            wait::until(
+                &format!("Tollgate's migration waiting on the {lock} lock past {LONG_WAIT:?}"),
+                LONG_WAIT * 3,
+                || match waiting_on(&postgres, lock, LONG_WAIT) {
+                    0 => Err(format!("none; Tollgate said:\n{}", server.stderr().tail(5))),
+                    _ => Ok(()),
+                },
+            )
+        })
+    };
+    waited("advisory", &server);
+    std::mem::drop(migrations);
+    server.await_store_health(200, RECOVERY).await;
+    let stderr = server.stderr().text();
+    assert!(stderr.contains("waiting for another"), "{stderr}");
+    assert!(!stderr.contains("statement timeout"), "{stderr}");
+    drop(server);
+
+    let reader = blocking(|| postgres.hold("BEGIN; SELECT count(*) FROM tollgate_counters;"));
+    let server = serve(&postgres, &["--postgres-unlogged"]).start_without_store();
+    waited("relation", &server);
+    std::mem::drop(reader);
+    server.await_store_health(200, RECOVERY).await;
+    let persistence = blocking(|| {
+        postgres.psql("SELECT relpersistence FROM pg_class WHERE relname = 'tollgate_counters'")
+    });
+    assert_eq!(persistence, "u", "switched to unlogged");
+    let stderr = server.stderr().text();
+    assert!(!stderr.contains("statement timeout"), "{stderr}");
 }

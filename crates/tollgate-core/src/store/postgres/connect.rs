@@ -157,10 +157,20 @@ pub enum PgError {
     /// The schema could not be brought up to date.
     #[error(transparent)]
     Schema(#[from] SchemaError),
+    /// No connection within the connect timeout.
+    #[error("no connection within {0:?}")]
+    Timeout(Duration),
     /// The clock's row is not a number.
     #[error("{0}")]
     Clock(#[source] tokio_postgres::Error),
 }
+
+/// Longest one statement of a migration may run on connect (instead of the requests'
+/// `statement_timeout`), and about the longest the migration may take: enough to wait
+/// out another instance's migration, or to rewrite a large counter table when
+/// `POSTGRES_UNLOGGED` changes. Past it the migration is rolled back and tried again;
+/// `tollgate migrate` has no limit.
+pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(300);
 
 const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
 const NOW: &str = "SELECT tollgate_now_us()";
@@ -180,12 +190,40 @@ impl PgConnector {
         Ok(client)
     }
 
+    /// `conn`, or its error; a statement that could not be prepared because part of the
+    /// schema is gone (the clock function dropped, say) has the next connect migrate,
+    /// which repairs it, instead of failing the same way for ever.
+    fn schema_checked(&self, conn: Result<PooledConn, PgError>) -> Result<PooledConn, PgError> {
+        if let Err(PgError::Unprepared(e)) = &conn
+            && schema_gone(e)
+        {
+            self.migrated.store(false, Ordering::Relaxed);
+        }
+        conn
+    }
+
     async fn prepared(client: Client) -> Result<PooledConn, PgError> {
         let prepare = |sql| client.prepare(sql);
         let (check, now) =
             tokio::try_join!(prepare(CHECK), prepare(NOW)).map_err(PgError::Unprepared)?;
         Ok(PooledConn { client, check, now })
     }
+}
+
+/// `connecting`, or [`PgError::Timeout`] past `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    connecting: impl Future<Output = Result<T, PgError>>,
+) -> Result<T, PgError> {
+    tokio::time::timeout(timeout, connecting)
+        .await
+        .map_err(|_| PgError::Timeout(timeout))?
+}
+
+/// Whether `e` says a table or function of the schema is not there.
+fn schema_gone(e: &tokio_postgres::Error) -> bool {
+    let gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
+    e.code().is_some_and(|code| gone.contains(code))
 }
 
 async fn open_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<Client, PgError>
@@ -210,21 +248,44 @@ impl Connector for PgConnector {
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     type Error = PgError;
 
+    /// A connect that migrates may take [`MIGRATION_TIMEOUT`] more: its connections are
+    /// still due within [`Self::CONNECT_TIMEOUT`] before the migration, and again after.
+    fn connect_timeout(&self) -> Duration {
+        match self.migrated.load(Ordering::Relaxed) {
+            true => Self::CONNECT_TIMEOUT,
+            false => Self::CONNECT_TIMEOUT * 2 + MIGRATION_TIMEOUT,
+        }
+    }
+
     async fn connect(&self) -> Result<Pool, PgError> {
-        let mut first = self.open().await?;
+        // The connect timeout is stretched for a migration, not for a server that does
+        // not answer: the connections keep their own.
+        let mut first = within(Self::CONNECT_TIMEOUT, self.open()).await?;
         if !self.migrated.load(Ordering::Relaxed) {
-            schema::migrate(&mut first, self.unlogged).await?;
+            // The server cancels a statement past the limit itself (dropping the client
+            // would leave it running, holding its locks); this bounds the whole.
+            let limit = MIGRATION_TIMEOUT;
+            tokio::time::timeout(
+                limit,
+                schema::migrate(&mut first, self.unlogged, Some(limit)),
+            )
+            .await
+            .map_err(|_| SchemaError::TimedOut(limit))??;
             self.migrated.store(true, Ordering::Relaxed);
         }
-        let mut conns = vec![Self::prepared(first).await?];
-        let rest = (1..self.pool_size).map(|_| async { Self::prepared(self.open().await?).await });
-        for conn in futures_util::future::join_all(rest).await {
-            conns.push(conn?);
-        }
-        Ok(Pool {
-            conns,
-            next: AtomicUsize::new(0),
+        within(Self::CONNECT_TIMEOUT, async {
+            let mut conns = vec![self.schema_checked(Self::prepared(first).await)?];
+            let rest =
+                (1..self.pool_size).map(|_| async { Self::prepared(self.open().await?).await });
+            for conn in futures_util::future::join_all(rest).await {
+                conns.push(self.schema_checked(conn)?);
+            }
+            Ok(Pool {
+                conns,
+                next: AtomicUsize::new(0),
+            })
         })
+        .await
     }
 
     async fn time(&self, pool: &Pool) -> Result<Timestamp, PgError> {
@@ -270,8 +331,7 @@ impl Connector for PgConnector {
         match probed {
             Ok(()) => Ok(()),
             Err(e) => {
-                let schema_gone = [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_FUNCTION];
-                if e.code().is_some_and(|code| schema_gone.contains(code)) {
+                if schema_gone(&e) {
                     self.migrated.store(false, Ordering::Relaxed);
                 }
                 Err(PgError::Db(e))

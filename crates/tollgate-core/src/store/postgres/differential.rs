@@ -31,7 +31,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A connection to the test server's database `postgres`, with the schema in place.
 async fn connect() -> Client {
     let mut client = open(&postgres().url()).await;
-    schema::migrate(&mut client, false)
+    schema::migrate(&mut client, false, None)
         .await
         .expect("migrate the schema");
     client
@@ -168,7 +168,7 @@ fn the_sweep_deletes_expired_counters_only() {
         // The histories replayed by the other tests are long expired on the database's
         // clock: a sweep of their database would delete them under their feet.
         let mut client = fresh_database("sweep").await;
-        schema::migrate(&mut client, false)
+        schema::migrate(&mut client, false, None)
             .await
             .expect("migrate the schema");
         let prefix = format!("sweep:{}:", fresh_key());
@@ -216,14 +216,14 @@ fn the_sweep_deletes_expired_counters_only() {
 fn a_newer_schema_is_refused_and_migration_is_idempotent() {
     runtime().block_on(async {
         let mut client = connect().await;
-        let again = schema::migrate(&mut client, false).await;
+        let again = schema::migrate(&mut client, false, None).await;
         assert!(
             matches!(again, Ok(found) if found == schema::SCHEMA_VERSION),
             "{again:?}"
         );
         // Another database, so that the shared one keeps its version.
         let mut newer = fresh_database("newer").await;
-        let first = schema::migrate(&mut newer, true).await;
+        let first = schema::migrate(&mut newer, true, None).await;
         assert!(matches!(first, Ok(0)), "{first:?}");
         let unlogged: bool = newer
             .query_one(
@@ -238,12 +238,71 @@ fn a_newer_schema_is_refused_and_migration_is_idempotent() {
             .batch_execute("INSERT INTO tollgate_schema (version) VALUES (99)")
             .await
             .expect("pretend a newer Tollgate ran");
-        let refused = schema::migrate(&mut newer, true).await.unwrap_err();
+        let refused = schema::migrate(&mut newer, true, None).await.unwrap_err();
         assert!(
             matches!(refused, schema::SchemaError::Newer { found: 99 }),
             "{refused:?}"
         );
         let refused = refused.to_string();
         assert!(refused.contains("version 99, newer"), "{refused}");
+    });
+}
+
+/// Each piece of the schema dropped by hand from a database at the current version, the
+/// counting function the current version calls among them: the next migration sees the
+/// piece missing and runs the file again.
+#[test]
+fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
+    runtime().block_on(async {
+        let mut client = fresh_database("repair").await;
+        schema::migrate(&mut client, false, None)
+            .await
+            .expect("migrate the schema");
+        let pieces = [
+            ("table", "tollgate_counters"),
+            // Version 4's, which this Tollgate calls, then the wrappers of 3 and 2.
+            (
+                "function",
+                "tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, bigint[], \
+                 bigint[], bigint[], bigint[], bigint)",
+            ),
+            (
+                "function",
+                "tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, bigint[], \
+                 bigint[], bigint[], bigint[])",
+            ),
+            (
+                "function",
+                "tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, bigint[], \
+                 bigint[], bigint[])",
+            ),
+            ("function", "tollgate_now_us()"),
+            ("function", "tollgate_sweep(integer)"),
+        ];
+        for (kind, piece) in pieces {
+            client
+                .batch_execute(&format!("DROP {kind} {piece}"))
+                .await
+                .unwrap_or_else(|e| panic!("drop {piece}: {e}"));
+            let found = schema::migrate(&mut client, false, None).await;
+            assert!(
+                matches!(found, Ok(v) if v == schema::SCHEMA_VERSION),
+                "{piece}: {found:?}"
+            );
+            let regclass = if kind == "table" {
+                "regclass"
+            } else {
+                "regprocedure"
+            };
+            let back: bool = client
+                .query_one(&format!("SELECT to_{regclass}($1) IS NOT NULL"), &[&piece])
+                .await
+                .expect("look the piece up")
+                .get(0);
+            assert!(
+                back,
+                "{piece} was dropped and not repaired by the migration"
+            );
+        }
     });
 }

@@ -9,7 +9,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connect::{PgError, PgTarget};
 use super::describe::describe;
-use crate::store::shared::resets::{Subscribe, SubscribeError};
+use crate::store::shared::resets::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError};
 
 /// Announcements heard but not yet applied; past it, the connection waits.
 const QUEUE: usize = 1024;
@@ -39,14 +39,17 @@ pub(super) fn subscription(
             // Named apart from the pool's connections, for whoever counts those.
             let mut config = target.config.clone();
             config.application_name("tollgate-resets");
-            let client = match tls {
-                Some(tls) => listener(&config, tls, tx).await,
-                None => listener(&config, NoTls, tx).await,
-            }
-            .map_err(|e| SubscribeError::Store(PgError::Db(e).into()))?;
-            client
-                .batch_execute(&format!("LISTEN {channel}"))
+            let listening = async {
+                let client = match tls {
+                    Some(tls) => listener(&config, tls, tx).await,
+                    None => listener(&config, NoTls, tx).await,
+                }?;
+                client.batch_execute(&format!("LISTEN {channel}")).await?;
+                Ok::<_, tokio_postgres::Error>(client)
+            };
+            let client = tokio::time::timeout(SUBSCRIBE_TIMEOUT, listening)
                 .await
+                .map_err(|_| SubscribeError::Timeout(SUBSCRIBE_TIMEOUT))?
                 .map_err(|e| SubscribeError::Store(PgError::Db(e).into()))?;
             // The client lives as long as the stream: dropping it closes the connection.
             let keys = futures_util::stream::unfold((rx, client), |(mut rx, client)| async move {
@@ -89,4 +92,48 @@ where
         }
     });
     Ok(client)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A server that accepts the connection and never answers the startup (hung, or not
+    /// PostgreSQL at all): the subscription gives up and says so, instead of waiting for
+    /// ever and leaving resets unheard without a word.
+    #[tokio::test]
+    async fn a_server_that_never_answers_times_the_subscription_out() {
+        let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = silent.local_addr().expect("its address").port();
+        let accepted = tokio::spawn(async move {
+            // Kept open, unread: the client waits on an answer that never comes.
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                held.push(socket);
+            }
+        });
+        let target = PgTarget::parse(&format!(
+            "postgres://u:p@127.0.0.1:{port}/x?sslmode=disable"
+        ))
+        .expect("a URL");
+        let subscribe = subscription(target, None, channel("t_"));
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), subscribe()).await;
+        let Ok(opened) = outcome else {
+            panic!("the subscription still waits after 20 s on a server that never answers")
+        };
+        let Err(err) = opened else {
+            panic!("subscribed to a server that never answered")
+        };
+        assert!(
+            matches!(err, SubscribeError::Timeout(t) if t == SUBSCRIBE_TIMEOUT),
+            "{err:?}"
+        );
+        assert!(started.elapsed() >= SUBSCRIBE_TIMEOUT, "{err}");
+        accepted.abort();
+    }
 }

@@ -103,7 +103,7 @@ pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, PgError> 
         key_prefix: String::new(),
     };
     let mut client = connector.open().await?;
-    Ok(schema::migrate(&mut client, unlogged).await?)
+    Ok(schema::migrate(&mut client, unlogged, None).await?)
 }
 
 /// One function call per round trip over a pooled connection.

@@ -9,10 +9,13 @@
 //! leases: `tollgate_apply` takes and gives back blocks, with one extra number (3's
 //! signature calls it with none).
 //!
-//! A database at the current version whose counter table or function is gone (dropped by
-//! hand) is repaired: the file is run again.
+//! A database at the current version missing any piece of it (the counter table or any
+//! of its functions, dropped by hand) is repaired: the file is run again.
+
+use std::time::Duration;
 
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use super::describe::describe;
 
@@ -22,10 +25,18 @@ const SCHEMA: &str = include_str!("schema.sql");
 /// The version this Tollgate writes and reads.
 pub const SCHEMA_VERSION: i32 = 4;
 
-/// Whether the counter table and the counting function are there.
+/// Whether every piece `schema.sql` makes is there: the counter table, the counting
+/// function this version calls, the older signatures kept for a rolling upgrade's
+/// instances, the clock and the sweep. Any one missing runs the file again.
 const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
-     bigint[], bigint[], bigint[])') IS NOT NULL";
+     bigint[], bigint[], bigint[], bigint[], bigint)') IS NOT NULL \
+     AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+     bigint[], bigint[], bigint[], bigint[])') IS NOT NULL \
+     AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
+     bigint[], bigint[], bigint[])') IS NOT NULL \
+     AND to_regprocedure('tollgate_now_us()') IS NOT NULL \
+     AND to_regprocedure('tollgate_sweep(integer)') IS NOT NULL";
 
 /// Any fixed number, the same in every Tollgate: the advisory lock of migrations.
 const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
@@ -36,6 +47,15 @@ pub enum SchemaError {
     /// A statement of the migration failed.
     #[error("migrating the schema: {}", describe(.0))]
     Db(#[source] tokio_postgres::Error),
+    /// A statement of the migration ran past its limit: the wait for another instance's
+    /// migration, or the rewrite of a large counter table.
+    #[error(
+        "the schema migration did not finish within {0:?} (another instance's migration \
+         holding its lock, or tollgate_counters rewritten to switch POSTGRES_UNLOGGED, or a \
+         session holding that table); it is tried again, and `tollgate migrate` runs it \
+         with no time limit"
+    )]
+    TimedOut(Duration),
     /// A newer Tollgate migrated the database; it is not downgraded.
     #[error(
         "the database's schema is version {found}, newer than this Tollgate's \
@@ -48,17 +68,42 @@ pub enum SchemaError {
 }
 
 /// Brings the schema to [`SCHEMA_VERSION`], makes the counter table logged or unlogged as
-/// asked, and returns the version found before.
-pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, SchemaError> {
-    let db = SchemaError::Db;
+/// asked, and returns the version found before. Each of its statements may run for
+/// `limit` (none: no limit), whatever the connection's `statement_timeout`: waiting for
+/// another instance's migration, or rewriting a large table, takes longer than a request.
+pub(super) async fn migrate(
+    client: &mut Client,
+    unlogged: bool,
+    limit: Option<Duration>,
+) -> Result<i32, SchemaError> {
+    let db = |e: tokio_postgres::Error| match limit {
+        Some(limit) if e.code() == Some(&SqlState::QUERY_CANCELED) => SchemaError::TimedOut(limit),
+        _ => SchemaError::Db(e),
+    };
     let tx = client.transaction().await.map_err(db)?;
-    // `IF NOT EXISTS` on what exists is a NOTICE; the log has no use for it.
-    tx.batch_execute("SET LOCAL client_min_messages = warning")
+    // `IF NOT EXISTS` on what exists is a NOTICE; the log has no use for it. LOCAL: the
+    // connection goes on to serve requests, under their own timeout.
+    let timeout_ms = limit.map_or(0, |limit| limit.as_millis());
+    tx.batch_execute(&format!(
+        "SET LOCAL client_min_messages = warning; SET LOCAL statement_timeout = {timeout_ms}"
+    ))
+    .await
+    .map_err(db)?;
+    let free: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
-        .map_err(db)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await
-        .map_err(db)?;
+        .map_err(db)?
+        .get(0);
+    if !free {
+        let most = limit.map_or_else(
+            || "no limit".to_owned(),
+            |limit| format!("{limit:?} at most"),
+        );
+        tracing::info!("postgres schema: waiting for another instance's migration ({most})");
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(db)?;
+    }
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS tollgate_schema (
              version integer PRIMARY KEY,
@@ -87,8 +132,8 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
     } else if !complete {
         tx.batch_execute(SCHEMA).await.map_err(db)?;
         tracing::warn!(
-            "postgres schema repaired: version {found}, but tollgate_counters or \
-             tollgate_apply was missing (dropped?), so it was created again"
+            "postgres schema repaired: version {found}, but part of it (tollgate_counters \
+             or one of its functions) was missing (dropped?), so it was created again"
         );
     }
     let is_unlogged: bool = tx
@@ -102,10 +147,11 @@ pub(super) async fn migrate(client: &mut Client, unlogged: bool) -> Result<i32, 
     if is_unlogged != unlogged {
         // Rewrites the table under an exclusive lock: fine for counters, and only on change.
         let to = if unlogged { "UNLOGGED" } else { "LOGGED" };
+        // Said before, since a large table takes a while.
+        tracing::info!("postgres counter table: rewriting it to set it {to}");
         tx.batch_execute(&format!("ALTER TABLE tollgate_counters SET {to}"))
             .await
             .map_err(db)?;
-        tracing::info!("postgres counter table set {to}");
     }
     tx.commit().await.map_err(db)?;
     Ok(found)

@@ -20,7 +20,7 @@ use futures_util::StreamExt as _;
 
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::link::{Health, Link};
-use super::shared::resets::{Subscribe, SubscribeError, announcement};
+use super::shared::resets::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -188,9 +188,6 @@ impl RedisBackend {
         })
     }
 }
-
-/// How long subscribing to resets may take.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn classify(link: &Link<RedisConnector>, e: redis::RedisError) -> TripError {
     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {

@@ -44,6 +44,12 @@ pub(crate) trait Connector: Send + Sync + 'static {
     /// Why a connect or a probe failed; its text is what the operator reads.
     type Error: std::error::Error + Send + Sync + 'static;
 
+    /// Longest the next connect may take: [`Self::CONNECT_TIMEOUT`] unless the connect
+    /// has more to do (PostgreSQL's migration).
+    fn connect_timeout(&self) -> Duration {
+        Self::CONNECT_TIMEOUT
+    }
+
     /// Connects.
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, Self::Error>> + Send;
 
@@ -219,10 +225,11 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
         let mut failure = None;
         let stale = !strong.health.is_up() && connector.reconnect_when_down();
         if strong.current.load().is_none() || stale {
-            match tokio::time::timeout(C::CONNECT_TIMEOUT, connector.connect()).await {
+            let timeout = connector.connect_timeout();
+            match tokio::time::timeout(timeout, connector.connect()).await {
                 Ok(Ok(conn)) => strong.current.store(Some(Arc::new(conn))),
                 Ok(Err(e)) => failure = Some(format!("cannot connect: {e}")),
-                Err(_) => failure = Some(format!("no connection within {:?}", C::CONNECT_TIMEOUT)),
+                Err(_) => failure = Some(format!("no connection within {timeout:?}")),
             }
         }
         let probed = std::time::Instant::now();

@@ -19,6 +19,9 @@ use super::SharedStore;
 const MAX_ANNOUNCED_KEY: usize = 7_900;
 /// The announcement that drops every view (a counter key always holds a `|`).
 const ALL: &str = "*";
+/// How long opening a subscription (connecting, then SUBSCRIBE or LISTEN) may take: a
+/// server that accepts and never answers would otherwise leave resets unheard, silently.
+pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The wait before subscribing again after a failure.
 const RETRY: Duration = Duration::from_secs(1);
 
