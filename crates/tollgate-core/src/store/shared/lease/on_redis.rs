@@ -73,13 +73,32 @@ async fn heat(store: &Arc<SharedStore>, clock: &ManualClock, limits: &[Limit], c
     clock.advance(PERIOD);
 }
 
+/// Units counted as given back so far.
+fn returned(store: &SharedStore) -> u64 {
+    let returned = &store.leases.counts.units_returned;
+    returned.load(super::Ordering::Relaxed)
+}
+
+/// A counter of `requests` an hour on a fresh redis-server, made hot with `count`
+/// requests ([`heat`]), with a minute of the hour left for the test: the server, the
+/// store leasing up to `max_fraction` and waiting `timeout`, its clock, the limits.
+async fn hot_in_an_hour(
+    requests: u32,
+    (max_fraction, timeout): (f64, Duration),
+    count: u64,
+) -> (RedisServer, Arc<SharedStore>, ManualClock, Vec<Limit>) {
+    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
+    let redis = RedisServer::start();
+    let (store, clock) = store(&redis, max_fraction, timeout).await;
+    let limits = fixed(requests, Unit::Hour);
+    heat(&store, &clock, &limits, count).await;
+    (redis, store, clock, limits)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_out_counts_every_unit_it_asks_for_in_flight() {
-    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
-    let mut redis = RedisServer::start();
-    let (store, clock) = store(&redis, 0.5, Duration::from_secs(2)).await;
-    let limits = fixed(1_000, Unit::Hour);
-    heat(&store, &clock, &limits, 5).await;
+    let (mut redis, store, _clock, limits) =
+        hot_in_an_hour(1_000, (0.5, Duration::from_secs(2)), 5).await;
     redis.freeze();
     let taking = tokio::spawn({
         let (store, limits) = (store.clone(), limits.clone());
@@ -101,11 +120,8 @@ async fn a_take_out_counts_every_unit_it_asks_for_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_that_times_out_is_counted_as_one() {
-    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
-    let mut redis = RedisServer::start();
-    let (store, clock) = store(&redis, 0.5, Duration::from_millis(200)).await;
-    let limits = fixed(1_000, Unit::Hour);
-    heat(&store, &clock, &limits, 5).await;
+    let (mut redis, store, _clock, limits) =
+        hot_in_an_hour(1_000, (0.5, Duration::from_millis(200)), 5).await;
     let before = store.stats().shared.expect("shared stats");
     redis.freeze();
     let leased = store.lease(KEY, &limits, 1).await;
@@ -121,11 +137,8 @@ async fn a_take_that_times_out_is_counted_as_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_carries_what_the_counter_owes() {
-    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
-    let redis = RedisServer::start();
-    let (store, clock) = store(&redis, 0.5, Duration::from_secs(1)).await;
-    let limits = fixed(100, Unit::Hour);
-    heat(&store, &clock, &limits, 3).await;
+    let (_redis, store, _clock, limits) =
+        hot_in_an_hour(100, (0.5, Duration::from_secs(1)), 3).await;
     // 95 units admitted while the store did not answer: in the view, and owed.
     let now = store.now();
     let owed = (Hits::Consume(95), 0);
@@ -158,22 +171,15 @@ async fn units_given_back_after_their_window_are_not_counted_returned() {
     let into = Duration::from_nanos(nanos_of(since_epoch) % nanos_of(window));
     tokio::time::sleep(window - into + Duration::from_millis(50)).await;
     store.give_back_leases(Duration::from_secs(1)).await;
-    let returned = store
-        .leases
-        .counts
-        .units_returned
-        .load(super::Ordering::Relaxed);
+    let returned = returned(&store);
     assert_eq!(returned, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_is_adopted_into_the_local_view() {
-    room_in_window(Duration::from_secs(3_600), Duration::from_secs(60)).await;
-    let redis = RedisServer::start();
-    let (store, clock) = store(&redis, 0.5, Duration::from_secs(1)).await;
-    let limits = fixed(100, Unit::Hour);
+    let (_redis, store, _clock, limits) =
+        hot_in_an_hour(100, (0.5, Duration::from_secs(1)), 60).await;
     // 60 through the store, then a take of what is left: 40, the view full.
-    heat(&store, &clock, &limits, 60).await;
     assert_eq!(requests(&store, &limits, 1).await, 1);
     assert_eq!(
         store
@@ -185,11 +191,7 @@ async fn a_give_back_is_adopted_into_the_local_view() {
     );
     // 39 given back: the store admits again, and the view must not deny for it.
     store.give_back_leases(Duration::from_secs(1)).await;
-    let returned = store
-        .leases
-        .counts
-        .units_returned
-        .load(super::Ordering::Relaxed);
+    let returned = returned(&store);
     assert_eq!(returned, 39);
     let answer = store.apply(KEY, &limits, Hits::Consume(1)).await;
     let (verdict, by) = answer.expect("an answer");
