@@ -45,6 +45,15 @@ async fn open(url: &str) -> Client {
     client
 }
 
+/// [`fresh_database`] with the schema in place.
+async fn fresh_schema(name: &str) -> Client {
+    let mut client = fresh_database(name).await;
+    schema::migrate(&mut client, false, None)
+        .await
+        .expect("migrate the schema");
+    client
+}
+
 /// A connection to a new, empty database `name` on the test server, for a test that
 /// changes what the others share.
 async fn fresh_database(name: &str) -> Client {
@@ -167,10 +176,7 @@ fn the_sweep_deletes_expired_counters_only() {
     runtime().block_on(async {
         // The histories replayed by the other tests are long expired on the database's
         // clock: a sweep of their database would delete them under their feet.
-        let mut client = fresh_database("sweep").await;
-        schema::migrate(&mut client, false, None)
-            .await
-            .expect("migrate the schema");
+        let client = fresh_schema("sweep").await;
         let prefix = format!("sweep:{}:", fresh_key());
         let limits = one_per_second();
         let now_us: i64 = client
@@ -254,10 +260,7 @@ fn a_newer_schema_is_refused_and_migration_is_idempotent() {
 #[test]
 fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
     runtime().block_on(async {
-        let mut client = fresh_database("repair").await;
-        schema::migrate(&mut client, false, None)
-            .await
-            .expect("migrate the schema");
+        let mut client = fresh_schema("repair").await;
         let pieces = [
             ("table", "tollgate_counters"),
             // Version 4's, which this Tollgate calls, then the wrappers of 3 and 2.

@@ -65,7 +65,9 @@ pub(crate) struct Debts {
 }
 
 impl Debts {
-    /// Whether nothing is owed: the request path's only cost while the store answers.
+    /// Whether nothing is owed, read without the ledger's lock: the lookups a request makes
+    /// ([`Debts::take`], [`Debts::unsettled`], [`Debts::uncertain`]) ask it first, so that
+    /// while the store answers they are the request path's only cost.
     pub(crate) fn is_empty(&self) -> bool {
         self.counters.load(Ordering::Relaxed) == 0
     }
@@ -174,6 +176,9 @@ impl Debts {
     /// What a call for `key` should carry: every owed unit, now on its way (0 if none, or
     /// if its windows have passed).
     pub(crate) fn take(&self, key: &str, now: Timestamp) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
         let mut ledger = self.lock();
         let Some(debt) = ledger.get_mut(key) else {
             return 0;
@@ -204,6 +209,9 @@ impl Debts {
 
     /// Units of `key` not in the store as far as this instance knows.
     pub(crate) fn unsettled(&self, key: &str) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
         self.lock().get(key).map_or(0, Debt::unsettled)
     }
 
@@ -211,6 +219,9 @@ impl Debts {
     /// being sent, a call its request stopped waiting for): the store cannot decide with
     /// them in mind.
     pub(crate) fn uncertain(&self, key: &str) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
         self.lock()
             .get(key)
             .map_or(0, |debt| debt.sending + debt.awaited)

@@ -386,10 +386,7 @@ impl SharedStore {
         // being sent) are unknown to the store, whose check would admit past them; until
         // those calls are heard from, the view, which holds them, decides as for a store
         // that did not answer, leaving room for the calls in flight.
-        if self.behaviour.on_error == OnStoreError::Local
-            && !self.debts.is_empty()
-            && self.debts.uncertain(key) > 0
-        {
+        if self.behaviour.on_error == OnStoreError::Local && self.debts.uncertain(key) > 0 {
             let pending = self.in_flight.units(key);
             let timeout = StoreError::Timeout;
             let verdict = self.fall_back(key, limits, (hits, pending), now, timeout, |v| {
@@ -398,10 +395,7 @@ impl SharedStore {
             })?;
             return Ok((verdict, DecidedBy::Fallback));
         }
-        let debt = match self.debts.is_empty() {
-            true => 0,
-            false => self.debts.take(key, now),
-        };
+        let debt = self.debts.take(key, now);
         let deadline = self.local.deadline(now, timeout);
         let span = self.backend.span(limits.len());
         let call = (debt, hits);
@@ -469,10 +463,7 @@ impl SharedStore {
     /// The store's answer to `call` as the verdict and the counter's new view, which also
     /// holds what this instance admitted that the store has not counted yet.
     fn adopt(&self, key: &str, limits: &[Limit], call: (u64, Hits), snapshot: Snapshot) -> Verdict {
-        let unsettled = || match self.debts.is_empty() {
-            true => 0,
-            false => self.debts.unsettled(key),
-        };
+        let unsettled = || self.debts.unsettled(key);
         let (verdict, disagreed) = self.local.adopt(key, limits, call, snapshot, unsettled);
         if disagreed {
             bump(&self.counts.disagreements);

@@ -69,15 +69,12 @@ impl SharedStore {
         }
         // Units of this counter in calls not heard from are unknown to the store, which
         // would grant a block past them: such a counter goes the usual way (`apply`).
-        if !self.debts.is_empty() && self.debts.uncertain(key) > 0 {
+        if self.debts.uncertain(key) > 0 {
             return None;
         }
         let now = self.local.now();
         // What the counter owes is charged before the block, as a request's call does.
-        let debt = match self.debts.is_empty() {
-            true => 0,
-            false => self.debts.take(key, now),
-        };
+        let debt = self.debts.take(key, now);
         let deadline = self.local.deadline(now, self.behaviour.timeout);
         // The store may grant all of `want`: a fallback meanwhile must leave room for it.
         let _sent = self.in_flight.send(key, Hits::Consume(want));
@@ -120,13 +117,7 @@ impl SharedStore {
             now,
             states: after.clone(),
         };
-        let unsettled = || match self.debts.is_empty() {
-            true => 0,
-            false => self.debts.unsettled(key),
-        };
-        let (mut verdict, _) = self
-            .local
-            .adopt(key, limits, (0, Hits::Check), snapshot, unsettled);
+        let mut verdict = self.adopt(key, limits, (0, Hits::Check), snapshot);
         let taken = (granted, n.min(granted));
         out.answered();
         if let Some(back) = self

@@ -360,15 +360,22 @@ fn a_gcra_block_decays_as_the_bucket_refills() {
     });
 }
 
-#[test]
-fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
-    // One unit a millisecond, a burst of 1,000: blocks of up to 10.
-    let limit = Limit::new(1_000, Unit::Second)
-        .with_algorithm(Algorithm::TokenBucket { burst: 1_000 })
+/// A token bucket of `requests` a second (its burst too), hot from time one second on,
+/// holding a block, and the leases it took it with.
+fn bucket_with_block(requests: u32) -> (Counter, Leases) {
+    let limit = Limit::new(requests, Unit::Second)
+        .with_algorithm(Algorithm::TokenBucket { burst: requests })
         .expect("limit");
     let mut counter = Counter::new(vec![limit], SECOND);
     let leases = leases(0.01);
     take_block(&mut counter, &leases);
+    (counter, leases)
+}
+
+#[test]
+fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
+    // One unit a millisecond, a burst of 1,000: blocks of up to 10.
+    let (mut counter, leases) = bucket_with_block(1_000);
     let left = held(&leases);
     // Until 5 ms before the arrival time the take left, when the bucket has refilled all
     // but 5 units of the block: the rest, unspent, has drained as if spent.
@@ -591,12 +598,7 @@ proptest! {
 #[test]
 fn a_gcra_block_is_not_given_back() {
     // The stores ignore a give-back on GCRA: sending one would be a round trip for nothing.
-    let limit = Limit::new(100_000, Unit::Second)
-        .with_algorithm(Algorithm::TokenBucket { burst: 100_000 })
-        .expect("limit");
-    let mut counter = Counter::new(vec![limit], SECOND);
-    let leases = leases(0.01);
-    take_block(&mut counter, &leases);
+    let (mut counter, leases) = bucket_with_block(100_000);
     let calls = counter.calls;
     counter.sweep(&leases, true);
     assert_eq!(counter.calls, calls, "a give-back was sent");
