@@ -7,13 +7,13 @@ use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::run;
-use tollgate_testkit::shared_store::count_down_then_deny;
+use tollgate_testkit::shared_store::{assert_refunds_seen_at_once, count_down_then_deny};
 use tollgate_testkit::tollgate::{Serve, command};
 use tollgate_testkit::{accuracy, wait};
 
 use crate::support::{
     ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, DOMAIN, RULES, YEARLY_LIMIT,
-    assert_instances_share_exactly, blocking, connected,
+    assert_instances_share_exactly, blocking, connected, serve,
 };
 
 /// The row key of `user=value`.
@@ -268,4 +268,20 @@ async fn tls_follows_sslmode() {
         let said = line.to_lowercase().replace([' ', '_'], "");
         assert!(said.contains(why), "{untrusted}: {line}");
     }
+}
+
+/// A refund through one instance is seen by the other before its next request: a settled
+/// budget gets no false 429 anywhere.
+#[tokio::test]
+async fn a_refund_on_one_instance_is_seen_by_the_other_at_once() {
+    let pg = PostgresServer::start();
+    let start = || {
+        serve(&pg, &[])
+            .env("LEASES", "false")
+            .env("DEFAULT_ALGORITHM", "fixed_window")
+            .start_connected()
+    };
+    let (a, b) = (start().await, start().await);
+    let mut clients = vec![a.client().await, b.client().await];
+    assert_refunds_seen_at_once(&mut clients, DOMAIN, "budget").await;
 }

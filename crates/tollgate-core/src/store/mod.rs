@@ -3,6 +3,8 @@
 //! the request path statically dispatched.
 
 #[cfg(any(feature = "redis", feature = "postgres"))]
+mod decreases;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod local;
 mod memory;
 mod peek;
@@ -179,6 +181,10 @@ pub struct SharedStats {
     /// Round trips where the store's decision and the local algorithm's differed (the
     /// store's wins); zero unless their arithmetic parted ways.
     pub disagreements: u64,
+    /// Decreases (refunds, units given back) this instance announced to the others.
+    pub decreases_announced: u64,
+    /// Announcements (resets, decreases) heard from every instance, this one included.
+    pub announcements_heard: u64,
     /// Counters for which units admitted without the store are still owed to it.
     pub debts: usize,
     /// Units admitted without the store and not yet counted there.

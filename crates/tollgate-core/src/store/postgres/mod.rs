@@ -23,9 +23,9 @@ use tokio_postgres::error::SqlState;
 
 use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
+use super::shared::announce::{Subscribe, announcement};
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{Ask, limit_args, mode};
-use super::shared::resets::{Subscribe, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -136,6 +136,26 @@ impl PgBackend {
             pool.pick()
                 .client
                 .execute(RESET, &[&stored, &channel, &announced])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
+        })
+    }
+
+    /// A NOTIFY of `announced` on the reset channel.
+    pub(crate) fn announce(
+        &self,
+        announced: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let channel = self.resets.clone();
+        let link = self.link.clone();
+        Box::pin(async move {
+            pool.pick()
+                .client
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &announced])
                 .await
                 .map_err(|e| classify(&link, e))?;
             Ok(())

@@ -356,6 +356,8 @@ impl ReferenceStore {
                 refreshes: 0,
                 reconnects: self.health().reconnects(),
                 disagreements: 0,
+                decreases_announced: 0,
+                announcements_heard: 0,
                 debts: 0,
                 debt_units: 0,
                 debt_charged: 0,
