@@ -103,6 +103,11 @@ fn values_that_contradict_the_chart_are_refused_by_name() {
                 .to_owned(),
         ),
         (
+            "tls: {redis: {secretName: redis-tls}}\nredis: {url: 'redis://r:6379'}",
+            "tls.redis: redis.url is redis://, which is never TLS; write rediss:// or host:port"
+                .to_owned(),
+        ),
+        (
             "env: {ADMIN_TOKEN: {secretKeyRef: {name: admin, key: token}}}",
             "env.ADMIN_TOKEN: a value, or {valueFrom: {secretKeyRef:".to_owned(),
         ),

@@ -3,7 +3,8 @@
 //! Secret), the rules ConfigMap's files where the volume mount puts them, against a real
 //! redis-server; every probe and the ServiceMonitor's path are then asked on the ports
 //! the manifests name. With the TLS values, the mounted Secrets' files serve gRPC over
-//! mutual TLS and the probes over HTTPS.
+//! mutual TLS and the probes over HTTPS, and reach a Redis that speaks only TLS and asks
+//! for a client certificate.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tollgate_testkit::helm::{self, Manifests, Values};
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::process::Signal;
 use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::tls::TlsRedis;
 use tollgate_testkit::tollgate::{self, ConfigDir, Serve};
 use tollgate_testkit::{free_port, loopback, wait};
 use tollgate_testkit::{http, tls};
@@ -48,6 +50,18 @@ fn probes(manifests: &Manifests) -> Vec<(String, String, String)> {
             (probe.to_owned(), field("path"), field("port"))
         })
         .collect()
+}
+
+/// The ConfigMap's rules are the ones in force: a tenant's first call is admitted under
+/// its limit.
+async fn assert_rules_in_force(mut rls: Rls) {
+    let status = rls.check("edge", &[("tenant", "acme")]).await;
+    assert_limited(
+        &status,
+        Code::Ok,
+        &limit(60, Unit::Minute, "per-tenant"),
+        59,
+    );
 }
 
 /// A Secret's file the test stands in for: the Secret's name, its key, the file.
@@ -197,18 +211,8 @@ async fn the_rendered_deployment_serves_its_probes_and_metrics_on_redis() {
         scraped.body
     );
 
-    // The ConfigMap's rules are the ones in force, counted in Redis.
-    let status = server
-        .client()
-        .await
-        .check("edge", &[("tenant", "acme")])
-        .await;
-    assert_limited(
-        &status,
-        Code::Ok,
-        &limit(60, Unit::Minute, "per-tenant"),
-        59,
-    );
+    // Counted in Redis.
+    assert_rules_in_force(server.client().await).await;
     // Under load the answer may come before the count lands (a call past its wait goes on
     // in the background): the key is awaited, not expected at once.
     let (keys, _) = wait::until_async(
@@ -284,13 +288,7 @@ async fn the_rendered_tls_secrets_serve_grpc_over_mutual_tls_and_https_probes() 
     let channel = tls::grpc_channel(grpc, &ca, Some(&envoy))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let status = Rls::new(channel).check("edge", &[("tenant", "acme")]).await;
-    assert_limited(
-        &status,
-        Code::Ok,
-        &limit(60, Unit::Minute, "per-tenant"),
-        59,
-    );
+    assert_rules_in_force(Rls::new(channel)).await;
     let anonymous = async {
         let channel = tls::grpc_channel(grpc, &ca, None).await?;
         Rls::new(channel)
@@ -303,4 +301,29 @@ async fn the_rendered_tls_secrets_serve_grpc_over_mutual_tls_and_https_probes() 
         "a client without a certificate was served by {}",
         server.grpc_addr()
     );
+}
+
+#[tokio::test]
+async fn the_rendered_redis_tls_secret_connects_with_a_client_certificate() {
+    let Some(helm) = helm::binary() else { return };
+    let pki = Pki::new();
+    // Redis asks for a client certificate of the CA: only the mounted pair gets in.
+    let redis = TlsRedis::start_with(&pki, "IP:127.0.0.1", true);
+    let values = json!({
+        "ports": {"http": free_port(), "grpc": free_port()},
+        "rules": {"files": {"edge.yaml": RULES}},
+        "redis": {"url": redis.host_port()},
+        "tls": {"redis": {"secretName": "redis-tls", "clientCert": true}},
+    });
+    let values = Values::new(&values.to_string());
+    let manifests = helm::template(helm, "edge", Some(&values)).unwrap_or_else(|e| panic!("{e}"));
+    let client = pki.issue("tollgate", "DNS:tollgate");
+    let ca = pki.ca();
+    let secrets: [SecretFile; 3] = [
+        ("redis-tls", "ca.crt", &ca),
+        ("redis-tls", "tls.crt", &client.cert),
+        ("redis-tls", "tls.key", &client.key),
+    ];
+    let server = pod(&manifests, &secrets).start_connected().await;
+    assert_rules_in_force(server.client().await).await;
 }

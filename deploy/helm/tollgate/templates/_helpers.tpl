@@ -166,6 +166,9 @@ refuse later with less to go on: rendering stops naming the value to use instead
 {{- if and (or .Values.tls.server.http .Values.tls.server.clientCASecretName) (not .Values.tls.server.secretName) }}
 {{- fail "tls.server.http and tls.server.clientCASecretName need tls.server.secretName: the server's certificate and key" }}
 {{- end }}
+{{- if and .Values.tls.redis.secretName (hasPrefix "redis://" .Values.redis.url) }}
+{{- fail "tls.redis: redis.url is redis://, which is never TLS; write rediss:// or host:port" }}
+{{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not (include "tollgate.sharedStore" .)) (not .Values.allowMemoryStoreReplicas) }}
 {{- fail (printf "replicaCount %d on the memory store: each replica would count alone, so every limit would admit %d times its number. Share the counters (redis.url, redis.existingSecret, or env.POSTGRES_URL), or set allowMemoryStoreReplicas: true if that is what you mean" (int .Values.replicaCount) (int .Values.replicaCount)) }}
 {{- end }}
