@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tollgate_core::{Clock, SystemClock};
 
 use super::health::{report_health, serving_status, set_health};
 use super::signals::stopped;
@@ -98,16 +99,13 @@ pub(super) async fn serve(
         admin_token: args.ops.admin_token.clone().map(Arc::from),
     };
     let limits = args.conn.limits();
-    let grpc_tls = server_tls.clone().map(|tls| PortTls {
-        tls,
-        port: Port::Grpc,
-    });
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let grpc_tls = server_tls
+        .clone()
+        .map(|tls| PortTls::new(tls, Port::Grpc, clock.clone()));
     let http_tls = server_tls
         .filter(|_| args.tls.http_server_use_tls)
-        .map(|tls| PortTls {
-            tls,
-            port: Port::Http,
-        });
+        .map(|tls| PortTls::new(tls, Port::Http, clock));
     let grpc_server = grpc_builder(&args.conn)
         .layer(MarkFirstRequestLayer)
         .add_service(health_service)
