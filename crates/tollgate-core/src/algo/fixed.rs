@@ -7,7 +7,7 @@
 //! the count a true count of admitted units, which several limits per counter and the
 //! shared-store local view both rely on.
 
-use super::Decision;
+use super::{Decision, MAX_UNITS};
 use crate::clock::{NANOS_PER_MICRO, Timestamp};
 use crate::limit::Limit;
 
@@ -80,7 +80,8 @@ impl FixedWindow {
 
     pub(crate) fn record(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
         self.roll(limit, now);
-        self.count = self.count.saturating_add(hits);
+        // Held where the stores hold it, so that a refund after finds the same count.
+        self.count = self.count.saturating_add(hits).min(MAX_UNITS);
     }
 
     pub(crate) fn refund(&mut self, limit: &Limit, now: Timestamp, hits: u64) {

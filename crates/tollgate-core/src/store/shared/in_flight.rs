@@ -77,10 +77,19 @@ impl InFlight {
             Hits::Check | Hits::Refund(_) => 0,
         };
         let slot = self.slot(key);
-        if units > 0 {
-            slot.fetch_add(units, Ordering::Relaxed);
+        if units == 0 {
+            return Sent { slot, units };
         }
-        Sent { slot, units }
+        // Held at u64::MAX rather than wrap; the call takes back only what it added.
+        let before = slot
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(units))
+            })
+            .unwrap_or_else(|v| v);
+        Sent {
+            slot,
+            units: before.saturating_add(units) - before,
+        }
     }
 }
 
