@@ -550,6 +550,7 @@ fn wide_expected() -> Vec<Answer> {
         say(format!("RLQS usage series after {n}"), "not lower");
     }
     say("RLQS usage series at the end".into(), "held at u64::MAX");
+    say("tollgate_store_disagreements_total".into(), "0");
     want
 }
 
@@ -602,6 +603,10 @@ async fn wide_transcript(instance: &Instance) -> Vec<Answer> {
         false => end.to_string(),
     };
     got.push(("RLQS usage series at the end".into(), end));
+    // The shared stores' scripts and the Rust algorithms decided every call alike.
+    let series = "tollgate_store_disagreements_total";
+    let disagreements = instance.server.metric(series).await.unwrap_or(0.0);
+    got.push((series.into(), disagreements.to_string()));
     got
 }
 
