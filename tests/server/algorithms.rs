@@ -52,13 +52,7 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5, algorithm: token_bucket}
   - key: burst_leaky
     rate_limit: {unit: day, requests_per_unit: 5, algorithm: leaky_bucket}
-  # Counts far past any limit: one limit of each kind, a budget, and RLQS usage.
-  - key: wide_sliding
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: wide_fixed
-    rate_limit: {unit: day, requests_per_unit: 5, algorithm: fixed_window}
-  - key: wide_bucket
-    rate_limit: {unit: day, requests_per_unit: 5, algorithm: token_bucket}
+  # Counts far past any limit (and the burst rules): a budget, and RLQS usage.
   - key: wide_budget
     quota_mode: true
     rate_limit: {unit: hour, requests_per_unit: 1000}
@@ -505,8 +499,9 @@ const WIDE: [u64; 7] = [
     u64::MAX,
 ];
 
-/// The limits [`WIDE`] counts are sent to as hits and refunds, one of each kind.
-const WIDE_KEYS: [&str; 3] = ["wide_sliding", "wide_fixed", "wide_bucket"];
+/// The limits [`WIDE`] counts are sent to as hits and refunds, one of each kind (on
+/// counters of their own, not the bursts').
+const WIDE_KEYS: [&str; 3] = ["burst_sliding", "burst_fixed", "burst_token"];
 
 /// One answer: what was asked, and what came back.
 type Answer = (String, String);
@@ -561,8 +556,8 @@ async fn wide_transcript(instance: &Instance) -> Vec<Answer> {
     let stream = &mut QuotaStream::open(&instance.server).await;
     let series = r#"tollgate_rlqs_usage_allowed_total{domain="shapes",key1="wide_usage",key2=""}"#;
     let mut reported = 0.0;
-    // The fixed window's day must not end during the run.
-    room_in_window(DAY, ROOM).await;
+    // The fixed window's hour must not end during the run.
+    room_in_window(HOUR, ROOM).await;
     let mut got = Vec::new();
     for (i, n) in WIDE.into_iter().enumerate() {
         let value = format!("n{i}");
