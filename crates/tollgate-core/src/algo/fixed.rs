@@ -140,6 +140,19 @@ mod tests {
         assert!(w.evaluate(&l, at(0), 2).admitted);
     }
 
+    #[test]
+    fn a_count_holds_at_max_units_as_the_stores_do() {
+        let l = limit(Algorithm::FixedWindow, 10, SECOND);
+        let mut w = FixedWindow::default();
+        w.record(&l, at(0), 3);
+        w.record(&l, at(0), MAX_UNITS);
+        assert_eq!(w.count, MAX_UNITS);
+        // A refund of the ceiling empties it, as it does the Redis script's count.
+        w.refund(&l, at(0), MAX_UNITS);
+        assert_eq!(w.evaluate(&l, at(0), 10).remaining, 0);
+        assert!(w.evaluate(&l, at(0), 10).admitted);
+    }
+
     proptest::proptest! {
         /// Against the definition: admit iff the units admitted in the same epoch-aligned
         /// window plus these fit; the advertised wait ends exactly at the window's end.

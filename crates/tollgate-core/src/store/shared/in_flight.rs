@@ -110,4 +110,17 @@ mod tests {
         assert_eq!(second.others(), 0);
         assert_eq!(check.others(), 1);
     }
+
+    #[test]
+    fn units_in_flight_hold_at_the_top_and_come_back_to_zero() {
+        let in_flight = InFlight::default();
+        let first = in_flight.send("k", Hits::Charge(u64::MAX - 1));
+        let second = in_flight.send("k", Hits::Charge(5));
+        assert_eq!(in_flight.units("k"), u64::MAX);
+        assert_eq!(second.others(), u64::MAX - 1);
+        drop(first);
+        assert_eq!(in_flight.units("k"), 1, "the second added only what fitted");
+        drop(second);
+        assert_eq!(in_flight.units("k"), 0);
+    }
 }
