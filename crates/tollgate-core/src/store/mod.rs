@@ -26,7 +26,7 @@ pub use shared::{SharedBehaviour, SharedStore};
 
 use std::sync::Arc;
 
-use crate::algo::{Hits, Verdict};
+use crate::algo::{Hits, MAX_UNITS, Verdict};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::limit::UnknownName;
@@ -219,13 +219,15 @@ impl Store {
             .map(|(verdict, _)| verdict)
     }
 
-    /// [`Store::apply`], and where the verdict came from.
+    /// [`Store::apply`], and where the verdict came from. Units past [`MAX_UNITS`] are
+    /// held at it, on every store alike.
     pub(crate) async fn decide(
         &self,
         key: &str,
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        let hits = hits.saturated();
         match self {
             Self::Memory(m) => Ok((m.apply(key, limits, hits), DecidedBy::Memory)),
             #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -247,6 +249,7 @@ impl Store {
     /// What every holder of counter `key` says of it, and what `hits` more would get,
     /// changing nothing (a shared store is asked with a check, which counts nothing).
     pub async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        let hits = hits.min(MAX_UNITS);
         match self {
             Self::Memory(m) => Peek {
                 local: m.peek(key, limits, hits),

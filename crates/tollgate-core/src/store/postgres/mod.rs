@@ -25,7 +25,7 @@ use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
 use super::shared::announce::{Subscribe, announcement};
 use super::shared::link::{Health, Link};
-use super::shared::protocol::{Ask, limit_args, mode};
+use super::shared::protocol::{Ask, limit_args, mode, units};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -238,7 +238,7 @@ impl ApplyArgs {
             mode,
             units: signed(n),
             extra: signed(extra),
-            debt: signed(debt),
+            debt: signed(units(debt)),
             // The function's zero is "none": it never runs at the epoch.
             deadline_us: signed(deadline.map_or(0, Timestamp::as_micros)),
             kinds,

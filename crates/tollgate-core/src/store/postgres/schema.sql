@@ -107,6 +107,10 @@ DECLARE
     -- to, and the phase (0 trying all, 1 trying the need, 2 bisecting, 3 done).
     lo bigint; hi bigint; phase integer;
     taken bigint;
+    -- The most a stored number holds, as in the Redis script (2^53 - 1, MAX_UNITS in
+    -- algo/mod.rs): a count or arrival time charged past it is held there, which denies
+    -- as the true one would, and no sum of two stored numbers leaves bigint.
+    max_units constant bigint := 9007199254740991;
 BEGIN
     FOR i IN 1 .. n LOOP
         kind := substr(p_kinds, i, 1);
@@ -331,7 +335,8 @@ BEGIN
                         IF cnt < 2 AND param > 1 THEN
                             start := fine / 256;
                         END IF;
-                        after[o + 1 + ((slot % ring) + ring) % ring] := (cnt + step_hits) * 256 + start;
+                        after[o + 1 + ((slot % ring) + ring) % ring] :=
+                            least((cnt + step_hits)::numeric * 256 + start, max_units);
                     ELSE
                         left_hits := step_hits;
                         s := slot;
@@ -355,7 +360,7 @@ BEGIN
                             cnt := greatest(cnt - step_hits, 0);
                         END IF;
                     ELSIF step_mode <> 'r' THEN
-                        cnt := cnt + step_hits;
+                        cnt := least(cnt + step_hits, max_units);
                     ELSE
                         cnt := greatest(cnt - step_hits, 0);
                     END IF;
@@ -376,12 +381,12 @@ BEGIN
                 ELSE
                     IF rpu > 0 THEN
                         tat := after[o];
-                        span := div(step_hits::numeric * win, rpu)::bigint;
+                        span := least(div(step_hits::numeric * win, rpu), max_units);
                         -- A give-back leaves the arrival time alone (lease.rs says why).
                         IF step_mode = 'r' THEN
                             tat := greatest(tat - span, now_us);
                         ELSIF step_mode <> 'g' THEN
-                            tat := greatest(tat, now_us) + span;
+                            tat := least(greatest(tat, now_us) + span, max_units);
                         END IF;
                         after[o] := tat;
                         expires := tat;

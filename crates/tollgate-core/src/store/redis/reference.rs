@@ -10,7 +10,9 @@
 //! `LOCAL_CACHE_SIZE_IN_BYTES`, counters found over their limit are answered from memory
 //! until their window ends, without incrementing, as the reference's local cache does.
 //! A failing Redis is an error, as in the reference (or a fixed answer, per
-//! `--on-store-error`); there is no local view to decide from.
+//! `--on-store-error`); there is no local view to decide from. Unlike the reference, a
+//! refund (`is_negative_hits`) stops at zero, and a count at the top of Redis' integers
+//! is over the limit rather than an error.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -248,10 +250,19 @@ impl ReferenceStore {
             Hits::Check => 0,
             Hits::Refund(n) => -i64::try_from(n).unwrap_or(i64::MAX),
         };
-        let count = match self.increment(&full_key, added, unit_s).await {
+        let mut count = match self.increment(&full_key, added, unit_s).await {
             Ok(count) => count,
             Err(e) => return self.fall_back(e, reset, allowed),
         };
+        if count < 0 && added < 0 {
+            // A refund stops at zero: what it took below zero is put back, and what
+            // others counted meanwhile stays.
+            let below = count.max(added).saturating_neg();
+            count = match self.increment(&full_key, below, unit_s).await {
+                Ok(count) => count,
+                Err(e) => return self.fall_back(e, reset, allowed),
+            };
+        }
         let count = u64::try_from(count).unwrap_or(0);
         if count > allowed {
             if let Some(cache) = &self.over {
@@ -297,6 +308,12 @@ impl ReferenceStore {
             Ok(Ok((count,))) => {
                 self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
                 Ok(count)
+            }
+            Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("would overflow")) => {
+                // Redis refused to count past its largest integer: the count is there,
+                // far past any limit.
+                self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
+                Ok(i64::MAX)
             }
             Ok(Err(e)) => {
                 let lost =
