@@ -13,6 +13,7 @@ use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 use super::script;
 use crate::clock::Timestamp;
 use crate::limit::UnknownName;
+use crate::redact;
 use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
 use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
@@ -128,17 +129,35 @@ pub enum TargetError {
     /// No address at all.
     #[error("REDIS_URL is empty")]
     Empty,
-    /// A Sentinel setting without the master's name.
+    /// A Sentinel setting without the master's name (its passwords hidden).
     #[error("REDIS_URL '{0}' for sentinel must be 'master-name,sentinel-host:port[,…]'")]
     SentinelForm(String),
     /// An address the client cannot parse.
     #[error("invalid Redis address '{address}': {reason}")]
     Address {
-        /// The address as given.
+        /// The address as given, its password hidden.
         address: String,
         /// The client's complaint.
         reason: String,
     },
+}
+
+/// Where Redis is, as logs name it: the addresses without their logins, and the kind
+/// (`h:6379 (single)`, `a:1,b:2 (cluster)`, `s1:26379 (sentinel, master mymaster)`).
+impl std::fmt::Display for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addresses = |urls: &[String]| {
+            let hosts: Vec<&str> = urls.iter().map(|u| redact::address(u)).collect();
+            hosts.join(",")
+        };
+        match self {
+            Self::Single { url } => write!(f, "{} (single)", redact::address(url)),
+            Self::Cluster { nodes } => write!(f, "{} (cluster)", addresses(nodes)),
+            Self::Sentinel {
+                master, sentinels, ..
+            } => write!(f, "{} (sentinel, master {master})", addresses(sentinels)),
+        }
+    }
 }
 
 impl RedisTarget {
@@ -179,7 +198,7 @@ impl RedisTarget {
         });
         if kind == RedisKind::Sentinel {
             if parts.len() < 2 {
-                return Err(TargetError::SentinelForm(url.to_owned()));
+                return Err(TargetError::SentinelForm(redact::url(url)));
             }
             let master = parts.remove(0).to_owned();
             // Sentinels take no credentials of the master.
@@ -236,7 +255,7 @@ fn node_url(
     url.as_str()
         .into_connection_info()
         .map_err(|e| TargetError::Address {
-            address: addr.to_owned(),
+            address: redact::url(addr),
             reason: e.to_string(),
         })?;
     Ok(url)
@@ -342,6 +361,10 @@ pub(super) enum LinkError {
 impl Connector for RedisConnector {
     type Conn = Conn;
     const NAME: &'static str = "redis";
+
+    fn address(&self) -> String {
+        self.target.to_string()
+    }
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     type Error = LinkError;
 
@@ -567,5 +590,29 @@ mod tests {
         let err = RedisTarget::parse("redis://h:notaport", RedisKind::Single, None, false)
             .expect_err("bad port");
         assert!(err.to_string().contains("invalid Redis address"), "{err}");
+        for (url, kind) in [
+            ("redis://:hunter2@h:notaport", RedisKind::Single),
+            ("rediss://u:hunter2@s1", RedisKind::Sentinel),
+        ] {
+            let err = RedisTarget::parse(url, kind, None, false).expect_err("bad form");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_target_is_named_by_its_addresses_without_logins() {
+        let parse = |url, kind| RedisTarget::parse(url, kind, Some("pw"), false).unwrap();
+        assert_eq!(
+            parse("redis://:x@h:1", RedisKind::Single).to_string(),
+            "h:1 (single)"
+        );
+        assert_eq!(
+            parse("a:1,b:2", RedisKind::Cluster).to_string(),
+            "a:1,b:2 (cluster)"
+        );
+        assert_eq!(
+            parse("m,s1:26379", RedisKind::Sentinel).to_string(),
+            "s1:26379 (sentinel, master m)"
+        );
     }
 }
