@@ -243,7 +243,8 @@ impl Store {
     pub async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
         match self {
             Self::Memory(m) => Peek {
-                local: m.peek(key, limits, hits),
+                local: Some(m.peek(key, limits, hits)),
+                stored_key: None,
                 shared: None,
                 lease: None,
             },
