@@ -27,7 +27,13 @@ pub(crate) use self::store::{Backend, PostgresArgs, StoreArgs};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about)]
+#[command(
+    name = "tollgate",
+    version,
+    about,
+    after_help = "Run without arguments, tollgate serves: `tollgate` is `tollgate serve`, \
+                  configured by the environment alone."
+)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -162,6 +168,28 @@ mod tests {
         match Cli::try_parse_from(argv).map(|c| c.command) {
             Ok(Command::Serve(s)) => *s,
             other => panic!("expected serve, got {other:?}"),
+        }
+    }
+
+    /// Every argument of `command` and of its subcommands.
+    fn all_args(command: &clap::Command) -> Vec<clap::Arg> {
+        let own = command.get_arguments().cloned();
+        own.chain(command.get_subcommands().flat_map(all_args))
+            .collect()
+    }
+
+    #[test]
+    fn help_never_shows_the_value_of_a_secret_setting() {
+        use clap::CommandFactory as _;
+        for arg in all_args(&Cli::command()) {
+            let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+                continue;
+            };
+            assert!(
+                !tollgate_core::redact::is_secret(env) || arg.is_hide_env_values_set(),
+                "--{} shows the value of {env} in the help",
+                arg.get_id()
+            );
         }
     }
 

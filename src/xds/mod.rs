@@ -21,6 +21,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{Struct, Value};
+use tollgate_core::redact;
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
@@ -74,7 +75,7 @@ impl XdsConfig {
     ) -> Result<(Self, Vec<String>), XdsSetupError> {
         let (uri, tls) = endpoint_uri(&args.xds_server_url, args.xds_use_tls)?;
         let url_error = |reason: String| XdsSetupError::Url {
-            url: args.xds_server_url.clone(),
+            url: redact::url(&args.xds_server_url),
             reason,
         };
         let mut endpoint = Endpoint::from_shared(uri)
@@ -119,7 +120,8 @@ impl XdsConfig {
             ..Node::default()
         };
         let config = Self {
-            server: args.xds_server_url.clone(),
+            // Logs and `/rlconfig` name it: never with its password.
+            server: redact::url(&args.xds_server_url),
             endpoint,
             node,
             headers: headers(&args.xds_additional_headers)?,
@@ -145,7 +147,7 @@ fn endpoint_uri(url: &str, use_tls: bool) -> Result<(String, bool), XdsSetupErro
     let trimmed = url.trim();
     let bare = trimmed.strip_prefix("dns:///").unwrap_or(trimmed);
     let error = |reason: &str| XdsSetupError::Url {
-        url: url.to_owned(),
+        url: redact::url(url),
         reason: reason.to_owned(),
     };
     match bare.split_once("://") {
