@@ -263,7 +263,10 @@ async fn tls_follows_sslmode() {
             .start_without_store();
         let line = server
             .stderr()
-            .wait_for(|l| l.contains("postgres down"), Duration::from_secs(30))
+            .wait_for(
+                |l| l.contains("postgres ") && l.contains(" down: "),
+                Duration::from_secs(30),
+            )
             .expect("the refusal in the log");
         let said = line.to_lowercase().replace([' ', '_'], "");
         assert!(said.contains(why), "{untrusted}: {line}");
