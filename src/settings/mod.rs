@@ -22,7 +22,7 @@ pub(crate) use self::client::{AdminArgs, ClientArgs, ClientTlsArgs, RequestArgs}
 pub(crate) use self::conn::{ConnArgs, TlsArgs};
 pub(crate) use self::ops::{ExporterProtocol, LogArgs, LogFormat, OpsArgs, TracingArgs};
 pub(crate) use self::rlqs::{NoRuleAction, RlqsArgs};
-pub(crate) use self::source::{ConfigType, RuleArgs, RuntimeArgs, SourceArgs, XdsArgs};
+pub(crate) use self::source::{ConfigType, HeaderMap, RuleArgs, RuntimeArgs, SourceArgs, XdsArgs};
 pub(crate) use self::store::{Backend, PostgresArgs, StoreArgs};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(x.xds_backoff_random_factor, 0.5);
         assert!(x.xds_backoff_jitter && !x.xds_use_tls);
         assert_eq!(x.xds_max_msg_size, 0);
-        assert!(x.xds_additional_headers.is_empty());
+        assert_eq!(x.xds_additional_headers, Default::default());
 
         let s = serve(&[
             "--config-type",
@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(s.source.config_type, ConfigType::GrpcXdsSotw);
         let x = &s.source.xds;
         assert_eq!(
-            x.xds_additional_headers,
+            x.xds_additional_headers.pairs,
             [
                 ("x-tenant".to_owned(), "blue".to_owned()),
                 ("zone".to_owned(), "a:b".to_owned())

@@ -114,8 +114,14 @@ pub(crate) struct XdsArgs {
     pub(crate) xds_server_tls_san: Option<String>,
 }
 
-/// Header names and values, in the order given.
-pub(crate) type HeaderMap = Vec<(String, String)>;
+/// Header names and values, in the order given, and how many entries were not
+/// `key:value`: counted, not kept, since such an entry may be a credential that must not
+/// appear in the error that refuses it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HeaderMap {
+    pub(crate) pairs: Vec<(String, String)>,
+    pub(crate) malformed: usize,
+}
 
 /// The reference's runtime directory settings, used when --config is not given.
 #[derive(Debug, Args)]

@@ -78,6 +78,22 @@ fn the_sentinel_password_refusal_does_not_repeat_it() {
     assert_no_password(&refused);
 }
 
+/// An xDS header that is not `key:value` (a bare token) is refused without quoting it.
+#[test]
+fn a_malformed_xds_header_is_refused_without_quoting_it() {
+    let mut cmd = tollgate::serve_from_env();
+    cmd.env("CONFIG_TYPE", "GRPC_XDS_SOTW").env(
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        format!("x-tenant:blue,Bearer {PASSWORD}"),
+    );
+    let refused = Serve::custom(cmd).refused("a malformed xDS header");
+    assert!(
+        refused.stderr.contains("entries not like key:value: 1"),
+        "{refused:?}"
+    );
+    assert_no_password(&refused);
+}
+
 /// A Redis that does not answer: the logs name its address, and never its password.
 #[test]
 fn an_unreachable_store_is_named_by_its_address_without_the_password() {
