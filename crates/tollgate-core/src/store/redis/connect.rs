@@ -18,12 +18,22 @@ use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
 use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
 /// A login to Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     /// The ACL user; none for the default user.
     pub user: Option<String>,
     /// The password.
     pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"***")
+            .finish()
+    }
 }
 
 /// The Redis deployments.
@@ -100,7 +110,7 @@ impl RedisTls {
 }
 
 /// Where Redis is: one deployment and its addresses, as URLs the client understands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One node.
     Single {
@@ -140,6 +150,33 @@ pub enum TargetError {
         /// The client's complaint.
         reason: String,
     },
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never a password: the URLs as `redact::url` shows them.
+        let urls = |urls: &[String]| urls.iter().map(|u| redact::url(u)).collect::<Vec<_>>();
+        match self {
+            Self::Single { url } => f
+                .debug_struct("Single")
+                .field("url", &redact::url(url))
+                .finish(),
+            Self::Cluster { nodes } => f
+                .debug_struct("Cluster")
+                .field("nodes", &urls(nodes))
+                .finish(),
+            Self::Sentinel {
+                master,
+                sentinels,
+                credentials,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("sentinels", &urls(sentinels))
+                .field("credentials", credentials)
+                .finish(),
+        }
+    }
 }
 
 /// Where Redis is, as logs name it: the addresses without their logins, and the kind
@@ -596,6 +633,18 @@ mod tests {
         ] {
             let err = RedisTarget::parse(url, kind, None, false).expect_err("bad form");
             assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_target_is_debugged_without_its_passwords() {
+        for (url, kind) in [
+            ("redis://:hunter2@h:1", RedisKind::Single),
+            ("a:1,b:2", RedisKind::Cluster),
+            ("m,redis://:hunter2@s1:26379", RedisKind::Sentinel),
+        ] {
+            let target = RedisTarget::parse(url, kind, Some("hunter2"), false).unwrap();
+            assert!(!format!("{target:?}").contains("hunter2"), "{target:?}");
         }
     }
 
