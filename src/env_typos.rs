@@ -5,7 +5,7 @@
 
 use clap::CommandFactory as _;
 
-use crate::settings::Cli;
+use crate::settings::{Cli, all_args};
 
 /// The reference's settings that Tollgate has no flag for: accepted, warned about or
 /// refused (`compat`), never typos.
@@ -49,7 +49,10 @@ const SDK_PREFIX: &str = "OTEL_";
 
 /// One warning per variable of `names` that is no setting but is close to one.
 pub(crate) fn warnings(names: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut known: Vec<String> = all_settings(&Cli::command());
+    let mut known: Vec<String> = all_args(&Cli::command())
+        .iter()
+        .filter_map(|arg| arg.get_env()?.to_str().map(str::to_owned))
+        .collect();
     known.extend(REFERENCE_ONLY.iter().map(|n| (*n).to_owned()));
     known.sort();
     known.dedup();
@@ -65,15 +68,6 @@ pub(crate) fn warnings(names: impl IntoIterator<Item = String>) -> Vec<String> {
         .collect();
     found.sort();
     found
-}
-
-/// The environment variable of every argument of `command` and its subcommands.
-fn all_settings(command: &clap::Command) -> Vec<String> {
-    let own = command
-        .get_arguments()
-        .filter_map(|arg| arg.get_env()?.to_str().map(str::to_owned));
-    own.chain(command.get_subcommands().flat_map(all_settings))
-        .collect()
 }
 
 /// The setting `name` is a typo of: the nearest by edit distance, if within one edit of

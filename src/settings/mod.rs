@@ -126,6 +126,13 @@ pub(crate) struct ServeArgs {
     pub(crate) tracing: TracingArgs,
 }
 
+/// Every argument of `command` and of its subcommands.
+pub(crate) fn all_args(command: &clap::Command) -> Vec<clap::Arg> {
+    let own = command.get_arguments().cloned();
+    own.chain(command.get_subcommands().flat_map(all_args))
+        .collect()
+}
+
 impl ServeArgs {
     pub(crate) fn capacity(&self) -> Capacity {
         Capacity {
@@ -169,13 +176,6 @@ mod tests {
             Ok(Command::Serve(s)) => *s,
             other => panic!("expected serve, got {other:?}"),
         }
-    }
-
-    /// Every argument of `command` and of its subcommands.
-    fn all_args(command: &clap::Command) -> Vec<clap::Arg> {
-        let own = command.get_arguments().cloned();
-        own.chain(command.get_subcommands().flat_map(all_args))
-            .collect()
     }
 
     #[test]
