@@ -110,6 +110,8 @@ fn distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use tollgate_testkit::envoy_gateway;
+
     use super::*;
 
     fn warned(names: &[&str]) -> Vec<String> {
@@ -146,6 +148,14 @@ mod tests {
             "HTTP_PROXY",
         ];
         assert_eq!(warned(&quiet), Vec::<String>::new());
+    }
+
+    #[test]
+    fn envoy_gateway_environment_needs_no_warning() {
+        let names = envoy_gateway::ENV
+            .iter()
+            .map(|(name, _)| (*name).to_owned());
+        assert_eq!(warnings(names), Vec::<String>::new());
     }
 
     #[test]
