@@ -5,7 +5,7 @@ use std::time::Duration;
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::pki::Pki;
-use tollgate_testkit::postgres::PostgresServer;
+use tollgate_testkit::postgres::{PASSWORD, PostgresServer};
 use tollgate_testkit::process::run;
 use tollgate_testkit::shared_store::{assert_refunds_seen_at_once, count_down_then_deny};
 use tollgate_testkit::tollgate::{Serve, command};
@@ -47,6 +47,17 @@ async fn limits_over_postgres_and_denies_without_a_round_trip() {
     let rows = blocking(|| postgres.psql("SELECT key FROM tollgate_counters"));
     assert_eq!(rows, user_key("", "ann"));
     assert_eq!(server.store_health().await, 200);
+}
+
+/// The startup line names the database by host, port and name, never with the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_startup_line_names_the_database_without_its_password() {
+    let postgres = PostgresServer::start();
+    let server = connected(&postgres, &[]).await;
+    let stderr = blocking(|| server.stop()).stderr;
+    let serving = format!("serving: store postgres {}/postgres;", postgres.host_port());
+    assert!(stderr.contains(&serving), "no {serving:?} in:\n{stderr}");
+    assert!(!stderr.contains(PASSWORD), "the password in:\n{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +274,10 @@ async fn tls_follows_sslmode() {
             .start_without_store();
         let line = server
             .stderr()
-            .wait_for(|l| l.contains("postgres down"), Duration::from_secs(30))
+            .wait_for(
+                |l| l.contains("postgres ") && l.contains(" down: "),
+                Duration::from_secs(30),
+            )
             .expect("the refusal in the log");
         let said = line.to_lowercase().replace([' ', '_'], "");
         assert!(said.contains(why), "{untrusted}: {line}");

@@ -4,6 +4,7 @@
 //! see every hit at once. Its counts stop at zero and at the top of Redis' integers.
 
 use envoy_types::pb::google::protobuf::UInt64Value;
+use tollgate_testkit::admin;
 use tollgate_testkit::grpc::{Code, Rls, code, request};
 use tollgate_testkit::leases::{self, CALLERS, RULES};
 use tollgate_testkit::redis::RedisServer;
@@ -72,4 +73,48 @@ async fn reference_mode_counts_stop_at_zero_and_at_the_top() {
         );
     }
     assert_eq!(tight(&mut rls, "b", 1, false).await, (Code::OverLimit, 0));
+}
+
+/// Explaining a counter in reference mode shows what Redis holds: every hit counted (6
+/// of a limit of 5, where the view used to stop at 5), under the key Redis holds it by
+/// (its window's start at the end), and no local view, which reference mode has not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_in_reference_mode_shows_the_redis_key_and_count() {
+    const DAILY: &str = "domain: refx\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 5}\n";
+    let redis = RedisServer::start();
+    let server = Serve::rules(DAILY)
+        .redis("single", &redis.url())
+        .env("REFERENCE_MODE", "true")
+        .start_connected()
+        .await;
+    let mut rls = server.client().await;
+    for want in [
+        Code::Ok,
+        Code::Ok,
+        Code::Ok,
+        Code::Ok,
+        Code::Ok,
+        Code::OverLimit,
+    ] {
+        assert_eq!(code(&rls.check("refx", &[("user", "ann")]).await), want);
+    }
+    let got = admin::explain(&server, &admin::body("refx", "user", "ann")).await;
+    let ann = &got["descriptors"][0];
+    let key = ann["key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no key: {got}"));
+    let start = key
+        .strip_prefix("refx_user_ann_")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("not the reference's key: {key}"));
+    assert_eq!(start % 86_400, 0, "the day's start: {key}");
+    assert_eq!(redis.query::<u64>(&["GET", key]), 6);
+    let store = &ann["store"]["limits"][0];
+    assert_eq!(
+        (store["count"].as_u64(), store["remaining"].as_u64()),
+        (Some(6), Some(0)),
+        "{got}"
+    );
+    assert!(ann.get("local").is_none(), "no local view: {got}");
+    assert_eq!(ann["decision"], "OVER_LIMIT", "{got}");
 }

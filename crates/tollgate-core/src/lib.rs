@@ -36,6 +36,7 @@ mod key;
 mod limit;
 mod limiter;
 mod log_limit;
+pub mod redact;
 mod request;
 pub mod rules;
 mod stats;

@@ -252,7 +252,8 @@ impl Store {
         let hits = hits.min(MAX_UNITS);
         match self {
             Self::Memory(m) => Peek {
-                local: m.peek(key, limits, hits),
+                local: Some(m.peek(key, limits, hits)),
+                stored_key: None,
                 shared: None,
                 lease: None,
             },

@@ -144,12 +144,14 @@ impl ReferenceStore {
         self.clock.now()
     }
 
-    /// The current window's count, read without counting, and what `hits` more would get.
+    /// The current window's count as Redis holds it (past the limit too: every hit is
+    /// counted), read without counting, under its key, and what `hits` more would get.
+    /// Reference mode has no local view.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        let unheld = CounterView::of(None, limits, self.now(), hits);
         let Some(limit) = limits.first() else {
             return Peek {
-                local: unheld,
+                local: None,
+                stored_key: None,
                 shared: None,
                 lease: None,
             };
@@ -172,7 +174,11 @@ impl ReferenceStore {
             let reset = window.reset;
             CounterView {
                 held: count > 0,
-                limits: vec![LimitView { remaining, reset }],
+                limits: vec![LimitView {
+                    count,
+                    remaining,
+                    reset,
+                }],
                 would: Verdict {
                     limit_index: 0,
                     decision: Decision {
@@ -184,7 +190,8 @@ impl ReferenceStore {
             }
         });
         Peek {
-            local: unheld,
+            local: None,
+            stored_key: Some(full_key),
             shared: Some(shared),
             lease: None,
         }

@@ -351,7 +351,8 @@ impl SharedStore {
             Answer::Pending(_) => Err(StoreError::Timeout),
         };
         Peek {
-            local,
+            local: Some(local),
+            stored_key: None,
             shared: Some(shared),
             lease: self.leases.view(key, self.local.local_now()),
         }
