@@ -25,10 +25,10 @@ use tollgate_core::{
 
 use tollgate_testkit::fuzz::{run, signature};
 
-use crate::json;
-use crate::metrics::Metrics;
+use crate::api::json;
+use crate::config::rules_status::{RulesStatus, Source};
+use crate::ops::metrics::Metrics;
 use crate::rls::{Rls, RlsError};
-use crate::rules_status::{RulesStatus, Source};
 
 const CONFIG_TOKENS: &[&[u8]] = &[
     b"domain: ",

@@ -2,37 +2,16 @@
 
 #![warn(unreachable_pub)]
 
-mod admin;
-mod admin_client;
-mod client;
-mod compat;
-mod debug_port;
-mod env_typos;
-mod explain;
+mod api;
+mod cli;
+mod config;
 #[cfg(test)]
 mod fuzz;
-mod grpc;
-mod json;
-mod listen;
-mod log_format;
-mod log_level;
-mod metrics;
-mod proto;
-mod reference_stats;
-mod reload;
-mod reset;
+mod net;
+mod ops;
 mod rlqs;
 mod rls;
-mod rules_status;
 mod server;
-mod settings;
-mod statsd;
-mod tls;
-mod trace;
-mod trim;
-mod unmatched;
-mod watch;
-mod xds;
 
 use std::process::ExitCode;
 
@@ -42,8 +21,8 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer, Registry};
 
-use crate::log_format::ReferenceJson;
-use crate::settings::{Cli, Command, LogArgs, LogFormat};
+use crate::config::settings::{Cli, Command, LogArgs, LogFormat};
+use crate::ops::log_format::ReferenceJson;
 
 fn main() -> ExitCode {
     // With no arguments at all, serve: the reference's image contract (`/bin/ratelimit`,
@@ -64,7 +43,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Client(args) => match runtime().and_then(|rt| rt.block_on(client::run(args))) {
+        Command::Client(args) => match runtime().and_then(|rt| rt.block_on(cli::client::run(args)))
+        {
             Ok(false) => ExitCode::SUCCESS,
             Ok(true) => ExitCode::from(2),
             Err(e) => {
@@ -73,7 +53,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Explain(args) => {
-            match runtime().and_then(|rt| rt.block_on(admin_client::explain(args))) {
+            match runtime().and_then(|rt| rt.block_on(cli::admin_client::explain(args))) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tollgate: {e:#}");
@@ -84,7 +64,8 @@ fn main() -> ExitCode {
         Command::Reset {
             request,
             admin_token,
-        } => match runtime().and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
+        } => match runtime()
+            .and_then(|rt| rt.block_on(cli::admin_client::reset(request, &admin_token)))
         {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -110,7 +91,7 @@ fn main() -> ExitCode {
 }
 
 /// `tollgate migrate`: the PostgreSQL schema brought up to date.
-async fn migrate(args: settings::PostgresArgs) -> anyhow::Result<()> {
+async fn migrate(args: config::settings::PostgresArgs) -> anyhow::Result<()> {
     use tollgate_core::store::postgres::{self, PgTarget, SCHEMA_VERSION};
     let _ = rustls::crypto::ring::default_provider().install_default();
     let url = args
@@ -131,14 +112,14 @@ async fn migrate(args: settings::PostgresArgs) -> anyhow::Result<()> {
 /// Loads the rules at `path` as `settings` want them, on this thread.
 fn load_now(
     path: &std::path::Path,
-    settings: &settings::RuleArgs,
+    settings: &config::settings::RuleArgs,
 ) -> Result<Rules, tollgate_core::ConfigErrors> {
     let mut builder = settings.builder();
     builder.add_path(path);
     builder.finish()
 }
 
-fn serve(args: settings::ServeArgs) -> anyhow::Result<()> {
+fn serve(args: config::settings::ServeArgs) -> anyhow::Result<()> {
     // Server, Redis and xDS TLS use rustls; ring is its one crypto provider. Installing can only
     // fail if one is installed already, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -146,7 +127,7 @@ fn serve(args: settings::ServeArgs) -> anyhow::Result<()> {
     let (tracing, span_layer) = match args.tracing.tracing_enabled {
         true => {
             let _inside = runtime.enter();
-            let (tracing, layer) = trace::Tracing::start(&args.tracing)?;
+            let (tracing, layer) = ops::trace::Tracing::start(&args.tracing)?;
             (Some(tracing), Some(layer))
         }
         false => (None, None),

@@ -8,9 +8,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::{DecideError, Limiter, Rules};
 
-use crate::metrics::{ErrorKind, Metrics, RuleMetrics};
-use crate::proto::{self, HeaderNames};
-use crate::rules_status::{RulesStatus, Source};
+use crate::api::proto::{self, HeaderNames};
+use crate::config::rules_status::{RulesStatus, Source};
+use crate::ops::metrics::{ErrorKind, Metrics, RuleMetrics};
 
 /// The limiter that serves `ShouldRateLimit`, with metrics of every call.
 pub(crate) struct Rls {

@@ -297,7 +297,7 @@ impl Rlqs {
         }
         // After the plans of the buckets left are dropped too.
         if departures.shrunk {
-            crate::trim::return_freed_memory();
+            crate::ops::trim::return_freed_memory();
         }
         self.deliver(departures.sends);
     }

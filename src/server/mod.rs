@@ -14,17 +14,17 @@ use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::{Limiter, Options, Rules, Store, SystemClock};
 
-use crate::metrics::{Metrics, XdsStats};
-use crate::proto::HeaderNames;
-use crate::reload::{self, Reload};
+use crate::api::proto::HeaderNames;
+use crate::config::reload::{self, Reload};
+use crate::config::rules_status::{RulesStatus, Source};
+use crate::config::settings::{ConfigType, HeaderFormat, NoRuleAction, ServeArgs};
+use crate::config::xds::{self, XdsConfig};
+use crate::config::{compat, env_typos};
+use crate::net::tls::ServerTls;
+use crate::ops::metrics::{Metrics, XdsStats};
+use crate::ops::statsd;
 use crate::rlqs::{Rlqs, RlqsConfig, Strategy};
 use crate::rls::Rls;
-use crate::rules_status::{RulesStatus, Source};
-use crate::settings::{ConfigType, HeaderFormat, NoRuleAction, ServeArgs};
-use crate::statsd;
-use crate::tls::ServerTls;
-use crate::xds::{self, XdsConfig};
-use crate::{compat, env_typos};
 
 use self::health::first_rules;
 use self::ports::{Ports, Services, serve};

@@ -13,15 +13,15 @@ use tollgate_core::{Clock, LogLimit, SystemClock};
 
 use super::health::{report_health, serving_status, set_health};
 use super::signals::stopped;
-use crate::admin::{self, Admin};
-use crate::debug_port;
-use crate::grpc::GrpcService;
-use crate::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
-use crate::reset;
+use crate::api::grpc::GrpcService;
+use crate::config::settings::{ConnArgs, ServeArgs};
+use crate::net::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
+use crate::net::tls::{Port, ServerTls};
+use crate::ops::admin::{self, Admin};
+use crate::ops::debug_port;
+use crate::ops::reset;
 use crate::rlqs::{Rlqs, RlqsService};
 use crate::rls::Rls;
-use crate::settings::{ConnArgs, ServeArgs};
-use crate::tls::{Port, ServerTls};
 
 /// Request headers a gRPC client may send; Envoy's are a few hundred bytes.
 const HEADER_LIST_BYTES: u32 = 16 << 10;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::reload::Reload;
+use crate::config::reload::Reload;
 
 /// SIGHUP reloads file rules; SIGTERM or Ctrl-C drains and stops.
 pub(super) async fn handle_signals(

@@ -25,7 +25,7 @@ use tokio_rustls::server::TlsStream;
 
 use tollgate_core::{Clock, LogLimit};
 
-use crate::tls::{Port, ServerTls};
+use crate::net::tls::{Port, ServerTls};
 
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -14,7 +14,7 @@ mod xds;
 use self::rules::DescriptorFamilies;
 use self::store::StoreCollector;
 use self::xds::XdsCollector;
-use crate::unmatched::Unmatched;
+use crate::ops::unmatched::Unmatched;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;

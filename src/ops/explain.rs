@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tollgate_core::rules::Policy;
 use tollgate_core::{CounterView, Explained, Limit, Matched, NoMatch, Outcome, Request, Rule};
 
-use crate::json::{text, with_request};
+use crate::api::json::{text, with_request};
 use crate::rls::{Rls, RlsError};
 
 /// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.

@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tollgate_core::{Clock as _, DecideError, SystemClock};
 
-use crate::admin::Admin;
-use crate::json::{text, with_request};
+use crate::api::json::{text, with_request};
+use crate::ops::admin::Admin;
 
 /// At most one log line of refused resets per this period.
 pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);

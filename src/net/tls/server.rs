@@ -15,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::client_auth::{AllowedNames, ClientNames};
 use super::{KeyPair, TlsError, ca_only, provider};
-use crate::watch::{self, FileWatch, Watched};
+use crate::config::watch::{self, FileWatch, Watched};
 
 /// Protocols the gRPC port speaks: HTTP/2 only.
 const GRPC_ALPN: &[&[u8]] = &[b"h2"];

@@ -12,8 +12,9 @@ use axum::routing::{delete, get, post};
 use tokio::sync::watch;
 use tollgate_core::LogLimit;
 
+use crate::api::json;
+use crate::ops::{explain, reset};
 use crate::rls::Rls;
-use crate::{explain, json, reset};
 
 /// What the admin routes share: the service, whether the server is draining, the
 /// token that allows resets (none: resets are off), and how often refused resets are

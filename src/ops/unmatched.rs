@@ -11,8 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tollgate_core::{Descriptor, NoMatch};
 
-use crate::explain::no_match_reason;
-use crate::metrics::PlainCounter;
+use crate::ops::explain::no_match_reason;
+use crate::ops::metrics::PlainCounter;
 
 /// Domains the rules lack that get a label of their own; the rest share `other`.
 const MAX_UNKNOWN_DOMAINS: usize = 64;

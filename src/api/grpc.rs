@@ -23,8 +23,8 @@ use tonic_prost::{ProstCodec, ProstEncoder};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use crate::ops::trace;
 use crate::rls::{Rls, RlsError};
-use crate::trace;
 
 /// The one method served.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";

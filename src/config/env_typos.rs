@@ -5,7 +5,7 @@
 
 use clap::CommandFactory as _;
 
-use crate::settings::{Cli, all_args};
+use crate::config::settings::{Cli, all_args};
 
 /// The reference's settings that Tollgate has no flag for: accepted, warned about or
 /// refused (`compat`), never typos.

@@ -28,8 +28,8 @@ use tonic::transport::{ClientTlsConfig, Endpoint};
 pub(crate) use backoff::BackoffPolicy;
 pub(crate) use client::run;
 
-use crate::settings::{HeaderMap, RuleArgs, XdsArgs};
-use crate::tls::{self, TlsError};
+use crate::config::settings::{HeaderMap, RuleArgs, XdsArgs};
+use crate::net::tls::{self, TlsError};
 
 /// The longest a connection attempt to the management server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -15,9 +15,9 @@ use super::XdsConfig;
 use super::ack::Subscription;
 use super::backoff::{Backoff, spread};
 use super::convert;
-use crate::metrics::XdsStats;
+use crate::config::rules_status::Source;
+use crate::ops::metrics::XdsStats;
 use crate::rls::Rls;
-use crate::rules_status::Source;
 
 /// How the reference spreads its connect retries (`BackoffLinearWithJitter(interval, 0.5)`).
 const CONNECT_JITTER: f64 = 0.5;

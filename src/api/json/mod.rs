@@ -89,7 +89,7 @@ pub(crate) async fn with_request(
         Ok(request) => request,
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
-    match crate::proto::request(&request) {
+    match crate::api::proto::request(&request) {
         Ok(request) => answer(&request).await,
         Err(why) => text(StatusCode::BAD_REQUEST, why.to_string()),
     }

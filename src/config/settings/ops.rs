@@ -5,7 +5,7 @@ use super::parse::{
     parse_debug_port, parse_duration, parse_listen_addr, parse_protocol, parse_ratio, parse_tags,
     parse_timeout,
 };
-use crate::statsd::StatsdConfig;
+use crate::ops::statsd::StatsdConfig;
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 use std::net::{IpAddr, SocketAddr};
@@ -123,7 +123,7 @@ pub(crate) struct DebugPort(pub(crate) Option<u16>);
 pub(crate) struct LogArgs {
     /// Log filter: error, warn, info, debug, trace or off, or a tracing directive
     /// (info,h2=debug); anything else is refused.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = crate::log_level::parse)]
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = crate::config::log_level::parse)]
     pub(crate) log_level: String,
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

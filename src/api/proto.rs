@@ -411,7 +411,7 @@ mod tests {
                 Outcome::NoLimit,
             ],
         };
-        let got = crate::json::scalars::struct_json(&dynamic_metadata(&req, &decision));
+        let got = crate::api::json::scalars::struct_json(&dynamic_metadata(&req, &decision));
         let expected: serde_json::Value = serde_json::from_str(
             r#"{
                 "domain": "d",

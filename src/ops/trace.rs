@@ -18,7 +18,7 @@ use tonic::metadata::MetadataMap;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::settings::{ExporterProtocol, TracingArgs};
+use crate::config::settings::{ExporterProtocol, TracingArgs};
 
 /// Exports spans until shut down; shutting down sends what is still buffered.
 pub(crate) struct Tracing {

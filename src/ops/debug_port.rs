@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-use crate::admin;
-use crate::reference_stats;
+use crate::ops::admin;
+use crate::ops::reference_stats;
 use crate::rls::Rls;
 
 /// The debug port's routes.

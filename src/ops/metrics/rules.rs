@@ -3,7 +3,7 @@
 
 use super::detailed::ByValue;
 use super::types::PlainCounter;
-use crate::unmatched::Unmatched;
+use crate::ops::unmatched::Unmatched;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use tollgate_core::{Descriptor, Limited, NoMatch, Recorder, Rule};

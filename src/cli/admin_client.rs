@@ -8,9 +8,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::client::request;
-use crate::json::request_body;
-use crate::settings::AdminArgs;
+use crate::api::json::request_body;
+use crate::cli::client::request;
+use crate::config::settings::AdminArgs;
 
 /// How long connecting and the whole exchange may take.
 const TIMEOUT: Duration = Duration::from_secs(10);

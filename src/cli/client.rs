@@ -10,8 +10,8 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use anyhow::Context as _;
 
-use crate::settings::{ClientArgs, ClientTlsArgs, RequestArgs};
-use crate::tls;
+use crate::config::settings::{ClientArgs, ClientTlsArgs, RequestArgs};
+use crate::net::tls;
 
 /// What a descriptor's text ends with to carry its own hits_addend.
 const HITS_SUFFIX: &str = ";hits=";

@@ -11,11 +11,11 @@ use tokio::sync::Mutex;
 use tollgate_core::rules::RulesBuilder;
 use tollgate_core::{ConfigError, ConfigErrors, Rules};
 
-use crate::settings::RuleArgs;
+use crate::config::settings::RuleArgs;
 
+use crate::config::rules_status::Source;
+use crate::config::watch::{self, FileWatch, Watched};
 use crate::rls::Rls;
-use crate::rules_status::Source;
-use crate::watch::{self, FileWatch, Watched};
 
 /// The longest one load may take; a slower one is abandoned and counted as failed.
 const LOAD_BUDGET: Duration = Duration::from_secs(30);

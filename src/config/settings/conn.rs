@@ -2,8 +2,8 @@
 
 use super::flag::Flag as _;
 use super::parse::parse_timeout;
-use crate::listen::ConnLimits;
-use crate::tls::ServerTlsFiles;
+use crate::net::listen::ConnLimits;
+use crate::net::tls::ServerTlsFiles;
 use clap::Args;
 use clap::builder::RangedU64ValueParser;
 use std::path::PathBuf;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpStream, UdpSocket};
 
-use crate::metrics::Metrics;
-use crate::reference_stats::{self, Stat};
+use crate::ops::metrics::Metrics;
+use crate::ops::reference_stats::{self, Stat};
 
 /// Where stats go and how.
 #[derive(Debug, Clone)]
