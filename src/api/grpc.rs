@@ -1,4 +1,4 @@
-//! The gRPC adapter: `envoy.service.ratelimit.v3.RateLimitService` over [`Rls`].
+//! The gRPC adapter: `envoy.service.ratelimit.v3.RateLimitService` over [`App`].
 //!
 //! Served by hand rather than through the generated server so that a request that is not
 //! a valid `RateLimitRequest` (bad protobuf, invalid UTF-8 in a string) is answered
@@ -23,25 +23,25 @@ use tonic_prost::{ProstCodec, ProstEncoder};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use crate::app::{App, RlsError};
 use crate::ops::trace;
-use crate::rls::{Rls, RlsError};
 
 /// The one method served.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Serves [`Rls`] to Envoy; messages larger than `max_message_bytes` are refused. With
+/// Serves [`App`] to Envoy; messages larger than `max_message_bytes` are refused. With
 /// `traced`, each call is a span in the trace the caller propagated.
 #[derive(Clone)]
 pub(crate) struct GrpcService {
-    rls: Arc<Rls>,
+    app: Arc<App>,
     max_message_bytes: usize,
     traced: bool,
 }
 
 impl GrpcService {
-    pub(crate) fn new(rls: Arc<Rls>, max_message_bytes: usize, traced: bool) -> Self {
+    pub(crate) fn new(app: Arc<App>, max_message_bytes: usize, traced: bool) -> Self {
         Self {
-            rls,
+            app,
             max_message_bytes,
             traced,
         }
@@ -68,7 +68,7 @@ impl tower_service::Service<http::Request<Body>> for GrpcService {
             return Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) });
         }
         let method = ShouldRateLimit {
-            rls: self.rls.clone(),
+            app: self.app.clone(),
             traced: self.traced,
         };
         let max = self.max_message_bytes;
@@ -81,7 +81,7 @@ impl tower_service::Service<http::Request<Body>> for GrpcService {
 
 /// The method, as tonic's unary machinery calls it.
 struct ShouldRateLimit {
-    rls: Arc<Rls>,
+    app: Arc<App>,
     traced: bool,
 }
 
@@ -90,9 +90,9 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 
     fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
-        let rls = self.rls.clone();
+        let app = self.app.clone();
         if !self.traced {
-            return Box::pin(async move { answer(&rls, request.get_ref()).await });
+            return Box::pin(async move { answer(&app, request.get_ref()).await });
         }
         let req = request.get_ref();
         let span = tracing::debug_span!(
@@ -106,7 +106,7 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
             let _ = span.set_parent(parent);
         }
         Box::pin(async move {
-            let answer = answer(&rls, request.get_ref())
+            let answer = answer(&app, request.get_ref())
                 .instrument(span.clone())
                 .await;
             let decision = match &answer {
@@ -124,8 +124,8 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
 }
 
 /// The gRPC answer to one request.
-async fn answer(rls: &Rls, req: &RateLimitRequest) -> Result<Response<RateLimitResponse>, Status> {
-    rls.should_rate_limit(req)
+async fn answer(app: &App, req: &RateLimitRequest) -> Result<Response<RateLimitResponse>, Status> {
+    app.should_rate_limit(req)
         .await
         .map(Response::new)
         .map_err(|e| match e {

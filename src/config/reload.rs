@@ -13,9 +13,9 @@ use tollgate_core::{ConfigError, ConfigErrors, Rules};
 
 use crate::config::settings::RuleArgs;
 
+use crate::app::App;
 use crate::config::rules_status::Source;
 use crate::config::watch::{self, FileWatch, Watched};
-use crate::rls::Rls;
 
 /// The longest one load may take; a slower one is abandoned and counted as failed.
 const LOAD_BUDGET: Duration = Duration::from_secs(30);
@@ -48,16 +48,16 @@ pub(crate) async fn load(path: &Path, mut builder: RulesBuilder) -> Result<Rules
 /// Clones share one lock, so reloads never overlap.
 #[derive(Clone)]
 pub(crate) struct Reload {
-    rls: Arc<Rls>,
+    app: Arc<App>,
     path: PathBuf,
     settings: Arc<RuleArgs>,
     one_at_a_time: Arc<Mutex<()>>,
 }
 
 impl Reload {
-    pub(crate) fn new(rls: Arc<Rls>, path: PathBuf, settings: Arc<RuleArgs>) -> Self {
+    pub(crate) fn new(app: Arc<App>, path: PathBuf, settings: Arc<RuleArgs>) -> Self {
         Self {
-            rls,
+            app,
             path,
             settings,
             one_at_a_time: Arc::default(),
@@ -66,14 +66,14 @@ impl Reload {
 
     pub(crate) async fn run(&self) {
         let _turn = self.one_at_a_time.lock().await;
-        let metrics = &self.rls.metrics;
+        let metrics = &self.app.metrics;
         match load(&self.path, self.settings.builder()).await {
             Ok(rules) => {
                 let domains = rules.domains().count();
                 let source = Source::Files {
                     path: self.path.clone(),
                 };
-                self.rls.install(rules, source);
+                self.app.install(rules, source);
                 tracing::info!(path = %self.path.display(), domains, "rules reloaded");
             }
             Err(problems) => {

@@ -13,23 +13,23 @@ use tokio::sync::watch;
 use tollgate_core::LogLimit;
 
 use crate::api::json;
+use crate::app::App;
 use crate::ops::{explain, reset};
-use crate::rls::Rls;
 
 /// What the admin routes share: the service, whether the server is draining, the
 /// token that allows resets (none: resets are off), and how often refused resets are
 /// logged.
 #[derive(Clone)]
 pub(crate) struct Admin {
-    pub(crate) rls: Arc<Rls>,
+    pub(crate) app: Arc<App>,
     pub(crate) draining: watch::Receiver<bool>,
     pub(crate) admin_token: Option<Arc<str>>,
     pub(crate) refused_resets: Arc<LogLimit>,
 }
 
-impl FromRef<Admin> for Arc<Rls> {
+impl FromRef<Admin> for Arc<App> {
     fn from_ref(admin: &Admin) -> Self {
-        admin.rls.clone()
+        admin.app.clone()
     }
 }
 
@@ -58,12 +58,12 @@ pub(crate) fn router(admin: Admin) -> Router {
 async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     if *admin.draining.borrow() {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
-    } else if !admin.rls.status.readiness().healthy {
+    } else if !admin.app.status.readiness().healthy {
         (
             StatusCode::INTERNAL_SERVER_ERROR,
             "no rate limit configuration with a domain loaded",
         )
-    } else if !admin.rls.limiter.store().can_answer() {
+    } else if !admin.app.limiter.store().can_answer() {
         (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable")
     } else {
         (StatusCode::OK, "OK")
@@ -71,8 +71,8 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
 }
 
 /// Prometheus metrics in the Prometheus text format.
-pub(crate) async fn metrics(State(rls): State<Arc<Rls>>) -> Response {
-    match rls.metrics.encode() {
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
+    match app.metrics.encode() {
         Ok(text) => ([(CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
     }
@@ -81,8 +81,8 @@ pub(crate) async fn metrics(State(rls): State<Arc<Rls>>) -> Response {
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// 200 while the counter store answers, 503 while it does not.
-async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str) {
-    if rls.limiter.store().is_up() {
+async fn store_health(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+    if app.limiter.store().is_up() {
         (StatusCode::OK, "OK")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
@@ -90,7 +90,7 @@ async fn store_health(State(rls): State<Arc<Rls>>) -> (StatusCode, &'static str)
 }
 
 /// Where the rules came from (`#` lines), then the rules, one line per limit.
-pub(crate) async fn rlconfig(State(rls): State<Arc<Rls>>) -> String {
-    let rules = rls.limiter.rules();
-    rls.status.describe(&rules) + &rules.dump()
+pub(crate) async fn rlconfig(State(app): State<Arc<App>>) -> String {
+    let rules = app.limiter.rules();
+    app.status.describe(&rules) + &rules.dump()
 }

@@ -10,18 +10,18 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
+use crate::app::App;
 use crate::ops::admin;
 use crate::ops::reference_stats;
-use crate::rls::Rls;
 
 /// The debug port's routes.
-pub(crate) fn router(rls: Arc<Rls>) -> Router {
+pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/rlconfig", get(admin::rlconfig))
         .route("/stats", get(stats))
         .route("/debug/pprof/", get(no_profiler))
-        .with_state(rls)
+        .with_state(app)
 }
 
 /// What the port serves, one `path: what` line each, as the reference's index.
@@ -31,8 +31,8 @@ async fn index() -> &'static str {
      /stats: print out stats\n"
 }
 
-async fn stats(State(rls): State<Arc<Rls>>) -> (StatusCode, String) {
-    match rls.metrics.encode() {
+async fn stats(State(app): State<Arc<App>>) -> (StatusCode, String) {
+    match app.metrics.encode() {
         Ok(text) => (
             StatusCode::OK,
             reference_stats::text(&reference_stats::read(&text)),

@@ -17,13 +17,13 @@ use tollgate_core::rules::Policy;
 use tollgate_core::{CounterView, Explained, Limit, Matched, NoMatch, Outcome, Request, Rule};
 
 use crate::api::json::{text, with_request};
-use crate::rls::{Rls, RlsError};
+use crate::app::{App, RlsError};
 
 /// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.
 /// Before the first rules arrive (xDS), the explanation is the error every call gets.
-pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Response {
+pub(crate) async fn handler(State(app): State<Arc<App>>, body: Bytes) -> Response {
     with_request(&body, async |request| {
-        if !rls.status.readiness().loaded {
+        if !app.status.readiness().loaded {
             return Json(json!({
                 "domain": &*request.domain,
                 "overallCode": "UNKNOWN",
@@ -32,7 +32,7 @@ pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Respons
             }))
             .into_response();
         }
-        match rls.limiter.explain(request).await {
+        match app.limiter.explain(request).await {
             Ok(explained) => {
                 let descriptors: Vec<Value> = explained
                     .descriptors

@@ -48,7 +48,7 @@ pub(crate) async fn handler(
         };
     }
     with_request(&body, async |request| {
-        match admin.rls.limiter.reset(request).await {
+        match admin.app.limiter.reset(request).await {
             Ok(keys) => {
                 let descriptors: Vec<String> = request
                     .descriptors

@@ -11,20 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tollgate_core::headers::HeaderStyle;
-use tollgate_core::{Limiter, Options, Rules, Store, SystemClock};
+use tollgate_core::{Rules, Store, SystemClock};
 
-use crate::api::proto::HeaderNames;
+use crate::app::App;
 use crate::config::reload::{self, Reload};
-use crate::config::rules_status::{RulesStatus, Source};
-use crate::config::settings::{ConfigType, HeaderFormat, NoRuleAction, ServeArgs};
+use crate::config::rules_status::Source;
+use crate::config::settings::{ConfigType, NoRuleAction, ServeArgs};
 use crate::config::xds::{self, XdsConfig};
 use crate::config::{compat, env_typos};
 use crate::net::tls::ServerTls;
-use crate::ops::metrics::{Metrics, XdsStats};
+use crate::ops::metrics::XdsStats;
 use crate::ops::statsd;
 use crate::rlqs::{Rlqs, RlqsConfig, Strategy};
-use crate::rls::Rls;
 
 use self::health::first_rules;
 use self::ports::{Ports, Services, serve};
@@ -61,12 +59,12 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let xds_stats = Arc::new(XdsStats::default());
     let watched_xds = matches!(origin, Origin::Xds(_)).then(|| xds_stats.clone());
-    let rls = service(&args, store, watched_xds);
-    let (reload, xds_server) = start_rules(&args, &rls, origin, xds_stats);
+    let app = Arc::new(App::new(&args, store, watched_xds));
+    let (reload, xds_server) = start_rules(&args, &app, origin, xds_stats);
     let _watch = reload.clone().map(reload::watch).transpose()?;
     // The reference has no RLQS: in reference mode its calls get UNIMPLEMENTED, as there.
     let rlqs = (!args.rules.reference_mode)
-        .then(|| Rlqs::start(rls.clone(), Arc::new(SystemClock), rlqs_config(&args)));
+        .then(|| Rlqs::start(app.clone(), Arc::new(SystemClock), rlqs_config(&args)));
 
     let (draining_tx, draining) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -81,7 +79,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     {
         // The reference's default: the ports open once there are rules to serve.
         tokio::select! {
-            () = first_rules(rls.status.subscribe(), &server) => {}
+            () = first_rules(app.status.subscribe(), &server) => {}
             () = stopped(stop_rx.clone()) => return Ok(()),
         }
     }
@@ -89,10 +87,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let ports = Ports::bind(&args, &store_name).await?;
     if let Some(statsd) = statsd {
         tracing::info!(target = %statsd.target, dog = statsd.dog, "sending stats to statsd");
-        statsd::spawn(statsd, rls.metrics.clone());
+        statsd::spawn(statsd, app.metrics.clone());
     }
     let services = Services {
-        rls,
+        app,
         rlqs,
         draining,
     };
@@ -142,53 +140,23 @@ async fn rules_origin(args: &ServeArgs) -> anyhow::Result<Origin> {
     }
 }
 
-/// The rate-limit service on `store`, with its metrics (and the xDS stream's, if any).
-fn service(args: &ServeArgs, store: Store, xds: Option<Arc<XdsStats>>) -> Arc<Rls> {
-    let (mut metrics, rule_metrics) = Metrics::new(
-        args.answers.near_limit_ratio,
-        args.ops.detailed_metric_limit,
-    );
-    metrics.watch_store(store.clone());
-    if let Some(stats) = xds {
-        metrics.watch_xds(stats);
-    }
-    let options = Options {
-        defaults: args.rules.defaults(),
-        global_shadow_mode: args.answers.shadow_mode,
-        quota_mode: args.answers.quota_mode,
-        all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
-    };
-    Arc::new(Rls {
-        limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),
-        metrics: Arc::new(metrics),
-        headers: header_style(args),
-        header_names: HeaderNames {
-            limit: args.answers.limit_limit_header.clone(),
-            remaining: args.answers.limit_remaining_header.clone(),
-            reset: args.answers.limit_reset_header.clone(),
-        },
-        dynamic_metadata: args.answers.response_dynamic_metadata,
-        status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
-    })
-}
-
 /// Rules in force: files installed now and reloaded on change, or the xDS client
 /// started; the reload handle and the xDS server, whichever applies.
 fn start_rules(
     args: &ServeArgs,
-    rls: &Arc<Rls>,
+    app: &Arc<App>,
     origin: Origin,
     xds_stats: Arc<XdsStats>,
 ) -> (Option<Reload>, Option<String>) {
     match origin {
         Origin::Files { path, rules } => {
-            rls.install(rules, Source::Files { path: path.clone() });
+            app.install(rules, Source::Files { path: path.clone() });
             let settings = Arc::new(args.rules.clone());
-            (Some(Reload::new(rls.clone(), path, settings)), None)
+            (Some(Reload::new(app.clone(), path, settings)), None)
         }
         Origin::Xds(config) => {
             let server = config.server.clone();
-            tokio::spawn(xds::run(*config, rls.clone(), xds_stats));
+            tokio::spawn(xds::run(*config, app.clone(), xds_stats));
             (None, Some(server))
         }
     }
@@ -204,17 +172,5 @@ fn rlqs_config(args: &ServeArgs) -> RlqsConfig {
         shadow: args.answers.shadow_mode,
         max_message_bytes: args.conn.grpc_max_message_bytes,
         max_buckets: args.rlqs.rlqs_max_buckets,
-    }
-}
-
-fn header_style(args: &ServeArgs) -> HeaderStyle {
-    let answers = &args.answers;
-    match (
-        answers.limit_response_headers,
-        answers.response_headers_format,
-    ) {
-        (false, _) => HeaderStyle::Off,
-        (true, HeaderFormat::Reference) => HeaderStyle::Reference,
-        (true, HeaderFormat::Draft) => HeaderStyle::Draft,
     }
 }

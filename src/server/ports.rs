@@ -14,6 +14,7 @@ use tollgate_core::{Clock, LogLimit, SystemClock};
 use super::health::{report_health, serving_status, set_health};
 use super::signals::stopped;
 use crate::api::grpc::GrpcService;
+use crate::app::App;
 use crate::config::settings::{ConnArgs, ServeArgs};
 use crate::net::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
 use crate::net::tls::{Port, ServerTls};
@@ -21,7 +22,6 @@ use crate::ops::admin::{self, Admin};
 use crate::ops::debug_port;
 use crate::ops::reset;
 use crate::rlqs::{Rlqs, RlqsService};
-use crate::rls::Rls;
 
 /// Request headers a gRPC client may send; Envoy's are a few hundred bytes.
 const HEADER_LIST_BYTES: u32 = 16 << 10;
@@ -77,7 +77,7 @@ impl Ports {
 
 /// What the ports serve, and whether the server is draining (health fails meanwhile).
 pub(super) struct Services {
-    pub(super) rls: Arc<Rls>,
+    pub(super) app: Arc<App>,
     pub(super) rlqs: Option<Arc<Rlqs>>,
     pub(super) draining: watch::Receiver<bool>,
 }
@@ -91,20 +91,20 @@ pub(super) async fn serve(
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let Services {
-        rls,
+        app,
         rlqs,
         draining,
     } = services;
     let (health, health_service) = tonic_health::server::health_reporter();
     // Health is answered from the first connection on: set it before anything is served.
-    set_health(&health, serving_status(rls.status.readiness(), false)).await;
+    set_health(&health, serving_status(app.status.readiness(), false)).await;
     tokio::spawn(report_health(
         health,
-        rls.status.subscribe(),
+        app.status.subscribe(),
         draining.clone(),
     ));
     let admin = Admin {
-        rls: rls.clone(),
+        app: app.clone(),
         draining,
         admin_token: args.ops.admin_token.clone().map(Arc::from),
         refused_resets: Arc::new(LogLimit::new(reset::REFUSAL_LOG_PERIOD)),
@@ -121,7 +121,7 @@ pub(super) async fn serve(
         .layer(MarkFirstRequestLayer)
         .add_service(health_service)
         .add_service(GrpcService::new(
-            rls.clone(),
+            app.clone(),
             args.conn.grpc_max_message_bytes,
             args.tracing.tracing_enabled,
         ))
@@ -139,7 +139,7 @@ pub(super) async fn serve(
     let debug_server = async {
         if let Some(listener) = ports.debug {
             let acceptor = Acceptor::new(listener, limits, None);
-            let router = debug_port::router(rls.clone());
+            let router = debug_port::router(app.clone());
             listen::serve_http(acceptor, router, stopped(stop.clone())).await;
         }
     };
@@ -150,7 +150,7 @@ pub(super) async fn serve(
                     &args.ops.prometheus_path,
                     axum::routing::get(admin::metrics),
                 )
-                .with_state(rls.clone());
+                .with_state(app.clone());
             let acceptor = Acceptor::new(listener, limits, http_tls);
             listen::serve_http(acceptor, router, stopped(stop.clone())).await;
         }

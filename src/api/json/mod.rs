@@ -1,5 +1,5 @@
 //! The HTTP adapter: `POST /json` takes a `RateLimitRequest` and answers a
-//! `RateLimitResponse`, both in protojson (the proto3 JSON mapping), over [`Rls`].
+//! `RateLimitResponse`, both in protojson (the proto3 JSON mapping), over [`App`].
 //!
 //! As in protojson, input accepts lowerCamelCase and the original snake_case field names,
 //! enums as names or numbers, integers as numbers or decimal strings, and `null` for "not
@@ -37,15 +37,15 @@ use self::scalars::{
 };
 use tollgate_core::DecideError;
 
-use crate::rls::{Rls, RlsError};
+use crate::app::{App, RlsError};
 
 /// `POST /json`: decides a protojson request like the gRPC method does.
-pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Response {
+pub(crate) async fn handler(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let request = match parse_request(&body) {
         Ok(request) => request,
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
-    match rls.should_rate_limit(&request).await {
+    match app.should_rate_limit(&request).await {
         Ok(response) => {
             let status = match Code::try_from(response.overall_code) {
                 Ok(Code::Ok) => StatusCode::OK,

@@ -34,7 +34,7 @@ pub(crate) use self::store::{Backend, PostgresArgs, StoreArgs};
     after_help = "Run without arguments, tollgate serves: `tollgate` is `tollgate serve`, \
                   configured by the environment alone."
 )]
-pub(crate) struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
 }

@@ -15,15 +15,15 @@ use super::XdsConfig;
 use super::ack::Subscription;
 use super::backoff::{Backoff, spread};
 use super::convert;
+use crate::app::App;
 use crate::config::rules_status::Source;
 use crate::ops::metrics::XdsStats;
-use crate::rls::Rls;
 
 /// How the reference spreads its connect retries (`BackoffLinearWithJitter(interval, 0.5)`).
 const CONNECT_JITTER: f64 = 0.5;
 
-/// Keeps rules flowing from the management server into `rls`, forever.
-pub(crate) async fn run(config: XdsConfig, rls: Arc<Rls>, stats: Arc<XdsStats>) {
+/// Keeps rules flowing from the management server into `app`, forever.
+pub(crate) async fn run(config: XdsConfig, app: Arc<App>, stats: Arc<XdsStats>) {
     let mut random = fastrand::f64;
     let mut subscription = Subscription::new(config.node.clone());
     let mut backoff = Backoff::new(config.backoff);
@@ -34,7 +34,7 @@ pub(crate) async fn run(config: XdsConfig, rls: Arc<Rls>, stats: Arc<XdsStats>) 
             &config,
             channel,
             &mut subscription,
-            &rls,
+            &app,
             &stats,
             streams > 0,
         )
@@ -87,7 +87,7 @@ async fn stream(
     config: &XdsConfig,
     channel: Channel,
     subscription: &mut Subscription,
-    rls: &Rls,
+    app: &App,
     stats: &XdsStats,
     again: bool,
 ) -> Ended {
@@ -117,7 +117,7 @@ async fn stream(
             Err(status) => return ended(delivered, describe(&status)),
         };
         delivered = true;
-        let answer = apply(config, response, subscription, rls, stats).await;
+        let answer = apply(config, response, subscription, app, stats).await;
         if requests.send(answer).await.is_err() {
             return ended(delivered, "the request stream closed".into());
         }
@@ -129,7 +129,7 @@ async fn apply(
     config: &XdsConfig,
     mut response: DiscoveryResponse,
     subscription: &mut Subscription,
-    rls: &Rls,
+    app: &App,
     stats: &XdsStats,
 ) -> DiscoveryRequest {
     let version = response.version_info.clone();
@@ -154,7 +154,7 @@ async fn apply(
                 server: config.server.clone(),
                 version: version.clone(),
             };
-            rls.install(compiled.rules, source);
+            app.install(compiled.rules, source);
             stats.acked(&version, Instant::now());
             tracing::info!(
                 version = %version,
@@ -165,7 +165,7 @@ async fn apply(
             subscription.ack(&response)
         }
         Err(problems) => {
-            rls.metrics.config_load_error.inc_by(1);
+            app.metrics.config_load_error.inc_by(1);
             stats.nacked();
             for problem in &problems {
                 tracing::error!(version = %version, "{problem}");

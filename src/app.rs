@@ -1,19 +1,22 @@
-//! The rate-limit service as its adapters (gRPC, `/json`) see it: the core limiter, how
-//! responses are shaped, the state of the rules, and the request-level metrics.
+//! The application: what every adapter and operation of a running server shares (the core
+//! limiter, how answers are shaped, the state of the rules, the metrics), built once from
+//! the settings.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_core::headers::HeaderStyle;
-use tollgate_core::{DecideError, Limiter, Rules};
+use tollgate_core::{DecideError, Limiter, Options, Rules, Store};
 
 use crate::api::proto::{self, HeaderNames};
 use crate::config::rules_status::{RulesStatus, Source};
-use crate::ops::metrics::{ErrorKind, Metrics, RuleMetrics};
+use crate::config::settings::{HeaderFormat, ServeArgs};
+use crate::ops::metrics::{ErrorKind, Metrics, RuleMetrics, XdsStats};
 
-/// The limiter that serves `ShouldRateLimit`, with metrics of every call.
-pub(crate) struct Rls {
+/// One running server's shared state: the limiter that serves `ShouldRateLimit`, with
+/// metrics of every call.
+pub(crate) struct App {
     pub(crate) limiter: Limiter<RuleMetrics>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) headers: HeaderStyle,
@@ -34,7 +37,38 @@ pub(crate) enum RlsError {
     Decide(#[from] DecideError),
 }
 
-impl Rls {
+impl App {
+    /// The application on `store`, with its metrics (and the xDS stream's, if any), and no
+    /// rules yet.
+    pub(crate) fn new(args: &ServeArgs, store: Store, xds: Option<Arc<XdsStats>>) -> Self {
+        let (mut metrics, rule_metrics) = Metrics::new(
+            args.answers.near_limit_ratio,
+            args.ops.detailed_metric_limit,
+        );
+        metrics.watch_store(store.clone());
+        if let Some(stats) = xds {
+            metrics.watch_xds(stats);
+        }
+        let options = Options {
+            defaults: args.rules.defaults(),
+            global_shadow_mode: args.answers.shadow_mode,
+            quota_mode: args.answers.quota_mode,
+            all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
+        };
+        Self {
+            limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),
+            metrics: Arc::new(metrics),
+            headers: header_style(args),
+            header_names: HeaderNames {
+                limit: args.answers.limit_limit_header.clone(),
+                remaining: args.answers.limit_remaining_header.clone(),
+                reset: args.answers.limit_reset_header.clone(),
+            },
+            dynamic_metadata: args.answers.response_dynamic_metadata,
+            status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
+        }
+    }
+
     /// Decides one Envoy request, counting it in the request metrics.
     pub(crate) async fn should_rate_limit(
         &self,
@@ -73,5 +107,17 @@ impl Rls {
         self.limiter.install(rules);
         self.status.record(source, domains);
         self.metrics.config_load_success.inc_by(1);
+    }
+}
+
+fn header_style(args: &ServeArgs) -> HeaderStyle {
+    let answers = &args.answers;
+    match (
+        answers.limit_response_headers,
+        answers.response_headers_format,
+    ) {
+        (false, _) => HeaderStyle::Off,
+        (true, HeaderFormat::Reference) => HeaderStyle::Reference,
+        (true, HeaderFormat::Draft) => HeaderStyle::Draft,
     }
 }
