@@ -14,10 +14,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tollgate_core::rules::Policy;
-use tollgate_core::{CounterView, Explained, Limit, Matched, NoMatch, Outcome, Request, Rule};
+use tollgate_core::{CounterView, Explained, Limit, Matched, Outcome, Request, Rule};
 
 use crate::api::json::{text, with_request};
 use crate::app::{App, RlsError};
+use crate::ops::unmatched::no_match_reason;
 
 /// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.
 /// Before the first rules arrive (xDS), the explanation is the error every call gets.
@@ -64,15 +65,6 @@ fn entries(d: &tollgate_core::Descriptor<'_>) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Why nothing matched, in words (`keys`: the descriptor's keys, comma-separated); the
-/// log of unmatched descriptors says the same.
-pub(crate) fn no_match_reason(domain: &str, keys: &str, why: NoMatch) -> String {
-    match why {
-        NoMatch::NoDomain => format!("domain {domain} has no rules"),
-        NoMatch::NoRule => format!("domain {domain} has no rule for the entries {keys}"),
-    }
 }
 
 fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outcome) -> Value {

@@ -11,8 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tollgate_core::{Descriptor, NoMatch};
 
-use crate::ops::explain::no_match_reason;
-use crate::ops::metrics::PlainCounter;
+use crate::ops::metrics::types::PlainCounter;
 
 /// Domains the rules lack that get a label of their own; the rest share `other`.
 const MAX_UNKNOWN_DOMAINS: usize = 64;
@@ -116,5 +115,14 @@ impl Unmatched {
         let counter = self.counts.get_or_create(&labels).clone();
         counter.inc();
         seen.counters.insert(label.into(), counter);
+    }
+}
+
+/// Why nothing matched, in words (`keys`: the descriptor's keys, comma-separated); the
+/// log of unmatched descriptors says the same.
+pub(crate) fn no_match_reason(domain: &str, keys: &str, why: NoMatch) -> String {
+    match why {
+        NoMatch::NoDomain => format!("domain {domain} has no rules"),
+        NoMatch::NoRule => format!("domain {domain} has no rule for the entries {keys}"),
     }
 }

@@ -20,9 +20,10 @@ use tollgate_core::Capacity;
 pub(crate) use self::answers::{AnswerArgs, HeaderFormat};
 pub(crate) use self::client::{AdminArgs, ClientArgs, ClientTlsArgs, RequestArgs};
 pub(crate) use self::conn::{ConnArgs, TlsArgs};
-pub(crate) use self::ops::{ExporterProtocol, LogArgs, LogFormat, OpsArgs, TracingArgs};
+pub(crate) use self::ops::{LogArgs, LogFormat, OpsArgs, TracingArgs};
+pub(crate) use self::parse::{ExporterProtocol, HeaderMap};
 pub(crate) use self::rlqs::{NoRuleAction, RlqsArgs};
-pub(crate) use self::source::{ConfigType, HeaderMap, RuleArgs, RuntimeArgs, SourceArgs, XdsArgs};
+pub(crate) use self::source::{ConfigType, RuleArgs, RuntimeArgs, SourceArgs, XdsArgs};
 pub(crate) use self::store::{Backend, PostgresArgs, StoreArgs};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.

@@ -2,8 +2,8 @@
 
 use super::flag::Flag as _;
 use super::parse::{
-    parse_debug_port, parse_duration, parse_listen_addr, parse_protocol, parse_ratio, parse_tags,
-    parse_timeout,
+    DebugPort, ExporterProtocol, Tags, parse_debug_port, parse_duration, parse_listen_addr,
+    parse_protocol, parse_ratio, parse_tags, parse_timeout,
 };
 use crate::ops::statsd::StatsdConfig;
 use clap::builder::RangedU64ValueParser;
@@ -110,14 +110,6 @@ impl StatsArgs {
     }
 }
 
-/// `EXTRA_TAGS`: `key:value` pairs.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Tags(pub(crate) Vec<(String, String)>);
-
-/// The debug port, if one is served.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DebugPort(pub(crate) Option<u16>);
-
 /// Logging.
 #[derive(Debug, Args)]
 pub(crate) struct LogArgs {
@@ -163,11 +155,4 @@ pub(crate) struct TracingArgs {
     /// Fraction of new traces sampled; a trace Envoy propagates keeps its own decision.
     #[arg(long, env = "TRACING_SAMPLING_RATE", default_value = "1", value_parser = parse_ratio)]
     pub(crate) tracing_sampling_rate: f64,
-}
-
-/// How spans travel to the collector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ExporterProtocol {
-    Http,
-    Grpc,
 }

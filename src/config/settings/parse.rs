@@ -1,14 +1,36 @@
 //! The value parsers of settings: durations in Go's forms, byte sizes, addresses, tags,
 //! header names, ports, zones, ratios; each says in our words what is wrong.
 
-use super::ops::{DebugPort, ExporterProtocol, Tags};
-use super::source::HeaderMap;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_core::{Calendar, Unit};
+
+/// Header names and values, in the order given, and how many entries were not
+/// `key:value`: counted, not kept, since such an entry may be a credential that must not
+/// appear in the error that refuses it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HeaderMap {
+    pub(crate) pairs: Vec<(String, String)>,
+    pub(crate) malformed: usize,
+}
+
+/// `EXTRA_TAGS`: `key:value` pairs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tags(pub(crate) Vec<(String, String)>);
+
+/// The debug port, if one is served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DebugPort(pub(crate) Option<u16>);
+
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExporterProtocol {
+    Http,
+    Grpc,
+}
 
 /// `key:value[,key:value…]`, the reference's (envconfig's) map form; empty is none.
 /// Never fails here: the parser's error would quote the whole setting, headers and

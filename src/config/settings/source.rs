@@ -2,7 +2,8 @@
 
 use super::flag::Flag as _;
 use super::parse::{
-    one_of, parse_header_map, parse_ratio, parse_time_zone, parse_timeout, parse_xds_message_size,
+    HeaderMap, one_of, parse_header_map, parse_ratio, parse_time_zone, parse_timeout,
+    parse_xds_message_size,
 };
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -112,15 +113,6 @@ pub(crate) struct XdsArgs {
     /// Name the management server's certificate must carry [default: the URL's host]
     #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_SAN")]
     pub(crate) xds_server_tls_san: Option<String>,
-}
-
-/// Header names and values, in the order given, and how many entries were not
-/// `key:value`: counted, not kept, since such an entry may be a credential that must not
-/// appear in the error that refuses it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct HeaderMap {
-    pub(crate) pairs: Vec<(String, String)>,
-    pub(crate) malformed: usize,
 }
 
 /// The reference's runtime directory settings, used when --config is not given.

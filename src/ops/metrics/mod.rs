@@ -8,7 +8,7 @@ mod detailed;
 mod rlqs;
 mod rules;
 mod store;
-mod types;
+pub(crate) mod types;
 mod xds;
 
 use self::rules::DescriptorFamilies;
