@@ -16,3 +16,4 @@ mod server;
 
 pub use crate::cli::run as run_command;
 pub use crate::config::settings::Cli;
+pub use crate::server::{Config, Listeners, run, terminated};

@@ -7,7 +7,7 @@ use tracing_subscriber::{Layer, Registry};
 use crate::config::settings::{LogArgs, LogFormat, ServeArgs};
 use crate::ops::log_format::ReferenceJson;
 use crate::ops::trace;
-use crate::server;
+use crate::server::{self, Config, Listeners};
 
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Server, Redis and xDS TLS use rustls; ring is its one crypto provider. Installing can only
@@ -23,13 +23,23 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         false => (None, None),
     };
     init_logging(&args.log, span_layer)?;
-    let result = runtime.block_on(server::run(args));
+    let result = runtime.block_on(async {
+        let config = Config::load(args, &environment()).await?;
+        server::run(config, Listeners::FromSettings, server::terminated()).await
+    });
     if let Some(tracing) = tracing {
         // Off the workers: the exporter may still need them to send the last spans.
         let flush = async { tokio::task::spawn_blocking(move || tracing.shutdown()).await };
         let _ = runtime.block_on(flush);
     }
     result
+}
+
+/// The process's environment: its variables whose name and value are text.
+fn environment() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect()
 }
 
 /// The runtime, without tokio's LIFO slot: a task woken by another (the Redis connection's

@@ -1,55 +1,55 @@
-//! `tollgate serve`: load rules, open the store, bind the ports, serve until a signal, then
-//! drain: health checks fail first, in-flight calls finish.
+//! `tollgate serve`: settings checked into a [`Config`], then [`run`]: open the store, bind
+//! the ports, serve until the shutdown, then drain: health checks fail first, in-flight
+//! calls finish.
 
+mod config;
 mod health;
 mod ports;
 mod signals;
 mod store;
 
-use std::path::PathBuf;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tollgate_core::{Rules, Store, SystemClock};
+use tollgate_core::{Store, SystemClock};
 
 use crate::app::App;
 use crate::config::reload::{self, Reload};
 use crate::config::rules_status::Source;
-use crate::config::settings::{ConfigType, NoRuleAction, ServeArgs};
-use crate::config::xds::{self, XdsConfig};
-use crate::config::{compat, env_typos};
+use crate::config::settings::{NoRuleAction, ServeArgs};
+use crate::config::xds;
 use crate::net::tls::ServerTls;
 use crate::ops::metrics::XdsStats;
 use crate::ops::statsd;
 use crate::rlqs::{Rlqs, RlqsConfig, Strategy};
 
+pub use self::config::Config;
+use self::config::Origin;
 use self::health::first_rules;
+pub use self::ports::Listeners;
 use self::ports::{Ports, Services, serve};
-use self::signals::{handle_signals, stopped};
+pub use self::signals::terminated;
+use self::signals::{drain_on, reload_on_hangup, stopped};
 use self::store::connect_store;
 
 /// Longest the drain waits for the store to take back the leased blocks.
 const LEASE_GIVE_BACK: Duration = Duration::from_secs(1);
 
-/// Where the rules come from, once the settings are checked.
-enum Origin {
-    /// Files, loaded already.
-    Files { path: PathBuf, rules: Rules },
-    /// An xDS management server, not contacted yet.
-    Xds(Box<XdsConfig>),
-}
-
-/// Runs the server until a signal stops it: what it starts, in order.
-pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    check_reference_settings()?;
-    let statsd = args.ops.stats.statsd()?;
-    let origin = rules_origin(&args).await?;
-    // Before anything else starts: a bad certificate or key stops startup here.
-    let server_tls = match args.tls.files()? {
-        Some(files) => Some(ServerTls::load(files)?),
-        None => None,
-    };
+/// Runs the server from `config` on `listeners` until `shutdown` completes, then drains:
+/// what it starts, in order.
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let Config {
+        args,
+        statsd,
+        origin,
+        server_tls,
+    } = config;
     let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
     let (store, store_name) = connect_store(&args).await?;
     // Unspent leased blocks go back at the drain, so that other instances may admit them.
@@ -68,8 +68,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let (draining_tx, draining) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(handle_signals(
-        reload,
+    let hangup = AbortOnDrop(tokio::spawn(reload_on_hangup(reload)));
+    tokio::spawn(drain_on(
+        shutdown,
         draining_tx,
         args.ops.shutdown_delay,
         stop_tx,
@@ -84,7 +85,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
 
-    let ports = Ports::bind(&args, &store_name).await?;
+    let ports = Ports::bind(&args, listeners, &store_name).await?;
     if let Some(statsd) = statsd {
         tracing::info!(target = %statsd.target, dog = statsd.dog, "sending stats to statsd");
         statsd::spawn(statsd, app.metrics.clone());
@@ -98,45 +99,16 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(shared) = leasing {
         shared.give_back_leases(LEASE_GIVE_BACK).await;
     }
+    drop(hangup);
     served
 }
 
-/// Settings of the reference's that cannot be honoured stop startup; those that change
-/// nothing here, and variables that look like a setting but are none, are warned about.
-fn check_reference_settings() -> anyhow::Result<()> {
-    let refused = compat::refusals(|name| std::env::var(name).ok());
-    anyhow::ensure!(refused.is_empty(), "{}", refused.join("; "));
-    for warning in compat::warnings(|name| std::env::var(name).ok()) {
-        tracing::warn!("{warning}");
-    }
-    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-    for warning in env_typos::warnings(names) {
-        tracing::warn!("{warning}");
-    }
-    Ok(())
-}
+/// A task that ends with the server, not with the runtime.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
-/// Where the rules come from: files, loaded now, or an xDS server, contacted later.
-async fn rules_origin(args: &ServeArgs) -> anyhow::Result<Origin> {
-    match args.source.config_type {
-        ConfigType::File => {
-            let path = args.config_path();
-            let rules = reload::load(&path, args.rules.builder()).await?;
-            tracing::info!(path = %path.display(), domains = rules.domains().count(), "rules loaded");
-            Ok(Origin::Files { path, rules })
-        }
-        ConfigType::GrpcXdsSotw => {
-            anyhow::ensure!(
-                args.config.is_none(),
-                "--config (TOLLGATE_CONFIG) names rules files, but CONFIG_TYPE=GRPC_XDS_SOTW \
-                 takes rules from the xDS server only; unset one of them"
-            );
-            let (config, warnings) = XdsConfig::new(&args.source.xds, &args.rules)?;
-            for warning in warnings {
-                tracing::warn!("{warning}");
-            }
-            Ok(Origin::Xds(Box::new(config)))
-        }
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

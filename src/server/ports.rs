@@ -31,6 +31,16 @@ const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// Where the gRPC and HTTP ports listen: the settings' addresses, bound when the server
+/// is ready to serve, or listeners bound already (on port 0, say, in tests).
+pub enum Listeners {
+    FromSettings,
+    Bound {
+        grpc: std::net::TcpListener,
+        http: std::net::TcpListener,
+    },
+}
+
 /// The listeners, bound.
 pub(super) struct Ports {
     grpc: TcpListener,
@@ -43,9 +53,18 @@ impl Ports {
     /// Binds every port the settings ask for and prints the line tests and scripts wait
     /// for (with port 0 it is how they learn the ports); logs one line of what is served
     /// where: the store (`store`, its name) and every listener.
-    pub(super) async fn bind(args: &ServeArgs, store: &str) -> anyhow::Result<Self> {
-        let grpc = bind(args.grpc_addr(), "gRPC").await?;
-        let http = bind(args.http_addr(), "HTTP").await?;
+    pub(super) async fn bind(
+        args: &ServeArgs,
+        listeners: Listeners,
+        store: &str,
+    ) -> anyhow::Result<Self> {
+        let (grpc, http) = match listeners {
+            Listeners::FromSettings => (
+                bind(args.grpc_addr(), "gRPC").await?,
+                bind(args.http_addr(), "HTTP").await?,
+            ),
+            Listeners::Bound { grpc, http } => (adopt(grpc, "gRPC")?, adopt(http, "HTTP")?),
+        };
         let prometheus = match args.ops.use_prometheus {
             true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
             false => None,
@@ -206,4 +225,12 @@ async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListe
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for {what} on {addr}"))
+}
+
+/// A listener bound by the caller, served on this runtime.
+fn adopt(listener: std::net::TcpListener, what: &str) -> anyhow::Result<TcpListener> {
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
+        .with_context(|| format!("cannot serve {what} on the listener given"))
 }

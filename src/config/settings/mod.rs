@@ -127,6 +127,40 @@ pub(crate) struct ServeArgs {
     pub(crate) tracing: TracingArgs,
 }
 
+/// `tollgate serve ARGS` with `env` as its whole environment, parsed as the command line
+/// would be; no variable of this process is read. A variable becomes its flag, ahead of
+/// `args`, so that a flag given overrides it, as it overrides the environment.
+pub(crate) fn serve_args(
+    args: &[&str],
+    env: &[(String, String)],
+) -> Result<ServeArgs, clap::Error> {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let mut from_env = Vec::new();
+    let command = Cli::command().mut_subcommand("serve", |serve| {
+        serve.args_override_self(true).mut_args(|arg| {
+            let name = arg.get_env().and_then(|e| e.to_str());
+            let value = name.and_then(|name| env.iter().find(|(n, _)| n == name));
+            if let (Some((_, value)), Some(long)) = (value, arg.get_long()) {
+                from_env.push(format!("--{long}={value}"));
+            }
+            arg.env(None)
+        })
+    });
+    let argv = ["tollgate", "serve"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(from_env)
+        .chain(args.iter().map(|a| (*a).to_owned()));
+    let matches = command.try_get_matches_from(argv)?;
+    match Cli::from_arg_matches(&matches)?.command {
+        Command::Serve(args) => Ok(*args),
+        _ => Err(clap::Error::raw(
+            clap::error::ErrorKind::InvalidSubcommand,
+            "not the serve command",
+        )),
+    }
+}
+
 /// Every argument of `command` and of its subcommands.
 pub(crate) fn all_args(command: &clap::Command) -> Vec<clap::Arg> {
     let own = command.get_arguments().cloned();
