@@ -7,7 +7,7 @@ use tollgate_testkit::free_port;
 use tollgate_testkit::grpc::{Code, code, request};
 use tollgate_testkit::http::post_json;
 use tollgate_testkit::process;
-use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Listening, Serve};
+use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Listening};
 
 use crate::in_process::InProcess;
 
@@ -128,14 +128,12 @@ async fn tollgate_explain_prints_it_for_a_person() {
 /// loaded`, and explaining one says so (it used to say "OK (not limited)").
 #[tokio::test]
 async fn explain_before_the_first_rules_says_what_a_call_gets() {
-    let mut cmd = tollgate::serve_from_env();
-    cmd.env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+    let xds_server = format!("127.0.0.1:{}", free_port());
+    let server = InProcess::from_env()
+        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
         .env("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")
-        .env(
-            "CONFIG_GRPC_XDS_SERVER_URL",
-            format!("127.0.0.1:{}", free_port()),
-        );
-    let server = Serve::custom(cmd).start();
+        .env("CONFIG_GRPC_XDS_SERVER_URL", &xds_server)
+        .start();
     let status = server
         .client()
         .await

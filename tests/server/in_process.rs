@@ -29,6 +29,12 @@ impl InProcess {
 
     /// Serves the rule file or directory at `config`.
     pub fn path(config: &Path) -> Self {
+        let path = config.display().to_string();
+        Self::from_env().args(["--config", path.as_str()])
+    }
+
+    /// No rules path: the environment says where the rules come from (xDS).
+    pub fn from_env() -> Self {
         // As the testkit's processes: no debug port on the reference's fixed 6070, and
         // `LEASES=false cargo test` runs a suite with leasing off.
         let mut env = vec![("DEBUG_PORT".to_owned(), "off".to_owned())];
@@ -36,7 +42,7 @@ impl InProcess {
             env.push(("LEASES".to_owned(), leases));
         }
         Self {
-            args: vec!["--config".to_owned(), config.display().to_string()],
+            args: Vec::new(),
             env,
             config: None,
         }

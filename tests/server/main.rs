@@ -12,6 +12,7 @@ mod explain;
 mod grpc_api;
 mod http_api;
 mod in_process;
+mod library;
 mod limits;
 mod matching;
 mod operations;
