@@ -316,7 +316,8 @@ impl ReferenceStore {
                 self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
                 Ok(count)
             }
-            Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("would overflow")) => {
+            // Said in the error's detail, or inside a pipeline failure's text.
+            Ok(Err(e)) if e.to_string().contains("would overflow") => {
                 // Redis refused to count past its largest integer: the count is there,
                 // far past any limit.
                 self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
