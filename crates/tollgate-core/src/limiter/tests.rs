@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::{ManualClock, Timestamp};
+use crate::lock::lock;
 use crate::request::LimitOverride;
 use crate::store::MemoryStore;
 use crate::unit::Unit;
@@ -237,7 +238,7 @@ impl Recorder for Tally {
     }
 
     fn record(&self, _: &Rule, name: &String, _: &Descriptor<'_>, outcome: &Limited) {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = lock(&self.0);
         seen.push((name.clone(), outcome.hits, outcome.admitted));
     }
 }
