@@ -8,6 +8,7 @@ use tollgate_testkit::redis::RedisServer;
 
 use super::script::{self, Check, ScriptReply};
 use crate::clock::Timestamp;
+use crate::limit::Limit;
 use crate::store::shared::differential::{
     YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
 };
@@ -34,12 +35,41 @@ proptest! {
         let key = fresh_key().to_string();
         replay(&limits, &history, phase_us, |debt, ask, now, around| {
             let check = Check { key: &key, limits: &limits, ask, debt, deadline: None, now: Some(now), around };
-            let reply: ScriptReply = script::call(&script, "differential", &check)
-                .query(&mut conn)
-                .map_err(|e| e.to_string())?;
-            script::numbers(reply).map_err(|e| e.to_string())
+            run(&mut conn, &script, &check)
         })?;
     }
+}
+
+/// `ask` on counter `key` of `limits` at `now`, with no debt and no deadline.
+fn call_at(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    (key, limits): (&str, &[Limit]),
+    ask: Ask,
+    now: Timestamp,
+) -> Result<Vec<i64>, String> {
+    let check = Check {
+        key,
+        limits,
+        ask,
+        debt: 0,
+        deadline: None,
+        now: Some(now),
+        around: now,
+    };
+    run(conn, script, &check)
+}
+
+/// `check` through `script`, its reply as numbers.
+fn run(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    check: &Check<'_>,
+) -> Result<Vec<i64>, String> {
+    let reply: ScriptReply = script::call(script, "differential", check)
+        .query(conn)
+        .map_err(|e| e.to_string())?;
+    script::numbers(reply).map_err(|e| e.to_string())
 }
 
 /// Charges far past any limit (usage reported after the fact) leave a counter that still
@@ -112,19 +142,7 @@ fn a_counter_stored_before_ends_were_kept_still_counts() {
         .query(&mut conn);
     assert!(stored.is_ok(), "{stored:?}");
     let read = read_after_upgrade(at, |hits, now| {
-        let check = Check {
-            key: &key,
-            limits: &limits,
-            ask: Ask::Hits(hits),
-            debt: 0,
-            deadline: None,
-            now: Some(now),
-            around: now,
-        };
-        let reply: ScriptReply = script::call(&script, "differential", &check)
-            .query(&mut conn)
-            .map_err(|e| e.to_string())?;
-        script::numbers(reply).map_err(|e| e.to_string())
+        call_at(&mut conn, &script, (&key, &limits), Ask::Hits(hits), now)
     });
     assert_eq!(read, Ok(()));
 }
