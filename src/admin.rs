@@ -10,17 +10,20 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use tokio::sync::watch;
+use tollgate_core::LogLimit;
 
 use crate::rls::Rls;
 use crate::{explain, json, reset};
 
-/// What the admin routes share: the service, whether the server is draining, and the
-/// token that allows resets (none: resets are off).
+/// What the admin routes share: the service, whether the server is draining, the
+/// token that allows resets (none: resets are off), and how often refused resets are
+/// logged.
 #[derive(Clone)]
 pub(crate) struct Admin {
     pub(crate) rls: Arc<Rls>,
     pub(crate) draining: watch::Receiver<bool>,
     pub(crate) admin_token: Option<Arc<str>>,
+    pub(crate) refused_resets: Arc<LogLimit>,
 }
 
 impl FromRef<Admin> for Arc<Rls> {

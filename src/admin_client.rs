@@ -121,7 +121,12 @@ pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
 
 /// The explanation for a person, one block per descriptor.
 fn render(explained: &Value) -> String {
-    let mut out = format!("overall: {}\n", str_of(&explained["overallCode"]));
+    let mut out = format!("overall: {}", str_of(&explained["overallCode"]));
+    match explained["error"].as_str() {
+        // What the gRPC status says: `UNKNOWN: no rate limit configuration loaded`.
+        Some(error) => out.push_str(&format!(": {error} (every call gets this error)\n")),
+        None => out.push('\n'),
+    }
     let empty = Vec::new();
     let descriptors = explained["descriptors"].as_array().unwrap_or(&empty);
     for (i, d) in descriptors.iter().enumerate() {

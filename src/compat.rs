@@ -6,6 +6,8 @@
 //! `PROMETHEUS_MAPPER_YAML`, `REDIS_SOCKET_TYPE=tcp`, …) are accepted without a word; the
 //! README lists every setting of the reference and what Tollgate does with it.
 
+use tollgate_core::redact;
+
 /// When a variable matters.
 #[derive(Debug, Clone, Copy)]
 enum When {
@@ -86,7 +88,8 @@ fn found(table: &[(&str, When, &str)], var: impl Fn(&str) -> Option<String>) -> 
                 When::Not(expected) => !value.trim().eq_ignore_ascii_case(expected),
                 When::NotEmpty => !value.trim().is_empty(),
             };
-            applies.then(|| format!("{name}={value} is not supported: {consequence}"))
+            let shown = redact::setting(name, &value);
+            applies.then(|| format!("{name}={shown} is not supported: {consequence}"))
         })
         .collect()
 }
@@ -133,6 +136,16 @@ mod tests {
         let refused = refusals(|name| env.get(name).map(|v| (*v).to_owned()));
         assert_eq!(refused.len(), 1, "{refused:?}");
         assert!(refused[0].starts_with("GRPC_UDS=/tmp/rl.sock is not supported: "));
+    }
+
+    #[test]
+    fn a_refused_password_is_not_repeated() {
+        let refused = refusals(|name| (name == "REDIS_SENTINEL_AUTH").then(|| "hunter2".into()));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with("REDIS_SENTINEL_AUTH=*** is not supported: "),
+            "{refused:?}"
+        );
     }
 
     #[test]

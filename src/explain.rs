@@ -1,7 +1,8 @@
 //! `POST /explain`: why a request would get its answer, as JSON, counting nothing. The
 //! body is the `/json` request; the answer says per descriptor which rule matched (or why
 //! none did), the counter's key and state in this process and in the shared store, the
-//! lease this instance holds on it, and the decision it would get.
+//! lease this instance holds on it, and the decision it would get; before any rules are
+//! loaded, the error calls get.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +17,21 @@ use tollgate_core::rules::Policy;
 use tollgate_core::{CounterView, Explained, Limit, Matched, NoMatch, Outcome, Request, Rule};
 
 use crate::json::{text, with_request};
-use crate::rls::Rls;
+use crate::rls::{Rls, RlsError};
 
 /// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.
+/// Before the first rules arrive (xDS), the explanation is the error every call gets.
 pub(crate) async fn handler(State(rls): State<Arc<Rls>>, body: Bytes) -> Response {
     with_request(&body, async |request| {
+        if !rls.status.readiness().loaded {
+            return Json(json!({
+                "domain": &*request.domain,
+                "overallCode": "UNKNOWN",
+                "error": RlsError::NoRules.to_string(),
+                "descriptors": [],
+            }))
+            .into_response();
+        }
         match rls.limiter.explain(request).await {
             Ok(explained) => {
                 let descriptors: Vec<Value> = explained
@@ -85,8 +96,10 @@ fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outco
         }
     }
     if let (Some((key, limits)), Some(peek)) = (&e.counter, &e.peek) {
-        out["key"] = json!(key);
-        out["local"] = view_json(&peek.local, limits);
+        out["key"] = json!(peek.stored_key.as_ref().unwrap_or(key));
+        if let Some(local) = &peek.local {
+            out["local"] = view_json(local, limits);
+        }
         match &peek.shared {
             Some(Ok(shared)) => out["store"] = view_json(shared, limits),
             Some(Err(why)) => out["storeError"] = json!(why.to_string()),
@@ -129,11 +142,10 @@ fn view_json(view: &CounterView, limits: &[Limit]) -> Value {
         .iter()
         .zip(limits)
         .map(|(v, limit)| {
-            let quota = u64::from(limit.requests_per_unit());
             json!({
                 "limit": format!("{}/{}", limit.requests_per_unit(), limit.unit().as_str()),
                 "window": seconds(limit.window()),
-                "count": quota.saturating_sub(v.remaining),
+                "count": v.count,
                 "remaining": v.remaining,
                 "reset": seconds(v.reset),
             })

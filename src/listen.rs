@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,10 +23,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
 
+use tollgate_core::{Clock, LogLimit};
+
 use crate::tls::{Port, ServerTls};
 
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// At most one line per port about refused handshakes in this long.
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// Connections handshaken and not yet taken by the gRPC server.
 const READY_QUEUE: usize = 64;
 
@@ -286,11 +291,43 @@ impl<S> tower_layer::Layer<S> for MarkFirstRequestLayer {
     }
 }
 
-/// A port's TLS: the shared configuration and which port's variant to use.
+/// A port's TLS: the shared configuration, which port's variant to use, and the log of
+/// refused handshakes.
 #[derive(Clone)]
 pub(crate) struct PortTls {
-    pub(crate) tls: Arc<ServerTls>,
-    pub(crate) port: Port,
+    tls: Arc<ServerTls>,
+    port: Port,
+    refusals: Arc<LogLimit>,
+    clock: Arc<dyn Clock>,
+}
+
+impl PortTls {
+    pub(crate) fn new(tls: Arc<ServerTls>, port: Port, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            tls,
+            port,
+            refusals: Arc::new(LogLimit::new(REFUSAL_LOG_PERIOD)),
+            clock,
+        }
+    }
+
+    /// A refused handshake, at WARN: the server's side of a certificate mistake is only
+    /// here, and a client may retry many times a second, so one line per period. A
+    /// connection closed before saying anything (a TCP probe) is no refusal.
+    fn refused(&self, peer: Option<SocketAddr>, why: &str) {
+        let Some(held) = self.refusals.admit(self.clock.now()) else {
+            return;
+        };
+        let port = match self.port {
+            Port::Grpc => "gRPC",
+            Port::Http => "HTTP",
+        };
+        let from = peer.map(|p| format!(" from {p}")).unwrap_or_default();
+        tracing::warn!(
+            "TLS handshake refused on the {port} port{from}: {why} ({held} more since the last \
+             such line)"
+        );
+    }
 }
 
 /// Accepts connections within `limits`: waits for a free slot before accepting, so excess
@@ -366,15 +403,16 @@ async fn secure(io: IdleIo<TcpStream>, tls: Option<&PortTls>) -> Option<Conn> {
     let handshake = tls.tls.acceptor(tls.port).accept(io);
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
         Ok(Ok(stream)) => Some(Conn::Tls(Box::new(stream))),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(?peer, "connection closed before its TLS handshake: {e}");
+            None
+        }
         Ok(Err(e)) => {
-            tracing::debug!(?peer, "TLS handshake failed: {e}");
+            tls.refused(peer, &e.to_string());
             None
         }
         Err(_) => {
-            tracing::debug!(
-                ?peer,
-                "TLS handshake took longer than {HANDSHAKE_TIMEOUT:?}"
-            );
+            tls.refused(peer, &format!("no handshake within {HANDSHAKE_TIMEOUT:?}"));
             None
         }
     }
@@ -385,7 +423,7 @@ async fn secure(io: IdleIo<TcpStream>, tls: Option<&PortTls>) -> Option<Conn> {
 #[derive(Clone)]
 struct WithPeer {
     router: axum::Router,
-    peer: Option<std::net::SocketAddr>,
+    peer: Option<SocketAddr>,
 }
 
 impl<B> tower_service::Service<http::Request<B>> for WithPeer

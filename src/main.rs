@@ -7,6 +7,7 @@ mod admin_client;
 mod client;
 mod compat;
 mod debug_port;
+mod env_typos;
 mod explain;
 #[cfg(test)]
 mod fuzz;
@@ -14,6 +15,7 @@ mod grpc;
 mod json;
 mod listen;
 mod log_format;
+mod log_level;
 mod metrics;
 mod proto;
 mod reference_stats;
@@ -175,23 +177,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))
 }
 
-/// The filter LOG_LEVEL means: a bare `debug` or `trace` is Tollgate's own crates at that
-/// level and every other at info (h2, hyper and tower would otherwise log every frame); a
-/// directive (`info,h2=debug`) is taken as written.
-fn log_directive(level: &str) -> String {
-    match level.trim().to_ascii_lowercase().as_str() {
-        low @ ("debug" | "trace") => format!("info,tollgate={low},tollgate_core={low}"),
-        _ => level.to_owned(),
-    }
-}
-
 /// A layer of the process's one subscriber.
 type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
 
 /// Logs to stderr under LOG_LEVEL; `spans`, when tracing is on, sees spans under its own
 /// filter.
 fn init_logging(log: &LogArgs, spans: Option<BoxedLayer>) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(log_directive(&log.log_level))
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
         .map_err(|e| anyhow::anyhow!("invalid LOG_LEVEL '{}': {e}", log.log_level))?;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

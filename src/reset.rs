@@ -1,9 +1,11 @@
 //! `DELETE /counters`: the counters a request names set back to empty, in the store and
 //! in every instance's local view. Allowed only with `Authorization: Bearer <ADMIN_TOKEN>`
 //! (compared in constant time); with no ADMIN_TOKEN set, resets are off. Every reset is
-//! logged at info with what and from where.
+//! logged at info with what and from where; refusals at most once a period, since a
+//! client may send them by the thousand.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -12,10 +14,13 @@ use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use tollgate_core::DecideError;
+use tollgate_core::{Clock as _, DecideError, SystemClock};
 
 use crate::admin::Admin;
 use crate::json::{text, with_request};
+
+/// At most one log line of refused resets per this period.
+pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// `DELETE /counters`: 200 with the keys reset; 401 without a token, 403 with a wrong
 /// one or with resets off; 400 for a bad body; 503 when the store failed.
@@ -29,7 +34,13 @@ pub(crate) async fn handler(
         .get::<ConnectInfo<SocketAddr>>()
         .map_or_else(|| "unknown".to_owned(), |ConnectInfo(p)| p.to_string());
     if let Err((status, why)) = authorize(admin.admin_token.as_deref(), &headers) {
-        tracing::warn!(%peer, "counter reset refused: {}", why.trim_end());
+        if let Some(held) = admin.refused_resets.admit(SystemClock.now()) {
+            tracing::warn!(
+                %peer,
+                "counter reset refused: {} ({held} more refused since the last such line)",
+                why.trim_end()
+            );
+        }
         let challenge = [(WWW_AUTHENTICATE, "Bearer")];
         return match status {
             StatusCode::UNAUTHORIZED => (status, challenge, why).into_response(),

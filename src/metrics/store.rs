@@ -88,6 +88,16 @@ impl prometheus_client::collector::Collector for StoreCollector {
                 s.disagreements,
             ),
             (
+                "tollgate_store_decreases_announced_total",
+                "Counters this instance decreased (refunds, lease units given back) and announced to the others",
+                s.decreases_announced,
+            ),
+            (
+                "tollgate_store_announcements_heard_total",
+                "Resets and decreases heard from the instances sharing the store, this one included",
+                s.announcements_heard,
+            ),
+            (
                 "tollgate_store_debt_charged_total",
                 "Units admitted without the store that were then counted in it",
                 s.debt_charged,

@@ -5,6 +5,7 @@ use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tollgate_core::{Histogram, HistogramSnapshot};
 
@@ -15,8 +16,16 @@ use tollgate_core::{Histogram, HistogramSnapshot};
 pub(crate) struct PlainCounter(Counter);
 
 impl PlainCounter {
+    /// Adds `n`, holding at u64::MAX: a counter that wrapped would read as a reset to
+    /// Prometheus (units reported by clients have no bound).
     pub(crate) fn inc_by(&self, n: u64) {
-        self.0.inc_by(n);
+        // The closure always returns Some: the update cannot fail.
+        let _ = self
+            .0
+            .inner()
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
     }
 
     pub(crate) fn inc(&self) {
@@ -78,4 +87,18 @@ pub(super) fn encode_histogram(
     mut encoder: MetricEncoder,
 ) -> std::fmt::Result {
     encoder.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &h.buckets, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlainCounter;
+
+    #[test]
+    fn a_counter_holds_at_its_largest_value_rather_than_wrap() {
+        let counter = PlainCounter::default();
+        counter.inc_by(1 << 63);
+        counter.inc_by(1 << 63);
+        counter.inc_by(7);
+        assert_eq!(counter.0.get(), u64::MAX);
+    }
 }

@@ -14,7 +14,6 @@ use tokio::sync::watch;
 use tollgate_core::headers::HeaderStyle;
 use tollgate_core::{Limiter, Options, Rules, Store, SystemClock};
 
-use crate::compat;
 use crate::metrics::{Metrics, XdsStats};
 use crate::proto::HeaderNames;
 use crate::reload::{self, Reload};
@@ -25,6 +24,7 @@ use crate::settings::{ConfigType, HeaderFormat, NoRuleAction, ServeArgs};
 use crate::statsd;
 use crate::tls::ServerTls;
 use crate::xds::{self, XdsConfig};
+use crate::{compat, env_typos};
 
 use self::health::first_rules;
 use self::ports::{Ports, Services, serve};
@@ -53,7 +53,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
-    let store = connect_store(&args).await?;
+    let (store, store_name) = connect_store(&args).await?;
     // Unspent leased blocks go back at the drain, so that other instances may admit them.
     let leasing = match &store {
         Store::Shared(shared) if args.store.leases => Some(shared.clone()),
@@ -86,7 +86,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
 
-    let ports = Ports::bind(&args).await?;
+    let ports = Ports::bind(&args, &store_name).await?;
     if let Some(statsd) = statsd {
         tracing::info!(target = %statsd.target, dog = statsd.dog, "sending stats to statsd");
         statsd::spawn(statsd, rls.metrics.clone());
@@ -104,11 +104,15 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Settings of the reference's that cannot be honoured stop startup; those that change
-/// nothing here are warned about.
+/// nothing here, and variables that look like a setting but are none, are warned about.
 fn check_reference_settings() -> anyhow::Result<()> {
     let refused = compat::refusals(|name| std::env::var(name).ok());
     anyhow::ensure!(refused.is_empty(), "{}", refused.join("; "));
     for warning in compat::warnings(|name| std::env::var(name).ok()) {
+        tracing::warn!("{warning}");
+    }
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for warning in env_typos::warnings(names) {
         tracing::warn!("{warning}");
     }
     Ok(())

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tollgate_core::{Clock, LogLimit, SystemClock};
 
 use super::health::{report_health, serving_status, set_health};
 use super::signals::stopped;
@@ -16,6 +17,7 @@ use crate::admin::{self, Admin};
 use crate::debug_port;
 use crate::grpc::GrpcService;
 use crate::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
+use crate::reset;
 use crate::rlqs::{Rlqs, RlqsService};
 use crate::rls::Rls;
 use crate::settings::{ConnArgs, ServeArgs};
@@ -39,8 +41,9 @@ pub(super) struct Ports {
 
 impl Ports {
     /// Binds every port the settings ask for and prints the line tests and scripts wait
-    /// for (with port 0 it is how they learn the ports).
-    pub(super) async fn bind(args: &ServeArgs) -> anyhow::Result<Self> {
+    /// for (with port 0 it is how they learn the ports); logs one line of what is served
+    /// where: the store (`store`, its name) and every listener.
+    pub(super) async fn bind(args: &ServeArgs, store: &str) -> anyhow::Result<Self> {
         let grpc = bind(args.grpc_addr(), "gRPC").await?;
         let http = bind(args.http_addr(), "HTTP").await?;
         let prometheus = match args.ops.use_prometheus {
@@ -53,8 +56,16 @@ impl Ports {
         };
         let grpc_addr = grpc.local_addr()?;
         let http_addr = http.local_addr()?;
+        let mut listeners = format!("grpc {grpc_addr}, http {http_addr}");
+        let extra = [("prometheus", &prometheus), ("debug", &debug)];
+        for (what, listener) in extra {
+            if let Some(addr) = listener.as_ref().and_then(|l| l.local_addr().ok()) {
+                listeners.push_str(&format!(", {what} {addr}"));
+            }
+        }
+        tracing::info!("serving: store {store}; listening {listeners}");
+        // After the log line, so that whoever reads this one finds that one written.
         println!("tollgate listening grpc={grpc_addr} http={http_addr}");
-        tracing::info!(%grpc_addr, %http_addr, "listening");
         Ok(Self {
             grpc,
             http,
@@ -96,18 +107,16 @@ pub(super) async fn serve(
         rls: rls.clone(),
         draining,
         admin_token: args.ops.admin_token.clone().map(Arc::from),
+        refused_resets: Arc::new(LogLimit::new(reset::REFUSAL_LOG_PERIOD)),
     };
     let limits = args.conn.limits();
-    let grpc_tls = server_tls.clone().map(|tls| PortTls {
-        tls,
-        port: Port::Grpc,
-    });
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let grpc_tls = server_tls
+        .clone()
+        .map(|tls| PortTls::new(tls, Port::Grpc, clock.clone()));
     let http_tls = server_tls
         .filter(|_| args.tls.http_server_use_tls)
-        .map(|tls| PortTls {
-            tls,
-            port: Port::Http,
-        });
+        .map(|tls| PortTls::new(tls, Port::Http, clock));
     let grpc_server = grpc_builder(&args.conn)
         .layer(MarkFirstRequestLayer)
         .add_service(health_service)
@@ -170,12 +179,7 @@ pub(super) async fn serve(
 /// reference's instances share theirs with SO_REUSEPORT, so manifests may start several).
 async fn bind_debug(addr: SocketAddr) -> Option<TcpListener> {
     match TcpListener::bind(addr).await {
-        Ok(listener) => {
-            if let Ok(local) = listener.local_addr() {
-                tracing::info!(%local, "debug port: /rlconfig, /stats");
-            }
-            Some(listener)
-        }
+        Ok(listener) => Some(listener),
         Err(e) => {
             tracing::warn!("debug port {addr} not served: {e}");
             None

@@ -18,9 +18,10 @@ use crate::tls;
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 
-/// The counter store, given `STORE_STARTUP_WAIT` to answer a first time.
-pub(super) async fn connect_store(args: &ServeArgs) -> anyhow::Result<Store> {
-    let store = open_store(args)?;
+/// The counter store, given `STORE_STARTUP_WAIT` to answer a first time, and what it
+/// is and where, its password hidden (`redis 127.0.0.1:6379 (single)`), for the logs.
+pub(super) async fn connect_store(args: &ServeArgs) -> anyhow::Result<(Store, String)> {
+    let (store, name) = open_store(args)?;
     let first_connect = args.store.store_startup_wait;
     let unreachable = match &store {
         Store::Shared(shared) if !shared.wait_up(first_connect).await => Some(shared.last_error()),
@@ -32,15 +33,14 @@ pub(super) async fn connect_store(args: &ServeArgs) -> anyhow::Result<Store> {
     if let Some(why) = unreachable {
         let why = why.unwrap_or_else(|| "no answer".into());
         tracing::warn!(
-            "{} not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is",
-            args.store.backend().name()
+            "{name} not reachable after {first_connect:?} ({why}); serving per --on-store-error until it is"
         );
     }
-    Ok(store)
+    Ok((store, name))
 }
 
-/// The counter store the settings ask for.
-fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
+/// The counter store the settings ask for, and its name for the logs.
+fn open_store(args: &ServeArgs) -> anyhow::Result<(Store, String)> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let capacity = args.capacity();
     let settings = &args.store;
@@ -73,21 +73,19 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
         Backend::Memory => {
             let memory = MemoryStore::new(capacity, clock);
             memory.spawn_sweeper(SWEEP_PERIOD);
-            Ok(Store::Memory(memory))
+            Ok((Store::Memory(memory), "memory".to_owned()))
         }
         Backend::Redis => {
             let (target, tls) = redis_target(settings, "BACKEND_TYPE=redis")?;
+            let name = format!("redis {target}");
             let config = RedisConfig {
                 target,
                 tls,
                 key_prefix: settings.cache_key_prefix.clone(),
                 behaviour: shared,
             };
-            Ok(Store::Shared(SharedStore::redis(
-                config,
-                clock,
-                SWEEP_PERIOD,
-            )))
+            let store = SharedStore::redis(config, clock, SWEEP_PERIOD);
+            Ok((Store::Shared(store), name))
         }
         Backend::Postgres => {
             let postgres = &settings.postgres;
@@ -95,8 +93,10 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
                 .postgres_url
                 .as_deref()
                 .context("BACKEND_TYPE=postgres needs POSTGRES_URL (--postgres-url)")?;
+            let target = PgTarget::parse(url).map_err(anyhow::Error::msg)?;
+            let name = format!("postgres {target}");
             let config = PgConfig {
-                target: PgTarget::parse(url).map_err(anyhow::Error::msg)?,
+                target,
                 pool_size: usize::from(postgres.postgres_pool_size),
                 statement_timeout: postgres.postgres_statement_timeout,
                 unlogged: postgres.postgres_unlogged,
@@ -106,13 +106,16 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<Store> {
             };
             let store =
                 SharedStore::postgres(config, clock, SWEEP_PERIOD).map_err(anyhow::Error::msg)?;
-            Ok(Store::Shared(store))
+            Ok((Store::Shared(store), name))
         }
     }
 }
 
-/// Reference mode's store: Redis in the reference's keys.
-fn open_reference_store(settings: &StoreArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Store> {
+/// Reference mode's store: Redis in the reference's keys, and its name for the logs.
+fn open_reference_store(
+    settings: &StoreArgs,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<(Store, String)> {
     if settings.backend() != Backend::Redis {
         anyhow::bail!(
             "REFERENCE_MODE counts in the reference's Redis keys: it needs BACKEND_TYPE=redis \
@@ -127,6 +130,7 @@ fn open_reference_store(settings: &StoreArgs, clock: Arc<dyn Clock>) -> anyhow::
         );
     }
     let (target, tls) = redis_target(settings, "REFERENCE_MODE")?;
+    let name = format!("redis {target} in the reference's keys");
     let config = ReferenceConfig {
         target,
         tls,
@@ -136,7 +140,7 @@ fn open_reference_store(settings: &StoreArgs, clock: Arc<dyn Clock>) -> anyhow::
         expiration_jitter: Duration::from_secs(settings.expiration_jitter_max_seconds),
         local_cache_bytes: settings.local_cache_size_in_bytes,
     };
-    Ok(Store::Reference(ReferenceStore::start(config, clock)))
+    Ok((Store::Reference(ReferenceStore::start(config, clock)), name))
 }
 
 /// Where Redis is and how to reach it, from REDIS_URL and the Redis settings; `needs`

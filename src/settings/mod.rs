@@ -22,12 +22,18 @@ pub(crate) use self::client::{AdminArgs, ClientArgs, ClientTlsArgs, RequestArgs}
 pub(crate) use self::conn::{ConnArgs, TlsArgs};
 pub(crate) use self::ops::{ExporterProtocol, LogArgs, LogFormat, OpsArgs, TracingArgs};
 pub(crate) use self::rlqs::{NoRuleAction, RlqsArgs};
-pub(crate) use self::source::{ConfigType, RuleArgs, RuntimeArgs, SourceArgs, XdsArgs};
+pub(crate) use self::source::{ConfigType, HeaderMap, RuleArgs, RuntimeArgs, SourceArgs, XdsArgs};
 pub(crate) use self::store::{Backend, PostgresArgs, StoreArgs};
 
 /// Tollgate: an Envoy-compatible external rate-limit service.
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about)]
+#[command(
+    name = "tollgate",
+    version,
+    about,
+    after_help = "Run without arguments, tollgate serves: `tollgate` is `tollgate serve`, \
+                  configured by the environment alone."
+)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -120,6 +126,13 @@ pub(crate) struct ServeArgs {
     pub(crate) tracing: TracingArgs,
 }
 
+/// Every argument of `command` and of its subcommands.
+pub(crate) fn all_args(command: &clap::Command) -> Vec<clap::Arg> {
+    let own = command.get_arguments().cloned();
+    own.chain(command.get_subcommands().flat_map(all_args))
+        .collect()
+}
+
 impl ServeArgs {
     pub(crate) fn capacity(&self) -> Capacity {
         Capacity {
@@ -162,6 +175,21 @@ mod tests {
         match Cli::try_parse_from(argv).map(|c| c.command) {
             Ok(Command::Serve(s)) => *s,
             other => panic!("expected serve, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn help_never_shows_the_value_of_a_secret_setting() {
+        use clap::CommandFactory as _;
+        for arg in all_args(&Cli::command()) {
+            let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+                continue;
+            };
+            assert!(
+                !tollgate_core::redact::is_secret(env) || arg.is_hide_env_values_set(),
+                "--{} shows the value of {env} in the help",
+                arg.get_id()
+            );
         }
     }
 
@@ -260,7 +288,7 @@ mod tests {
         assert_eq!(x.xds_backoff_random_factor, 0.5);
         assert!(x.xds_backoff_jitter && !x.xds_use_tls);
         assert_eq!(x.xds_max_msg_size, 0);
-        assert!(x.xds_additional_headers.is_empty());
+        assert_eq!(x.xds_additional_headers, Default::default());
 
         let s = serve(&[
             "--config-type",
@@ -275,7 +303,7 @@ mod tests {
         assert_eq!(s.source.config_type, ConfigType::GrpcXdsSotw);
         let x = &s.source.xds;
         assert_eq!(
-            x.xds_additional_headers,
+            x.xds_additional_headers.pairs,
             [
                 ("x-tenant".to_owned(), "blue".to_owned()),
                 ("zone".to_owned(), "a:b".to_owned())

@@ -64,10 +64,10 @@ pub(crate) struct StatsArgs {
         hide = true
     )]
     pub(crate) use_dog_statsd_mogrifiers: String,
-    /// Where statsd listens.
+    /// Where statsd listens [default: localhost]
     #[arg(long, env = "STATSD_HOST")]
     pub(crate) statsd_host: Option<String>,
-    /// statsd's port.
+    /// statsd's port [default: 8125]
     #[arg(long, env = "STATSD_PORT")]
     pub(crate) statsd_port: Option<u16>,
     /// Tags on every stat, `key:value,key:value`.
@@ -121,8 +121,9 @@ pub(crate) struct DebugPort(pub(crate) Option<u16>);
 /// Logging.
 #[derive(Debug, Args)]
 pub(crate) struct LogArgs {
-    /// Log filter: error, warn, info, debug, trace, or a tracing directive.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    /// Log filter: error, warn, info, debug, trace or off, or a tracing directive
+    /// (info,h2=debug); anything else is refused.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = crate::log_level::parse)]
     pub(crate) log_level: String,
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -152,7 +153,12 @@ pub(crate) struct TracingArgs {
     #[arg(long, env = "TRACING_SERVICE_NAMESPACE", default_value = "")]
     pub(crate) tracing_service_namespace: String,
     /// The spans' service.instance.id [default: a random UUID]
-    #[arg(long, env = "TRACING_SERVICE_INSTANCE_ID", default_value = "")]
+    #[arg(
+        long,
+        env = "TRACING_SERVICE_INSTANCE_ID",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub(crate) tracing_service_instance_id: String,
     /// Fraction of new traces sampled; a trace Envoy propagates keeps its own decision.
     #[arg(long, env = "TRACING_SAMPLING_RATE", default_value = "1", value_parser = parse_ratio)]

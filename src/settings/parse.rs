@@ -4,23 +4,27 @@
 use super::ops::{DebugPort, ExporterProtocol, Tags};
 use super::source::HeaderMap;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_core::{Calendar, Unit};
 
 /// `key:value[,key:value…]`, the reference's (envconfig's) map form; empty is none.
-pub(super) fn parse_header_map(text: &str) -> Result<HeaderMap, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-        .map(|item| match item.split_once(':') {
-            Some((key, value)) if !key.trim().is_empty() => {
-                Ok((key.trim().to_ascii_lowercase(), value.trim().to_owned()))
-            }
-            _ => Err(format!("'{item}' is not a header like key:value")),
-        })
-        .collect()
+/// Never fails here: the parser's error would quote the whole setting, headers and
+/// credentials with it, so entries that are not `key:value` are only counted, and the
+/// xDS settings' check refuses them.
+pub(super) fn parse_header_map(text: &str) -> Result<HeaderMap, Infallible> {
+    let mut headers = HeaderMap::default();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item.split_once(':') {
+            Some((key, value)) if !key.trim().is_empty() => headers
+                .pairs
+                .push((key.trim().to_ascii_lowercase(), value.trim().to_owned())),
+            _ => headers.malformed += 1,
+        }
+    }
+    Ok(headers)
 }
 
 pub(super) fn parse_tags(text: &str) -> Result<Tags, String> {
@@ -260,7 +264,7 @@ mod tests {
 
     #[test]
     fn header_maps_need_a_name_and_a_colon() {
-        assert!(parse_header_map("no-colon").is_err());
-        assert!(parse_header_map(":v").is_err());
+        let counted = |text| parse_header_map(text).map(|h| h.malformed);
+        assert_eq!(counted("no-colon, :v, k:v"), Ok(2));
     }
 }

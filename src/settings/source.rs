@@ -56,7 +56,8 @@ pub(crate) struct XdsArgs {
     #[arg(
         long,
         env = "CONFIG_GRPC_XDS_SERVER_URL",
-        default_value = "localhost:18000"
+        default_value = "localhost:18000",
+        hide_env_values = true
     )]
     pub(crate) xds_server_url: String,
     /// Node id sent to the management server (its snapshots are keyed by it).
@@ -66,7 +67,7 @@ pub(crate) struct XdsArgs {
     #[arg(long, env = "CONFIG_GRPC_XDS_NODE_METADATA", default_value = "")]
     pub(crate) xds_node_metadata: String,
     /// Extra gRPC metadata on the stream, as key:value[,key:value…].
-    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", default_value = "", value_parser = parse_header_map)]
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", default_value = "", value_parser = parse_header_map, hide_env_values = true)]
     pub(crate) xds_additional_headers: HeaderMap,
     /// Wait between attempts to reach the management server.
     #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = parse_timeout)]
@@ -113,8 +114,14 @@ pub(crate) struct XdsArgs {
     pub(crate) xds_server_tls_san: Option<String>,
 }
 
-/// Header names and values, in the order given.
-pub(crate) type HeaderMap = Vec<(String, String)>;
+/// Header names and values, in the order given, and how many entries were not
+/// `key:value`: counted, not kept, since such an entry may be a credential that must not
+/// appear in the error that refuses it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HeaderMap {
+    pub(crate) pairs: Vec<(String, String)>,
+    pub(crate) malformed: usize,
+}
 
 /// The reference's runtime directory settings, used when --config is not given.
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ pub(crate) struct StoreArgs {
     /// Redis address(es): redis://[user:password@]host:port, rediss://…, or the reference's
     /// forms: host:port; for cluster a comma-separated node list; for sentinel
     /// "master-name,sentinel-host:port,…".
-    #[arg(long, env = "REDIS_URL")]
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub(crate) redis_url: Option<String>,
     /// Redis deployment: single, cluster or sentinel.
     #[arg(long, env = "REDIS_TYPE", ignore_case = true, default_value = "single", value_parser = one_of::<RedisKind>(&["single", "cluster", "sentinel"]))]
@@ -146,15 +146,4 @@ pub(crate) enum Backend {
     Memory,
     Redis,
     Postgres,
-}
-
-impl Backend {
-    /// The setting's spelling.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Memory => "memory",
-            Self::Redis => "redis",
-            Self::Postgres => "postgres",
-        }
-    }
 }

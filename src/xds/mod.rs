@@ -21,13 +21,14 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::{Struct, Value};
+use tollgate_core::redact;
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
 pub(crate) use backoff::BackoffPolicy;
 pub(crate) use client::run;
 
-use crate::settings::{RuleArgs, XdsArgs};
+use crate::settings::{HeaderMap, RuleArgs, XdsArgs};
 use crate::tls::{self, TlsError};
 
 /// The longest a connection attempt to the management server may take.
@@ -40,6 +41,11 @@ pub(crate) enum XdsSetupError {
     Url { url: String, reason: String },
     #[error("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: '{name}' {reason}")]
     Header { name: String, reason: String },
+    #[error(
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entries not like key:value: {0} (not \
+         shown: they may hold a credential)"
+    )]
+    MalformedHeaders(usize),
     #[error(
         "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together; only one is set"
     )]
@@ -74,7 +80,7 @@ impl XdsConfig {
     ) -> Result<(Self, Vec<String>), XdsSetupError> {
         let (uri, tls) = endpoint_uri(&args.xds_server_url, args.xds_use_tls)?;
         let url_error = |reason: String| XdsSetupError::Url {
-            url: args.xds_server_url.clone(),
+            url: redact::url(&args.xds_server_url),
             reason,
         };
         let mut endpoint = Endpoint::from_shared(uri)
@@ -119,7 +125,8 @@ impl XdsConfig {
             ..Node::default()
         };
         let config = Self {
-            server: args.xds_server_url.clone(),
+            // Logs and `/rlconfig` name it: never with its password.
+            server: redact::url(&args.xds_server_url),
             endpoint,
             node,
             headers: headers(&args.xds_additional_headers)?,
@@ -145,7 +152,7 @@ fn endpoint_uri(url: &str, use_tls: bool) -> Result<(String, bool), XdsSetupErro
     let trimmed = url.trim();
     let bare = trimmed.strip_prefix("dns:///").unwrap_or(trimmed);
     let error = |reason: &str| XdsSetupError::Url {
-        url: url.to_owned(),
+        url: redact::url(url),
         reason: reason.to_owned(),
     };
     match bare.split_once("://") {
@@ -205,10 +212,14 @@ fn node_metadata(text: &str) -> (Struct, Vec<String>) {
     (Struct { fields }, ignored)
 }
 
-/// The extra headers as gRPC metadata; a name or value gRPC cannot carry is an error.
-fn headers(pairs: &[(String, String)]) -> Result<MetadataMap, XdsSetupError> {
+/// The extra headers as gRPC metadata; an entry that is not `key:value`, and a name or
+/// value gRPC cannot carry, are errors (that never quote a value).
+fn headers(headers: &HeaderMap) -> Result<MetadataMap, XdsSetupError> {
+    if headers.malformed > 0 {
+        return Err(XdsSetupError::MalformedHeaders(headers.malformed));
+    }
     let mut map = MetadataMap::new();
-    for (name, value) in pairs {
+    for (name, value) in &headers.pairs {
         let error = |reason: &str| XdsSetupError::Header {
             name: name.clone(),
             reason: reason.to_owned(),
@@ -271,7 +282,10 @@ mod tests {
 
     #[test]
     fn headers_must_be_valid_grpc_metadata() {
-        let pairs = |n: &str, v: &str| vec![(n.to_owned(), v.to_owned())];
+        let pairs = |n: &str, v: &str| HeaderMap {
+            pairs: vec![(n.to_owned(), v.to_owned())],
+            malformed: 0,
+        };
         let map = headers(&pairs("x-tenant", "blue")).expect("valid");
         assert_eq!(
             map.get("x-tenant").and_then(|v| v.to_str().ok()),
@@ -285,5 +299,11 @@ mod tests {
             let e = headers(&pairs(name, value)).expect_err(name);
             assert!(e.to_string().contains(&format!("'{name}'")), "{e}");
         }
+        let malformed = HeaderMap {
+            pairs: Vec::new(),
+            malformed: 1,
+        };
+        let e = headers(&malformed).expect_err("not key:value");
+        assert!(e.to_string().contains("not like key:value: 1"), "{e}");
     }
 }

@@ -150,13 +150,65 @@ fn ports_and_probes_follow_the_values() {
 }
 
 #[test]
+fn the_debug_port_is_off_unless_enabled_and_then_declared() {
+    let Some(defaults) = render(None) else { return };
+    // Off: Tollgate would otherwise open 6070 on every interface, undeclared.
+    let env = defaults.env();
+    assert!(
+        env.contains(&("DEBUG_PORT".into(), "off".into())),
+        "{env:?}"
+    );
+    let ports = &defaults.container()["ports"];
+    let names: Vec<&Value> = ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| &p["name"])
+        .collect();
+    assert_eq!(names, ["http", "grpc"], "{ports:#}");
+
+    let enabled = "debug: {enabled: true}";
+    let (Some(on), Some(on_service)) = (
+        render(Some(enabled)),
+        render(Some("debug: {enabled: true, port: 6071, service: true}")),
+    ) else {
+        return;
+    };
+    assert_eq!(on.container_port("debug"), 6070);
+    assert!(on.env().contains(&("DEBUG_PORT".into(), "6070".into())));
+    let service_ports = |manifests: &Manifests| -> Vec<Value> {
+        manifests.one("Service")["spec"]["ports"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(
+        !service_ports(&on).iter().any(|p| p["name"] == "debug"),
+        "only on the Service when asked: {:#?}",
+        service_ports(&on)
+    );
+    assert_eq!(on_service.container_port("debug"), 6071);
+    assert!(
+        on_service
+            .env()
+            .contains(&("DEBUG_PORT".into(), "6071".into()))
+    );
+    let debug = service_ports(&on_service)
+        .into_iter()
+        .find(|p| p["name"] == "debug")
+        .expect("a debug Service port");
+    assert_eq!(debug["port"], 6071);
+    assert_eq!(debug["targetPort"], "debug");
+}
+
+#[test]
 fn optional_objects_and_sizes_follow_the_values() {
     let Some(defaults) = render(None) else { return };
     assert_eq!(
         defaults.kinds(),
         ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
     );
-    assert_eq!(defaults.one("Deployment")["spec"]["replicas"], 2);
+    assert_eq!(defaults.one("Deployment")["spec"]["replicas"], 1);
     assert!(!defaults.env().iter().any(|(name, _)| name == "REDIS_URL"));
 
     let Some(other) = render(Some(OTHER_VALUES)) else {

@@ -5,6 +5,7 @@
 mod chart_lint;
 mod chart_manifests;
 mod chart_probes;
+mod chart_secrets;
 mod dashboard;
 mod image;
 mod promql;

@@ -5,15 +5,15 @@ use std::time::Duration;
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::keys::{Shape, counter_key};
 use tollgate_testkit::pki::Pki;
-use tollgate_testkit::postgres::PostgresServer;
+use tollgate_testkit::postgres::{PASSWORD, PostgresServer};
 use tollgate_testkit::process::run;
-use tollgate_testkit::shared_store::count_down_then_deny;
+use tollgate_testkit::shared_store::{assert_refunds_seen_at_once, count_down_then_deny};
 use tollgate_testkit::tollgate::{Serve, command};
 use tollgate_testkit::{accuracy, wait};
 
 use crate::support::{
     ACC_LIMIT, ACC_SUB_WINDOW, ACC_WINDOW, DOMAIN, RULES, YEARLY_LIMIT,
-    assert_instances_share_exactly, blocking, connected,
+    assert_instances_share_exactly, blocking, connected, serve,
 };
 
 /// The row key of `user=value`.
@@ -47,6 +47,17 @@ async fn limits_over_postgres_and_denies_without_a_round_trip() {
     let rows = blocking(|| postgres.psql("SELECT key FROM tollgate_counters"));
     assert_eq!(rows, user_key("", "ann"));
     assert_eq!(server.store_health().await, 200);
+}
+
+/// The startup line names the database by host, port and name, never with the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_startup_line_names_the_database_without_its_password() {
+    let postgres = PostgresServer::start();
+    let server = connected(&postgres, &[]).await;
+    let stderr = blocking(|| server.stop()).stderr;
+    let serving = format!("serving: store postgres {}/postgres;", postgres.host_port());
+    assert!(stderr.contains(&serving), "no {serving:?} in:\n{stderr}");
+    assert!(!stderr.contains(PASSWORD), "the password in:\n{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +111,7 @@ async fn the_schema_is_versioned_and_the_pool_has_its_size() {
     let postgres = PostgresServer::start();
     let _server = connected(&postgres, &["--postgres-pool-size", "3"]).await;
     let version = blocking(|| postgres.psql("SELECT version FROM tollgate_schema"));
-    assert_eq!(version, "4");
+    assert_eq!(version, "5");
     let connections = blocking(|| {
         postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tollgate'")
     });
@@ -124,9 +135,9 @@ async fn migrate_creates_the_schema_and_environment_variables_select_postgres() 
         done.stdout
     };
     let first = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(first.trim(), "schema version 4: migrated from 0");
+    assert_eq!(first.trim(), "schema version 5: migrated from 0");
     let again = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(again.trim(), "schema version 4: up to date");
+    assert_eq!(again.trim(), "schema version 5: up to date");
     // A database a version-1 Tollgate made: no tollgate_apply yet.
     blocking(|| {
         postgres.psql(
@@ -137,7 +148,7 @@ async fn migrate_creates_the_schema_and_environment_variables_select_postgres() 
         )
     });
     let upgraded = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(upgraded.trim(), "schema version 4: migrated from 1");
+    assert_eq!(upgraded.trim(), "schema version 5: migrated from 1");
     let unlogged = blocking(|| {
         postgres.psql("SELECT relpersistence FROM pg_class WHERE relname = 'tollgate_counters'")
     });
@@ -263,9 +274,28 @@ async fn tls_follows_sslmode() {
             .start_without_store();
         let line = server
             .stderr()
-            .wait_for(|l| l.contains("postgres down"), Duration::from_secs(30))
+            .wait_for(
+                |l| l.contains("postgres ") && l.contains(" down: "),
+                Duration::from_secs(30),
+            )
             .expect("the refusal in the log");
         let said = line.to_lowercase().replace([' ', '_'], "");
         assert!(said.contains(why), "{untrusted}: {line}");
     }
+}
+
+/// A refund through one instance is seen by the other before its next request: a settled
+/// budget gets no false 429 anywhere.
+#[tokio::test]
+async fn a_refund_on_one_instance_is_seen_by_the_other_at_once() {
+    let pg = PostgresServer::start();
+    let start = || {
+        serve(&pg, &[])
+            .env("LEASES", "false")
+            .env("DEFAULT_ALGORITHM", "fixed_window")
+            .start_connected()
+    };
+    let (a, b) = (start().await, start().await);
+    let mut clients = vec![a.client().await, b.client().await];
+    assert_refunds_seen_at_once(&mut clients, DOMAIN, "budget").await;
 }

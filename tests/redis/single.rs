@@ -20,6 +20,7 @@ use crate::support::{
     DOMAIN, HOUR, RULES, USER_LIMIT, YEARLY_LIMIT, assert_accurate_under_overload,
     assert_instances_share_exactly, connected, key, serve, two_connected,
 };
+use tollgate_testkit::shared_store::assert_refunds_seen_at_once;
 
 const TIMEOUT: &str = "1s";
 
@@ -525,4 +526,27 @@ async fn a_request_over_on_one_descriptor_counts_nothing_on_the_others() {
     }
     let got = in_sequence(&mut rls, DOMAIN, &[("user", "ann")], USER_LIMIT + 1).await;
     assert_eq!(got, exactly(USER_LIMIT, 1), "user=ann was never charged");
+}
+
+/// A refund through one instance is seen by the other before its next request, with and
+/// without leases, on the default sliding window and on fixed windows: a settled budget
+/// gets no false 429 anywhere.
+#[tokio::test]
+async fn a_refund_on_one_instance_is_seen_by_the_other_at_once() {
+    let redis = RedisServer::start();
+    for (i, (leases, algorithm)) in [("false", "fixed_window"), ("true", "sliding_window")]
+        .into_iter()
+        .enumerate()
+    {
+        let start = || {
+            serve("single", &redis.url())
+                .args(["--store-timeout", TIMEOUT])
+                .env("LEASES", leases)
+                .env("DEFAULT_ALGORITHM", algorithm)
+                .start_connected()
+        };
+        let (a, b) = (start().await, start().await);
+        let mut clients = vec![a.client().await, b.client().await];
+        assert_refunds_seen_at_once(&mut clients, DOMAIN, &format!("budget-{i}")).await;
+    }
 }

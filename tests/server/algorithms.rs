@@ -2,7 +2,8 @@
 //! costs, several limits per descriptor, unit multipliers, request overrides, check-only
 //! requests, refunds, calendar windows, and simultaneous bursts on every algorithm. Each
 //! test runs against the memory store, a real redis-server and a real PostgreSQL, with the
-//! instance's own time zone (`TZ`) far from any rule's.
+//! instance's own time zone (`TZ`) far from any rule's. And counts far past what any
+//! store's numbers hold, which every store answers alike.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,7 +11,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tollgate_testkit::grpc::{
-    Code, DescriptorStatus, RateLimitRequest, Rls, Unit, code, descriptor, request, until_reset,
+    Code, DescriptorStatus, RateLimitRequest, RateLimitResponse, Rls, Unit, code, descriptor,
+    request, until_reset,
 };
 use tollgate_testkit::keys::{Shape, counter_key, redis_key};
 use tollgate_testkit::load::{burst, tally};
@@ -19,6 +21,8 @@ use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait::room_in_window;
 use tollgate_testkit::zoneinfo;
+
+use super::rlqs::QuotaStream;
 
 const RULES: &str = r#"
 domain: shapes
@@ -48,6 +52,12 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5, algorithm: token_bucket}
   - key: burst_leaky
     rate_limit: {unit: day, requests_per_unit: 5, algorithm: leaky_bucket}
+  # Counts far past any limit (and the burst rules): a budget, and RLQS usage.
+  - key: wide_budget
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: wide_usage
+    rate_limit: {unit: hour, requests_per_unit: 1000}
 "#;
 
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -477,3 +487,142 @@ burst_on_every_store!(
     "burst_leaky",
     Shape::Bucket { window: DAY }
 );
+
+/// Unit counts at the edges of what Lua's numbers (2^53) and 64-bit integers hold.
+const WIDE: [u64; 7] = [
+    (1 << 53) - 1,
+    1 << 53,
+    (1 << 53) + 1,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 63) + 1,
+    u64::MAX,
+];
+
+/// The limits [`WIDE`] counts are sent to as hits and refunds, one of each kind (on
+/// counters of their own, not the bursts').
+const WIDE_KEYS: [&str; 3] = ["burst_sliding", "burst_fixed", "burst_token"];
+
+/// One answer: what was asked, and what came back.
+type Answer = (String, String);
+
+/// A call's answer as text: its one status's code and units left, or its error.
+fn said(answer: Result<RateLimitResponse, tonic::Status>) -> String {
+    match answer {
+        Ok(r) => format!(
+            "{:?} {}",
+            code(&r.statuses[0]),
+            r.statuses[0].limit_remaining
+        ),
+        Err(e) => format!("{:?}: {}", e.code(), e.message()),
+    }
+}
+
+/// What every store must answer to [`wide_transcript`]: a hit that cannot fit is over the
+/// limit and counts nothing; a refund empties the counter and charges nothing; a charge
+/// or RLQS usage fills it; the usage series never goes down.
+fn wide_expected() -> Vec<Answer> {
+    let mut want = Vec::new();
+    let mut say = |what: String, answer: &str| want.push((what, answer.to_owned()));
+    for n in WIDE {
+        for key in WIDE_KEYS {
+            say(format!("{key} consume {n}"), "OverLimit 5");
+            say(format!("{key} consume 1"), "Ok 4");
+            say(format!("{key} refund {n}"), "Ok 5");
+            say(format!("{key} consume 1 after the refund"), "Ok 4");
+        }
+        say("wide_budget charge 10".into(), "Ok 990");
+        say(format!("wide_budget charge {n}"), "OverLimit 990");
+        say("wide_budget check".into(), "OverLimit 0");
+        say(format!("wide_budget refund {n}"), "Ok 1000");
+        say("wide_budget charge 1".into(), "Ok 999");
+        say("wide_usage consume 10".into(), "Ok 990");
+        say(format!("RLQS usage {n} answered"), "true");
+        say(
+            format!("wide_usage check after RLQS usage {n}"),
+            "OverLimit 0",
+        );
+        say(format!("RLQS usage series after {n}"), "not lower");
+    }
+    say("RLQS usage series at the end".into(), "held at u64::MAX");
+    say("tollgate_store_disagreements_total".into(), "0");
+    want
+}
+
+/// Sends every count of [`WIDE`] as hits, a charge, a refund and RLQS usage, each on
+/// counters of its own; the answers.
+async fn wide_transcript(instance: &Instance) -> Vec<Answer> {
+    let mut rls = instance.client().await;
+    let stream = &mut QuotaStream::open(&instance.server).await;
+    let series = r#"tollgate_rlqs_usage_allowed_total{domain="shapes",key1="wide_usage",key2=""}"#;
+    let mut reported = 0.0;
+    // The fixed window's hour must not end during the run.
+    room_in_window(HOUR, ROOM).await;
+    let mut got = Vec::new();
+    for (i, n) in WIDE.into_iter().enumerate() {
+        let value = format!("n{i}");
+        let mut ask = async |key: &str, hits: u64, negative: bool| {
+            said(rls.call(one(key, &value, Some(hits), negative, None)).await)
+        };
+        for key in WIDE_KEYS {
+            got.push((format!("{key} consume {n}"), ask(key, n, false).await));
+            got.push((format!("{key} consume 1"), ask(key, 1, false).await));
+            got.push((format!("{key} refund {n}"), ask(key, n, true).await));
+            let what = format!("{key} consume 1 after the refund");
+            got.push((what, ask(key, 1, false).await));
+        }
+        let budget = "wide_budget";
+        got.push((format!("{budget} charge 10"), ask(budget, 10, false).await));
+        got.push((format!("{budget} charge {n}"), ask(budget, n, false).await));
+        got.push((format!("{budget} check"), ask(budget, 0, false).await));
+        got.push((format!("{budget} refund {n}"), ask(budget, n, true).await));
+        got.push((format!("{budget} charge 1"), ask(budget, 1, false).await));
+        let usage = "wide_usage";
+        got.push((format!("{usage} consume 10"), ask(usage, 10, false).await));
+        stream.report("shapes", &[(usage, &value)], n, 0).await;
+        let answered = stream.answered().await.to_string();
+        got.push((format!("RLQS usage {n} answered"), answered));
+        let what = format!("{usage} check after RLQS usage {n}");
+        got.push((what, ask(usage, 0, false).await));
+        let now = instance.server.metric(series).await.expect("the series");
+        let trend = match now >= reported {
+            true => "not lower".to_owned(),
+            false => format!("down from {reported} to {now}"),
+        };
+        got.push((format!("RLQS usage series after {n}"), trend));
+        reported = now;
+    }
+    let end = instance.server.metric(series).await.expect("the series");
+    let end = match end == u64::MAX as f64 {
+        true => "held at u64::MAX".to_owned(),
+        false => end.to_string(),
+    };
+    got.push(("RLQS usage series at the end".into(), end));
+    // The shared stores' scripts and the Rust algorithms decided every call alike.
+    let series = "tollgate_store_disagreements_total";
+    let disagreements = instance.server.metric(series).await.unwrap_or(0.0);
+    got.push((series.into(), disagreements.to_string()));
+    got
+}
+
+/// Counts past 2^53 and 2^63 as hits, charges, refunds and RLQS usage: the memory store,
+/// Redis and PostgreSQL give the same answers, and none wraps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_past_every_stores_numbers_get_the_same_answers() {
+    let want = wide_expected();
+    let mut wrong = Vec::new();
+    for (store, instance) in [
+        ("memory", Instance::memory()),
+        ("redis", Instance::redis()),
+        ("postgres", Instance::postgres()),
+    ] {
+        let got = wide_transcript(&instance).await;
+        assert_eq!(got.len(), want.len(), "{store}");
+        for ((what, answer), (_, wanted)) in got.iter().zip(&want) {
+            if answer != wanted {
+                wrong.push(format!("{store}: {what}: {answer}, not {wanted}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -7,7 +7,9 @@ use std::path::Path;
 use tollgate_testkit::grpc::{Code, Unit, assert_limited, limit};
 
 use crate::grpc_api::assert_counters_accounted;
-use tollgate_testkit::tollgate::{ConfigDir, Serve, Server, check_config, command};
+use tollgate_testkit::tollgate::{
+    COMMAND_TIMEOUT, ConfigDir, Serve, Server, check_config, command,
+};
 
 const RULE: &str = "domain: cli\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2, name: cli_rule}\n";
 
@@ -221,5 +223,45 @@ fn settings_that_cannot_work_stop_startup() {
             "{args:?}: want {flag} and {range} in\n{}",
             refused.stderr
         );
+    }
+}
+
+/// The help of `tollgate` and `tollgate serve`, as a newcomer reads it.
+fn help(args: &[&str]) -> String {
+    let mut cmd = command();
+    cmd.args(args);
+    let finished = tollgate_testkit::process::run("tollgate --help", cmd, COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(finished.status.success(), "{finished:?}");
+    finished.stdout
+}
+
+/// The help's paragraph of one flag, up to the next flag.
+fn flag_help<'a>(help: &'a str, flag: &str) -> &'a str {
+    let start = help
+        .find(&format!("\n      {flag} "))
+        .unwrap_or_else(|| panic!("no {flag} in:\n{help}"));
+    let rest = &help[start + 6..];
+    let end = rest.find("\n      -").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn help_says_what_no_command_does_and_shows_one_default_per_setting() {
+    let top = help(&["--help"]);
+    assert!(
+        top.contains("Run without arguments, tollgate serves: `tollgate` is `tollgate serve`"),
+        "{top}"
+    );
+    let serve = help(&["serve", "--help"]);
+    let instance = flag_help(&serve, "--tracing-service-instance-id");
+    assert_eq!(instance.matches("[default:").count(), 1, "{instance}");
+    assert!(instance.contains("[default: a random UUID]"), "{instance}");
+    for (flag, default) in [
+        ("--statsd-host", "[default: localhost]"),
+        ("--statsd-port", "[default: 8125]"),
+    ] {
+        let text = flag_help(&serve, flag);
+        assert!(text.contains(default), "{text}");
     }
 }

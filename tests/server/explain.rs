@@ -3,7 +3,8 @@
 //! counted by asking.
 
 use serde_json::Value;
-use tollgate_testkit::grpc::{Code, code};
+use tollgate_testkit::free_port;
+use tollgate_testkit::grpc::{Code, code, request};
 use tollgate_testkit::http::post_json;
 use tollgate_testkit::process;
 use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Serve, Server};
@@ -118,5 +119,43 @@ async fn tollgate_explain_prints_it_for_a_person() {
     assert_eq!(
         lines[5],
         "descriptor 1: usr=x: no rule matched (domain ex has no rule for the entries usr)"
+    );
+}
+
+/// Before the first xDS rules arrive calls get `UNKNOWN: no rate limit configuration
+/// loaded`, and explaining one says so (it used to say "OK (not limited)").
+#[tokio::test]
+async fn explain_before_the_first_rules_says_what_a_call_gets() {
+    let mut cmd = tollgate::serve_from_env();
+    cmd.env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+        .env("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")
+        .env(
+            "CONFIG_GRPC_XDS_SERVER_URL",
+            format!("127.0.0.1:{}", free_port()),
+        );
+    let server = Serve::custom(cmd).start();
+    let status = server
+        .client()
+        .await
+        .call(request("ex", &[&[("user", "ann")]]))
+        .await
+        .expect_err("no rules yet");
+    assert_eq!(
+        (status.code(), status.message()),
+        (tonic::Code::Unknown, "no rate limit configuration loaded")
+    );
+    let got = explain(&server, ANN_AND_TYPO).await;
+    assert_eq!(got["overallCode"], "UNKNOWN", "{got}");
+    assert_eq!(got["error"], "no rate limit configuration loaded", "{got}");
+
+    let mut cmd = tollgate::command();
+    cmd.args(["explain", "--http-addr", &server.http_addr().to_string()])
+        .args(["--domain", "ex", "--descriptor", "user=ann"]);
+    let out =
+        process::run("tollgate explain", cmd, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        "overall: UNKNOWN: no rate limit configuration loaded (every call gets this error)\n"
     );
 }

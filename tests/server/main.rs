@@ -15,6 +15,8 @@ mod matching;
 mod operations;
 mod reset;
 mod rlqs;
+mod secrets;
+mod startup;
 mod tls;
 mod tracing;
 mod xds;

@@ -2,6 +2,8 @@
 //! with a wrong one, or with resets off; with it, the counter starts again empty, and the
 //! reset is logged with what and from where.
 
+use std::time::{Duration, Instant};
+
 use tollgate_testkit::admin::{self, TOKEN};
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::process;
@@ -76,4 +78,37 @@ async fn a_memory_counter_reset_admits_the_next_request_and_is_logged() {
     ] {
         assert!(logged[0].contains(part), "{part} not in {}", logged[0]);
     }
+}
+
+/// A client sending refused resets by the thousand gets one log line per period, not
+/// one per request (6,000 refusals wrote 6,006 WARN lines).
+#[tokio::test]
+async fn refused_resets_are_logged_at_most_once_a_period() {
+    const REFUSALS: u32 = 300;
+    /// The server's period for such lines.
+    const PERIOD: Duration = Duration::from_secs(10);
+    let server = Serve::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let ann = admin::body("rs", "user", "ann");
+    let started = Instant::now();
+    for _ in 0..REFUSALS {
+        let wrong = admin::reset(&server, &ann, Some("not-the-token")).await;
+        assert_eq!(wrong.status, 403, "{wrong:?}");
+    }
+    let took = started.elapsed();
+    let stderr = server.stop().stderr;
+    let logged: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("counter reset refused"))
+        .collect();
+    let periods = u32::try_from(took.as_secs() / PERIOD.as_secs()).unwrap_or(u32::MAX);
+    assert!(
+        !logged.is_empty() && logged.len() <= periods as usize + 1,
+        "{} lines for {REFUSALS} refusals in {took:?}:\n{stderr}",
+        logged.len()
+    );
+    assert!(
+        logged[0].contains("wrong admin token (0 more refused since the last such line)"),
+        "{}",
+        logged[0]
+    );
 }

@@ -35,13 +35,13 @@ descriptors:
 const ANSWER: Duration = Duration::from_secs(10);
 
 /// One `StreamRateLimitQuotas` call: reports go out through `tx`, answers come in.
-struct QuotaStream {
+pub(crate) struct QuotaStream {
     tx: mpsc::Sender<RateLimitQuotaUsageReports>,
     rx: Streaming<RateLimitQuotaResponse>,
 }
 
 impl QuotaStream {
-    async fn open(server: &Server) -> Self {
+    pub(crate) async fn open(server: &Server) -> Self {
         let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
         let (tx, reports) = mpsc::channel(16);
         let rx = client
@@ -57,9 +57,23 @@ impl QuotaStream {
     }
 
     /// Reports `allowed` and `denied` for one bucket of `domain`.
-    async fn report(&self, domain: &str, bucket: &[(&str, &str)], allowed: u64, denied: u64) {
+    pub(crate) async fn report(
+        &self,
+        domain: &str,
+        bucket: &[(&str, &str)],
+        allowed: u64,
+        denied: u64,
+    ) {
         self.send(usage_report(domain, &[bucket], allowed, denied))
             .await;
+    }
+
+    /// Whether a message (or the stream's error) comes in time; a store that failed
+    /// leaves a report unanswered.
+    pub(crate) async fn answered(&mut self) -> bool {
+        tokio::time::timeout(ANSWER, self.rx.message())
+            .await
+            .is_ok()
     }
 
     /// The next message, or the stream's error.

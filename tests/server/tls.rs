@@ -197,6 +197,40 @@ async fn a_rotated_certificate_serves_new_handshakes_while_calls_continue() {
     assert!(answered.load(Ordering::Relaxed) > 0, "no calls made");
 }
 
+/// A refused handshake is what a TLS mistake looks like from the server (and Envoy's
+/// `failure_mode_deny: false` lets requests through unlimited meanwhile): it is logged at
+/// the default level, at most one line per period however many clients are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_handshakes_are_warned_about_at_the_default_level_rate_limited() {
+    const REFUSED: usize = 20;
+    /// The server's period between two lines of the same kind.
+    const PERIOD: Duration = Duration::from_secs(10);
+    let pki = Pki::new();
+    let started = std::time::Instant::now();
+    let server = start(
+        serve_tls(&pki.issue("server", SERVER_NAMES)).env("GRPC_CLIENT_TLS_CACERT", pki.ca()),
+    )
+    .await;
+    for _ in 0..REFUSED {
+        let refused = call_tls(&server, &pki.ca(), None).await;
+        assert!(refused.is_err(), "no client certificate: {refused:?}");
+    }
+    let is_warning = |line: &str| line.contains("WARN") && line.contains("TLS handshake refused");
+    let line = server
+        .stderr()
+        .wait_for(is_warning, DEADLINE)
+        .unwrap_or_else(|e| panic!("{e:?}: {}", server.stderr().tail(10)));
+    assert!(line.contains("gRPC port"), "{line}");
+    assert!(line.contains("certificate"), "says why: {line}");
+    let lines = server.stderr().all();
+    let warnings = lines.iter().filter(|l| is_warning(l)).count();
+    let periods = started.elapsed().as_secs() / PERIOD.as_secs() + 1;
+    assert!(
+        warnings as u64 <= periods,
+        "{warnings} lines for {REFUSED} refusals in {periods} periods: {lines:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_port_serves_tls_on_request_without_asking_for_client_certificates() {
     let pki = Pki::new();

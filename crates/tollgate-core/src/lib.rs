@@ -36,13 +36,14 @@ mod key;
 mod limit;
 mod limiter;
 mod log_limit;
+pub mod redact;
 mod request;
 pub mod rules;
 mod stats;
 pub mod store;
 mod unit;
 
-pub use algo::Hits;
+pub use algo::{Hits, MAX_UNITS};
 pub use calendar::{Calendar, CalendarError, MAX_CALENDAR_YEARS};
 pub use clock::{
     Clock, ManualClock, NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, SystemClock, Timestamp,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::transport::Channel;
 
 pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -97,6 +98,21 @@ impl Rls {
     /// One descriptor, default hits; returns its status.
     pub async fn check(&mut self, domain: &str, entries: &[(&str, &str)]) -> DescriptorStatus {
         self.check_hits(domain, entries, 0).await
+    }
+
+    /// One descriptor with its own `hits_addend` of `n`, given back when `negative`
+    /// (`is_negative_hits`); returns its status.
+    pub async fn check_own_hits(
+        &mut self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        n: u64,
+        negative: bool,
+    ) -> DescriptorStatus {
+        let mut req = request(domain, &[entries]);
+        req.descriptors[0].hits_addend = Some(UInt64Value { value: n });
+        req.descriptors[0].is_negative_hits = negative;
+        self.ok(req).await.statuses.remove(0)
     }
 
     /// One descriptor with a request-level `hits_addend`; returns its status.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::grpc::{Code, Rls, code};
 use crate::load::{await_exact_limiting, exactly, round_robin};
+use crate::wait::until_async;
 
 /// A rules file for `domain` with the limits every shared-store suite uses, then `extra`
 /// descriptors (YAML list entries, two spaces in): a string literal, so that a suite's
@@ -93,4 +94,48 @@ pub async fn assert_instances_share_exactly(clients: &mut [Rls], domain: &str) {
         exactly(USER_LIMIT, 4),
         "alternating over two instances"
     );
+}
+
+/// `hundred`'s limit.
+pub const HUNDRED_LIMIT: u64 = 100;
+
+/// A budget (`hundred=VALUE`) used up through the first client, seen so by the second
+/// (whose instance's local view then denies it), then refunded through the first: the
+/// second admits again once it heard (the first decrease of a counter travels as an
+/// announcement). From then on, the very next request through the second after each
+/// refund is decided on the refunded count.
+pub async fn assert_refunds_seen_at_once(clients: &mut [Rls], domain: &str, value: &str) {
+    let entries = [("hundred", value)];
+    let used = clients[0]
+        .check_own_hits(domain, &entries, HUNDRED_LIMIT, false)
+        .await;
+    assert_eq!(code(&used), Code::Ok, "{used:?}");
+    let denied = clients[1].check_own_hits(domain, &entries, 40, false).await;
+    assert_eq!(code(&denied), Code::OverLimit, "used up: {denied:?}");
+    let refunded = clients[0].check_own_hits(domain, &entries, 40, true).await;
+    assert_eq!(code(&refunded), Code::Ok, "{refunded:?}");
+    let second = &mut clients[1];
+    until_async(
+        "the first refund heard",
+        Duration::from_secs(2),
+        async || {
+            let status = second.check_own_hits(domain, &entries, 40, false).await;
+            match code(&status) {
+                Code::Ok => Ok(()),
+                _ => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await;
+    for round in 0..20 {
+        let refunded = clients[0].check_own_hits(domain, &entries, 40, true).await;
+        assert_eq!(code(&refunded), Code::Ok, "round {round}: {refunded:?}");
+        let charged = clients[1].check_own_hits(domain, &entries, 40, false).await;
+        assert_eq!(
+            code(&charged),
+            Code::Ok,
+            "round {round}, 40 refunded: {charged:?}"
+        );
+        assert_eq!(charged.limit_remaining, 0, "round {round}: {charged:?}");
+    }
 }

@@ -7,7 +7,7 @@
 //! the count a true count of admitted units, which several limits per counter and the
 //! shared-store local view both rely on.
 
-use super::Decision;
+use super::{Decision, MAX_UNITS};
 use crate::clock::{NANOS_PER_MICRO, Timestamp};
 use crate::limit::Limit;
 
@@ -80,7 +80,8 @@ impl FixedWindow {
 
     pub(crate) fn record(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
         self.roll(limit, now);
-        self.count = self.count.saturating_add(hits);
+        // Held where the stores hold it, so that a refund after finds the same count.
+        self.count = self.count.saturating_add(hits).min(MAX_UNITS);
     }
 
     pub(crate) fn refund(&mut self, limit: &Limit, now: Timestamp, hits: u64) {
@@ -137,6 +138,19 @@ mod tests {
         assert!(!w.evaluate(&l, at(0), 5).admitted);
         // The reference would have counted 13 and denied this one too.
         assert!(w.evaluate(&l, at(0), 2).admitted);
+    }
+
+    #[test]
+    fn a_count_holds_at_max_units_as_the_stores_do() {
+        let l = limit(Algorithm::FixedWindow, 10, SECOND);
+        let mut w = FixedWindow::default();
+        w.record(&l, at(0), 3);
+        w.record(&l, at(0), MAX_UNITS);
+        assert_eq!(w.count, MAX_UNITS);
+        // A refund of the ceiling empties it, as it does the Redis script's count.
+        w.refund(&l, at(0), MAX_UNITS);
+        assert_eq!(w.evaluate(&l, at(0), 10).remaining, 0);
+        assert!(w.evaluate(&l, at(0), 10).admitted);
     }
 
     proptest::proptest! {

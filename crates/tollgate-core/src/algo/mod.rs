@@ -15,6 +15,13 @@ use std::time::Duration;
 use crate::clock::Timestamp;
 use crate::limit::{Algorithm, Limit};
 
+/// The most units one ask carries into a store, and the most a count holds: 2^53 − 1.
+/// The Redis script computes in Lua's numbers, exact only below 2^53, so no larger count
+/// may reach it; every store takes the same ceiling so that all answer alike. No limit
+/// comes near it (`requests_per_unit` is a u32): hits held at it are over every limit,
+/// as the true ones would be; a refund of it empties any count; a charge of it fills one.
+pub const MAX_UNITS: u64 = (1 << 53) - 1;
+
 /// What a request asks of its counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hits {
@@ -37,6 +44,16 @@ impl Hits {
         match self {
             Self::Consume(n) | Self::Charge(n) => n,
             Self::Check | Self::Refund(_) => 0,
+        }
+    }
+
+    /// The same ask with its units held at [`MAX_UNITS`], as every store takes it.
+    pub fn saturated(self) -> Self {
+        match self {
+            Self::Consume(n) => Self::Consume(n.min(MAX_UNITS)),
+            Self::Charge(n) => Self::Charge(n.min(MAX_UNITS)),
+            Self::Refund(n) => Self::Refund(n.min(MAX_UNITS)),
+            Self::Check => Self::Check,
         }
     }
 }

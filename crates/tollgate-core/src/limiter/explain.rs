@@ -9,7 +9,7 @@ use crate::decision::{Decision, Outcome};
 use crate::limit::Limit;
 use crate::request::{InvalidRequest, Request};
 use crate::rules::Rule;
-use crate::store::Peek;
+use crate::store::{CounterView, Peek};
 
 /// What a descriptor matched.
 #[derive(Debug, Clone)]
@@ -94,11 +94,13 @@ impl<R: Recorder> Limiter<R> {
                 continue;
             };
             let peek = self.store.peek(&key, &limits, hits.counted()).await;
-            let view = match &peek.shared {
-                Some(Ok(shared)) => shared,
-                _ => &peek.local,
+            let would = match (&peek.shared, &peek.local) {
+                (Some(Ok(shared)), _) => shared.would,
+                (_, Some(local)) => local.would,
+                // Reference mode, Redis unreadable: what a fresh counter would get.
+                (_, None) => CounterView::of(None, &limits, self.store.now(), hits.counted()).would,
             };
-            outcomes.push(outcome(&limits, rule, view.would, 0, quota[i]));
+            outcomes.push(outcome(&limits, rule, would, 0, quota[i]));
             descriptors.push(Explained {
                 matched: what,
                 counter: Some((key, limits.into_owned())),

@@ -525,15 +525,17 @@ async fn explain_names_the_rule_the_counter_and_the_decision_without_counting() 
         assert!(key.starts_with("d|user=ann#"), "{key}");
         assert_eq!(limits[0].requests_per_unit(), 3);
         let peek = user.peek.as_ref().expect("peeked");
-        assert!(peek.local.held && peek.shared.is_none());
-        assert_eq!(peek.local.limits[0].remaining, 0);
+        let local = peek.local.as_ref().expect("a local counter");
+        assert!(local.held && peek.shared.is_none());
+        assert_eq!(local.limits[0].remaining, 0);
         assert!(explained.decision.descriptors[0].is_over());
         assert!(matches!(nobody.matched, Matched::Nothing(NoMatch::NoRule)));
         assert!(matches!(broad.matched, Matched::Replaced(_)));
         assert!(matches!(narrow.matched, Matched::Rule { .. }));
         let narrow_peek = narrow.peek.as_ref().expect("peeked");
-        assert!(!narrow_peek.local.held, "explaining counts nothing");
-        assert_eq!(narrow_peek.local.limits[0].remaining, 5);
+        let narrow_local = narrow_peek.local.as_ref().expect("a local counter");
+        assert!(!narrow_local.held, "explaining counts nothing");
+        assert_eq!(narrow_local.limits[0].remaining, 5);
     }
     let unknown = l
         .explain(&Request::new("nosuch", vec![one("user", "ann")]))

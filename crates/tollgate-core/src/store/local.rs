@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
+use super::decreases::Decreases;
 use super::memory::Capacity;
 use super::peek::CounterView;
 use super::shards::{Counter, Entry, ShardStats, Shards};
@@ -47,6 +48,9 @@ struct View {
     counter: Counter,
     shared: bool,
     refreshing: bool,
+    /// The counter went down since this view began (a refund, here or announced): the
+    /// view may be over the store's count and no longer denies; the store decides.
+    decreased: bool,
     /// The store's clock when it returned the state this view was built from (the
     /// epoch: none). The store runs one counter's calls one at a time, so an answer
     /// stamped earlier is older and knows less: adopting it would forget calls the view
@@ -68,6 +72,8 @@ pub(crate) struct LocalView {
     offset_ns: AtomicI64,
     /// Whether an answer has taught the offset yet.
     synced: AtomicBool,
+    /// Decreases heard from other instances: answers older than one are not adopted.
+    decreases: Decreases,
 }
 
 impl LocalView {
@@ -78,6 +84,7 @@ impl LocalView {
             clock,
             offset_ns: AtomicI64::new(0),
             synced: AtomicBool::new(false),
+            decreases: Decreases::default(),
         }
     }
 
@@ -140,6 +147,18 @@ impl LocalView {
         self.views.lock(key).remove();
     }
 
+    /// Counter `key` went down in the store at store time `at` (another instance's refund,
+    /// say): its view may be over the store's count, so it denies no more while it lives,
+    /// and no answer to a call that ran before the decrease is adopted. A counter that goes
+    /// down once (a budget settled by refunds) usually does again: every later request for
+    /// it is decided by the store, whether or not an announcement arrives in time.
+    pub(crate) fn decreased(&self, key: &str, at: Timestamp) {
+        self.decreases.heard(key, at);
+        if let Some(view) = self.views.lock(key).get_mut() {
+            view.decreased = true;
+        }
+    }
+
     /// Drops every view.
     pub(crate) fn forget_all(&self) {
         self.views.clear();
@@ -163,7 +182,7 @@ impl LocalView {
             Hits::Charge(_) | Hits::Refund(_) => return None,
         };
         let mut slot = self.views.lock(key);
-        let view = slot.get_mut().filter(|v| v.shared)?;
+        let view = slot.get_mut().filter(|v| v.shared && !v.decreased)?;
         let verdict = evaluate(view.counter.states.as_slice(), limits, now, asked);
         if verdict.decision.admitted {
             return None;
@@ -213,6 +232,12 @@ impl LocalView {
         if slot.get().is_some_and(|view| view.stamp > now) {
             return (verdict, disagreed);
         }
+        if self.decreases.predates(key, now) {
+            // The counter went down after this call ran: its count is too high to deny on.
+            return (verdict, disagreed);
+        }
+        let decreased =
+            matches!(hits, Hits::Refund(_)) || slot.get().is_some_and(|view| view.decreased);
         let unsettled = unsettled();
         if unsettled > 0 {
             apply(
@@ -227,6 +252,7 @@ impl LocalView {
                 counter,
                 shared: true,
                 refreshing: false,
+                decreased,
                 stamp: now,
             };
             slot.insert(view, now);
@@ -286,6 +312,7 @@ impl LocalView {
             counter: Counter::new(limits),
             shared: false,
             refreshing: false,
+            decreased: false,
             stamp: Timestamp::default(),
         });
         let verdict = apply(view.counter.states.as_mut_slice(), limits, now, hits);
@@ -482,6 +509,57 @@ mod tests {
                 .is_none()
         );
         assert_eq!(v.stats().entries, 0);
+    }
+
+    #[test]
+    fn a_decrease_heard_stops_denials_and_older_answers() {
+        let (v, _) = view();
+        let limits = [limit(FIXED, 10, 3_600 * SECOND)];
+        let full = |v: &LocalView, stamp| {
+            v.adopt(
+                "k",
+                &limits,
+                (0, Hits::Consume(1)),
+                snapshot(&limits, 9, stamp, true),
+                || 0,
+            )
+        };
+        let denies = |v: &LocalView| {
+            v.deny("k", &limits, Hits::Consume(1), at(T0 + 10_000), || true)
+                .is_some()
+        };
+        full(&v, T0);
+        assert!(denies(&v), "a full counter is denied locally");
+        // Another instance refunded at T0 + 2 µs; an answer to a call that ran at T0 + 1 µs
+        // arrives after the announcement.
+        v.decreased("k", at(T0 + 2_000));
+        assert!(!denies(&v), "the store decides a counter that went down");
+        full(&v, T0 + 1_000);
+        assert!(
+            !denies(&v),
+            "an answer older than the decrease is not adopted"
+        );
+        // Later answers are adopted, and the counter still goes to the store.
+        full(&v, T0 + 3_000);
+        assert!(
+            !denies(&v),
+            "a counter that went down is decided by the store"
+        );
+        assert_eq!(v.stats().entries, 1);
+        // Unknown counters learn it from the announcement's time alone.
+        v.decreased("j", at(T0 + 2_000));
+        v.adopt(
+            "j",
+            &limits,
+            (0, Hits::Consume(1)),
+            snapshot(&limits, 9, T0 + 1_000, true),
+            || 0,
+        );
+        assert_eq!(
+            v.stats().entries,
+            1,
+            "no view made from an answer older than it"
+        );
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! the request path statically dispatched.
 
 #[cfg(any(feature = "redis", feature = "postgres"))]
+mod decreases;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod local;
 mod memory;
 mod peek;
@@ -24,7 +26,7 @@ pub use shared::{SharedBehaviour, SharedStore};
 
 use std::sync::Arc;
 
-use crate::algo::{Hits, Verdict};
+use crate::algo::{Hits, MAX_UNITS, Verdict};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::limit::UnknownName;
@@ -179,6 +181,10 @@ pub struct SharedStats {
     /// Round trips where the store's decision and the local algorithm's differed (the
     /// store's wins); zero unless their arithmetic parted ways.
     pub disagreements: u64,
+    /// Decreases (refunds, units given back) this instance announced to the others.
+    pub decreases_announced: u64,
+    /// Announcements (resets, decreases) heard from every instance, this one included.
+    pub announcements_heard: u64,
     /// Counters for which units admitted without the store are still owed to it.
     pub debts: usize,
     /// Units admitted without the store and not yet counted there.
@@ -213,13 +219,15 @@ impl Store {
             .map(|(verdict, _)| verdict)
     }
 
-    /// [`Store::apply`], and where the verdict came from.
+    /// [`Store::apply`], and where the verdict came from. Units past [`MAX_UNITS`] are
+    /// held at it, on every store alike.
     pub(crate) async fn decide(
         &self,
         key: &str,
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        let hits = hits.saturated();
         match self {
             Self::Memory(m) => Ok((m.apply(key, limits, hits), DecidedBy::Memory)),
             #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -241,9 +249,11 @@ impl Store {
     /// What every holder of counter `key` says of it, and what `hits` more would get,
     /// changing nothing (a shared store is asked with a check, which counts nothing).
     pub async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        let hits = hits.min(MAX_UNITS);
         match self {
             Self::Memory(m) => Peek {
-                local: m.peek(key, limits, hits),
+                local: Some(m.peek(key, limits, hits)),
+                stored_key: None,
                 shared: None,
                 lease: None,
             },

@@ -10,6 +10,9 @@ use crate::limit::Limit;
 /// One limit of a counter as one holder sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitView {
+    /// Units counted against the limit now; past the limit where the store counts every
+    /// hit (the reference's keys).
+    pub count: u64,
     /// Units the limit has left now.
     pub remaining: u64,
     /// When what is counted stops mattering (admitting) or the next unit fits (denying).
@@ -42,8 +45,12 @@ pub struct LeaseView {
 /// What the holders of one counter say.
 #[derive(Debug, Clone)]
 pub struct Peek {
-    /// The counter in this process: the memory store's, or a shared store's local view.
-    pub local: CounterView,
+    /// The counter in this process: the memory store's, or a shared store's local view
+    /// (None in reference mode, which has none).
+    pub local: Option<CounterView>,
+    /// The key the store holds the counter under, when it is not the counter's own key
+    /// (reference mode's: the prefix, and the window's start at the end).
+    pub stored_key: Option<String>,
     /// The shared store's own value (None for the memory store), or why it could not be
     /// read.
     pub shared: Option<Result<CounterView, super::StoreError>>,
@@ -76,6 +83,7 @@ impl CounterView {
                 // Full: the wait until one more unit fits, rather than until all is forgotten.
                 let next = state.evaluate(limit, now, 1);
                 LimitView {
+                    count: u64::from(limit.requests_per_unit()).saturating_sub(held.remaining),
                     remaining: held.remaining,
                     reset: if next.admitted {
                         held.reset

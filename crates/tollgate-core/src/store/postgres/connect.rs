@@ -40,6 +40,36 @@ impl std::fmt::Debug for PgTarget {
     }
 }
 
+/// Where PostgreSQL is, as logs name it: `host:port[,host:port…]/database`, without
+/// the login.
+impl std::fmt::Display for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ports = self.config.get_ports();
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let host = match host {
+                    tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                    #[cfg(unix)]
+                    tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                };
+                // libpq's rule: one port for every host, or one per host.
+                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+                format!("{host}:{port}")
+            })
+            .collect();
+        let database = self
+            .config
+            .get_dbname()
+            .or(self.config.get_user())
+            .unwrap_or("");
+        write!(f, "{}/{database}", hosts.join(","))
+    }
+}
+
 /// Why a PostgreSQL URL cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -245,6 +275,10 @@ where
 impl Connector for PgConnector {
     type Conn = Pool;
     const NAME: &'static str = "postgres";
+
+    fn address(&self) -> String {
+        self.target.to_string()
+    }
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     type Error = PgError;
 
@@ -360,6 +394,7 @@ mod tests {
         );
         assert_eq!(t.config.get_application_name(), Some("tollgate"));
         assert!(!format!("{t:?}").contains(":p@"), "{t:?}");
+        assert_eq!(t.to_string(), "db.example:5433/limits");
 
         let plain = PgTarget::parse("postgresql://localhost/x?sslmode=disable").unwrap();
         assert_eq!(plain.tls.mode, SslMode::Disable);

@@ -134,7 +134,7 @@ proptest! {
     }
 }
 
-/// A row written before version 5 (no sub-windows' ends) still counts after the
+/// A row written before version 6 (no sub-windows' ends) still counts after the
 /// migration, as that version counted it (see [`read_after_upgrade`]).
 #[test]
 fn a_row_stored_before_ends_were_kept_still_counts() {

@@ -9,7 +9,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connect::{PgError, PgTarget};
 use super::describe::describe;
-use crate::store::shared::resets::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError};
+use crate::store::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError};
 
 /// Announcements heard but not yet applied; past it, the connection waits.
 const QUEUE: usize = 1024;

@@ -23,9 +23,9 @@ use tokio_postgres::error::SqlState;
 
 use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
+use super::shared::announce::{Subscribe, announcement};
 use super::shared::link::{Health, Link};
-use super::shared::protocol::{Ask, limit_args, mode};
-use super::shared::resets::{Subscribe, announcement};
+use super::shared::protocol::{Ask, limit_args, mode, units};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -142,6 +142,26 @@ impl PgBackend {
         })
     }
 
+    /// A NOTIFY of `announced` on the reset channel.
+    pub(crate) fn announce(
+        &self,
+        announced: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let channel = self.resets.clone();
+        let link = self.link.clone();
+        Box::pin(async move {
+            pool.pick()
+                .client
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &announced])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
+        })
+    }
+
     /// A LISTEN to the reset channel on a connection of its own.
     pub(crate) fn subscription(&self) -> Subscribe {
         let (target, tls) = (*self.subscriber).clone();
@@ -218,7 +238,7 @@ impl ApplyArgs {
             mode,
             units: signed(n),
             extra: signed(extra),
-            debt: signed(debt),
+            debt: signed(units(debt)),
             // The function's zero is "none": it never runs at the epoch.
             deadline_us: signed(deadline.map_or(0, Timestamp::as_micros)),
             kinds,

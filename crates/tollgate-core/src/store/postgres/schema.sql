@@ -14,7 +14,7 @@
 --   calendar window: the window's UTC start in microseconds, count;
 --   token/leaky bucket (GCRA): theoretical arrival time;
 -- then, per sliding window in order, the ring of its sub-windows' ends (where each one's
--- last hit landed, in 1/65536ths). A row written before version 5 has no ends: it is
+-- last hit landed, in 1/65536ths). A row written before version 6 has no ends: it is
 -- read with every end at 65535.
 -- `shape` names the kinds and sliding precisions that layout was written for; a row whose
 -- shape differs (the rule changed) reads as empty. There is no index on `expires_us`:
@@ -113,6 +113,10 @@ DECLARE
     -- to, and the phase (0 trying all, 1 trying the need, 2 bisecting, 3 done).
     lo bigint; hi bigint; phase integer;
     taken bigint;
+    -- The most a stored number holds, as in the Redis script (2^53 - 1, MAX_UNITS in
+    -- algo/mod.rs): a count or arrival time charged past it is held there, which denies
+    -- as the true one would, and no sum of two stored numbers leaves bigint.
+    max_units constant bigint := 9007199254740991;
 BEGIN
     FOR i IN 1 .. n LOOP
         kind := substr(p_kinds, i, 1);
@@ -389,7 +393,7 @@ BEGIN
                             cnt := greatest(cnt - step_hits, 0);
                         END IF;
                     ELSIF step_mode <> 'r' THEN
-                        cnt := cnt + step_hits;
+                        cnt := least(cnt + step_hits, max_units);
                     ELSE
                         cnt := greatest(cnt - step_hits, 0);
                     END IF;
@@ -410,12 +414,12 @@ BEGIN
                 ELSE
                     IF rpu > 0 THEN
                         tat := after[o];
-                        span := div(step_hits::numeric * win, rpu)::bigint;
+                        span := least(div(step_hits::numeric * win, rpu), max_units);
                         -- A give-back leaves the arrival time alone (lease.rs says why).
                         IF step_mode = 'r' THEN
                             tat := greatest(tat - span, now_us);
                         ELSIF step_mode <> 'g' THEN
-                            tat := greatest(tat, now_us) + span;
+                            tat := least(greatest(tat, now_us) + span, max_units);
                         END IF;
                         after[o] := tat;
                         expires := tat;

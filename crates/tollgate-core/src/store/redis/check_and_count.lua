@@ -1,7 +1,8 @@
 -- Tollgate: check every limit of one counter and count the hits only if all admit,
 -- atomically, in Redis server time (microseconds). The same integer formulas as the Rust
 -- algorithms (crates/tollgate-core/src/algo), so both give the same answer on the same
--- state; they are exact while the products below stay under 2^53.
+-- state; they are exact while the products below stay under 2^53. The caller holds every
+-- count it sends (hits, debt) at 2^53 - 1 (MAX_UNITS in algo/mod.rs).
 --
 -- This script is the one definition of the counter's layout in Redis: one string per
 -- counter, the state of its limits in order as MessagePack integers

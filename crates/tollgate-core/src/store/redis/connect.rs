@@ -13,16 +13,27 @@ use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 use super::script;
 use crate::clock::Timestamp;
 use crate::limit::UnknownName;
+use crate::redact;
 use crate::store::shared::link::{Connector, DOWN_RETRY, PROBE_TIMEOUT};
 use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
 
 /// A login to Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     /// The ACL user; none for the default user.
     pub user: Option<String>,
     /// The password.
     pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"***")
+            .finish()
+    }
 }
 
 /// The Redis deployments.
@@ -99,7 +110,7 @@ impl RedisTls {
 }
 
 /// Where Redis is: one deployment and its addresses, as URLs the client understands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One node.
     Single {
@@ -128,17 +139,62 @@ pub enum TargetError {
     /// No address at all.
     #[error("REDIS_URL is empty")]
     Empty,
-    /// A Sentinel setting without the master's name.
+    /// A Sentinel setting without the master's name (its passwords hidden).
     #[error("REDIS_URL '{0}' for sentinel must be 'master-name,sentinel-host:port[,…]'")]
     SentinelForm(String),
     /// An address the client cannot parse.
     #[error("invalid Redis address '{address}': {reason}")]
     Address {
-        /// The address as given.
+        /// The address as given, its password hidden.
         address: String,
         /// The client's complaint.
         reason: String,
     },
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never a password: the URLs as `redact::url` shows them.
+        let urls = |urls: &[String]| urls.iter().map(|u| redact::url(u)).collect::<Vec<_>>();
+        match self {
+            Self::Single { url } => f
+                .debug_struct("Single")
+                .field("url", &redact::url(url))
+                .finish(),
+            Self::Cluster { nodes } => f
+                .debug_struct("Cluster")
+                .field("nodes", &urls(nodes))
+                .finish(),
+            Self::Sentinel {
+                master,
+                sentinels,
+                credentials,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("sentinels", &urls(sentinels))
+                .field("credentials", credentials)
+                .finish(),
+        }
+    }
+}
+
+/// Where Redis is, as logs name it: the addresses without their logins, and the kind
+/// (`h:6379 (single)`, `a:1,b:2 (cluster)`, `s1:26379 (sentinel, master mymaster)`).
+impl std::fmt::Display for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addresses = |urls: &[String]| {
+            let hosts: Vec<&str> = urls.iter().map(|u| redact::address(u)).collect();
+            hosts.join(",")
+        };
+        match self {
+            Self::Single { url } => write!(f, "{} (single)", redact::address(url)),
+            Self::Cluster { nodes } => write!(f, "{} (cluster)", addresses(nodes)),
+            Self::Sentinel {
+                master, sentinels, ..
+            } => write!(f, "{} (sentinel, master {master})", addresses(sentinels)),
+        }
+    }
 }
 
 impl RedisTarget {
@@ -179,7 +235,7 @@ impl RedisTarget {
         });
         if kind == RedisKind::Sentinel {
             if parts.len() < 2 {
-                return Err(TargetError::SentinelForm(url.to_owned()));
+                return Err(TargetError::SentinelForm(redact::url(url)));
             }
             let master = parts.remove(0).to_owned();
             // Sentinels take no credentials of the master.
@@ -236,7 +292,7 @@ fn node_url(
     url.as_str()
         .into_connection_info()
         .map_err(|e| TargetError::Address {
-            address: addr.to_owned(),
+            address: redact::url(addr),
             reason: e.to_string(),
         })?;
     Ok(url)
@@ -342,6 +398,10 @@ pub(super) enum LinkError {
 impl Connector for RedisConnector {
     type Conn = Conn;
     const NAME: &'static str = "redis";
+
+    fn address(&self) -> String {
+        self.target.to_string()
+    }
     const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     type Error = LinkError;
 
@@ -567,5 +627,41 @@ mod tests {
         let err = RedisTarget::parse("redis://h:notaport", RedisKind::Single, None, false)
             .expect_err("bad port");
         assert!(err.to_string().contains("invalid Redis address"), "{err}");
+        for (url, kind) in [
+            ("redis://:hunter2@h:notaport", RedisKind::Single),
+            ("rediss://u:hunter2@s1", RedisKind::Sentinel),
+        ] {
+            let err = RedisTarget::parse(url, kind, None, false).expect_err("bad form");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_target_is_debugged_without_its_passwords() {
+        for (url, kind) in [
+            ("redis://:hunter2@h:1", RedisKind::Single),
+            ("a:1,b:2", RedisKind::Cluster),
+            ("m,redis://:hunter2@s1:26379", RedisKind::Sentinel),
+        ] {
+            let target = RedisTarget::parse(url, kind, Some("hunter2"), false).unwrap();
+            assert!(!format!("{target:?}").contains("hunter2"), "{target:?}");
+        }
+    }
+
+    #[test]
+    fn a_target_is_named_by_its_addresses_without_logins() {
+        let parse = |url, kind| RedisTarget::parse(url, kind, Some("pw"), false).unwrap();
+        assert_eq!(
+            parse("redis://:x@h:1", RedisKind::Single).to_string(),
+            "h:1 (single)"
+        );
+        assert_eq!(
+            parse("a:1,b:2", RedisKind::Cluster).to_string(),
+            "a:1,b:2 (cluster)"
+        );
+        assert_eq!(
+            parse("m,s1:26379", RedisKind::Sentinel).to_string(),
+            "s1:26379 (sentinel, master m)"
+        );
     }
 }

@@ -19,8 +19,8 @@ use std::pin::Pin;
 use futures_util::StreamExt as _;
 
 use self::connect::{Conn, RedisConnector, pubsub_client};
+use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
 use super::shared::link::{Health, Link};
-use super::shared::resets::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -157,6 +157,26 @@ impl RedisBackend {
             conn.query::<i64>(&delete)
                 .await
                 .map_err(|e| classify(&link, e))?;
+            conn.query::<i64>(&publish)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
+        })
+    }
+
+    /// PUBLISH of `announced` on the reset channel.
+    pub(crate) fn announce(
+        &self,
+        announced: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(&self.resets).arg(announced);
+        let link = self.link.clone();
+        Box::pin(async move {
             conn.query::<i64>(&publish)
                 .await
                 .map_err(|e| classify(&link, e))?;

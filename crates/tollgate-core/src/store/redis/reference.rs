@@ -10,7 +10,9 @@
 //! `LOCAL_CACHE_SIZE_IN_BYTES`, counters found over their limit are answered from memory
 //! until their window ends, without incrementing, as the reference's local cache does.
 //! A failing Redis is an error, as in the reference (or a fixed answer, per
-//! `--on-store-error`); there is no local view to decide from.
+//! `--on-store-error`); there is no local view to decide from. Unlike the reference, a
+//! refund (`is_negative_hits`) stops at zero, and a count at the top of Redis' integers
+//! is over the limit rather than an error.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -142,12 +144,14 @@ impl ReferenceStore {
         self.clock.now()
     }
 
-    /// The current window's count, read without counting, and what `hits` more would get.
+    /// The current window's count as Redis holds it (past the limit too: every hit is
+    /// counted), read without counting, under its key, and what `hits` more would get.
+    /// Reference mode has no local view.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        let unheld = CounterView::of(None, limits, self.now(), hits);
         let Some(limit) = limits.first() else {
             return Peek {
-                local: unheld,
+                local: None,
+                stored_key: None,
                 shared: None,
                 lease: None,
             };
@@ -170,7 +174,11 @@ impl ReferenceStore {
             let reset = window.reset;
             CounterView {
                 held: count > 0,
-                limits: vec![LimitView { remaining, reset }],
+                limits: vec![LimitView {
+                    count,
+                    remaining,
+                    reset,
+                }],
                 would: Verdict {
                     limit_index: 0,
                     decision: Decision {
@@ -182,7 +190,8 @@ impl ReferenceStore {
             }
         });
         Peek {
-            local: unheld,
+            local: None,
+            stored_key: Some(full_key),
             shared: Some(shared),
             lease: None,
         }
@@ -248,10 +257,19 @@ impl ReferenceStore {
             Hits::Check => 0,
             Hits::Refund(n) => -i64::try_from(n).unwrap_or(i64::MAX),
         };
-        let count = match self.increment(&full_key, added, unit_s).await {
+        let mut count = match self.increment(&full_key, added, unit_s).await {
             Ok(count) => count,
             Err(e) => return self.fall_back(e, reset, allowed),
         };
+        if count < 0 && added < 0 {
+            // A refund stops at zero: what it took below zero is put back, and what
+            // others counted meanwhile stays.
+            let below = count.max(added).saturating_neg();
+            count = match self.increment(&full_key, below, unit_s).await {
+                Ok(count) => count,
+                Err(e) => return self.fall_back(e, reset, allowed),
+            };
+        }
         let count = u64::try_from(count).unwrap_or(0);
         if count > allowed {
             if let Some(cache) = &self.over {
@@ -297,6 +315,13 @@ impl ReferenceStore {
             Ok(Ok((count,))) => {
                 self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
                 Ok(count)
+            }
+            // Said in the error's detail, or inside a pipeline failure's text.
+            Ok(Err(e)) if e.to_string().contains("would overflow") => {
+                // Redis refused to count past its largest integer: the count is there,
+                // far past any limit.
+                self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
+                Ok(i64::MAX)
             }
             Ok(Err(e)) => {
                 let lost =
@@ -356,6 +381,8 @@ impl ReferenceStore {
                 refreshes: 0,
                 reconnects: self.health().reconnects(),
                 disagreements: 0,
+                decreases_announced: 0,
+                announcements_heard: 0,
                 debts: 0,
                 debt_units: 0,
                 debt_charged: 0,

@@ -6,7 +6,7 @@ use redis::RedisWrite as _;
 
 use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, limit_args, mode};
+use crate::store::shared::protocol::{Ask, limit_args, mode, units};
 
 /// Ends every counter's key: the version of the layout the script keeps there. A build
 /// with another layout (hashes, before this one) counts in other keys instead of failing
@@ -77,7 +77,7 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
     let mut args = Packed(Vec::with_capacity(38 + 21 * limits.len()));
     args.letter(mode);
     args.number(n);
-    args.number(check.debt);
+    args.number(units(check.debt));
     // The script's zero is "none": it never runs at the epoch.
     args.number(check.deadline.map_or(0, Timestamp::as_micros));
     args.number(check.now.map_or(0, Timestamp::as_micros));

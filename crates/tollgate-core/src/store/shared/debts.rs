@@ -91,7 +91,7 @@ impl Debts {
         // Without room they are not forgiven yet: the call may still count them, and what
         // it is heard not to have counted is owed (and forgiven) then.
         if let Some(debt) = self.entry(&mut ledger, key, limits) {
-            debt.awaited += units;
+            debt.awaited = debt.awaited.saturating_add(units);
             self.units.fetch_add(units, Ordering::Relaxed);
         }
     }
@@ -190,7 +190,7 @@ impl Debts {
             debt.owed
         };
         debt.owed = 0;
-        debt.sending += units;
+        debt.sending = debt.sending.saturating_add(units);
         self.drop_if_settled(&mut ledger, key);
         units
     }
@@ -224,7 +224,7 @@ impl Debts {
         }
         self.lock()
             .get(key)
-            .map_or(0, |debt| debt.sending + debt.awaited)
+            .map_or(0, |debt| debt.sending.saturating_add(debt.awaited))
     }
 
     /// A call carrying `sent` units did not land (or may not have): owed again.
@@ -236,7 +236,7 @@ impl Debts {
         if let Some(debt) = ledger.get_mut(key) {
             let sent = sent.min(debt.sending);
             debt.sending -= sent;
-            debt.owed += sent;
+            debt.owed = debt.owed.saturating_add(sent);
         }
     }
 
@@ -264,7 +264,7 @@ impl Debts {
                     limits: debt.limits.clone(),
                     units: debt.owed,
                 });
-                debt.sending += debt.owed;
+                debt.sending = debt.sending.saturating_add(debt.owed);
                 debt.owed = 0;
             }
         }
@@ -305,7 +305,9 @@ impl Debts {
 
 impl Debt {
     fn unsettled(&self) -> u64 {
-        self.owed + self.sending + self.awaited
+        self.owed
+            .saturating_add(self.sending)
+            .saturating_add(self.awaited)
     }
 }
 

@@ -77,10 +77,19 @@ impl InFlight {
             Hits::Check | Hits::Refund(_) => 0,
         };
         let slot = self.slot(key);
-        if units > 0 {
-            slot.fetch_add(units, Ordering::Relaxed);
+        if units == 0 {
+            return Sent { slot, units };
         }
-        Sent { slot, units }
+        // Held at u64::MAX rather than wrap; the call takes back only what it added.
+        let before = slot
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(units))
+            })
+            .unwrap_or_else(|v| v);
+        Sent {
+            slot,
+            units: before.saturating_add(units) - before,
+        }
     }
 }
 
@@ -100,5 +109,18 @@ mod tests {
         drop(first);
         assert_eq!(second.others(), 0);
         assert_eq!(check.others(), 1);
+    }
+
+    #[test]
+    fn units_in_flight_hold_at_the_top_and_come_back_to_zero() {
+        let in_flight = InFlight::default();
+        let first = in_flight.send("k", Hits::Charge(u64::MAX - 1));
+        let second = in_flight.send("k", Hits::Charge(5));
+        assert_eq!(in_flight.units("k"), u64::MAX);
+        assert_eq!(second.others(), u64::MAX - 1);
+        drop(first);
+        assert_eq!(in_flight.units("k"), 1, "the second added only what fitted");
+        drop(second);
+        assert_eq!(in_flight.units("k"), 0);
     }
 }

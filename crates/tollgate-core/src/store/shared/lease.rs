@@ -216,7 +216,7 @@ impl Leases {
             entry.period = period;
             entry.count = 0;
         }
-        entry.count += n;
+        entry.count = entry.count.saturating_add(n);
         if let Some(verdict) = self.spend_held(entry, n, local) {
             return Ok(verdict);
         }

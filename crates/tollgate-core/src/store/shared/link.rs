@@ -38,6 +38,9 @@ pub(crate) trait Connector: Send + Sync + 'static {
     /// The store's name in logs.
     const NAME: &'static str;
 
+    /// Where the store is, its passwords hidden: logs name it with every failure.
+    fn address(&self) -> String;
+
     /// Longest one connect may take.
     const CONNECT_TIMEOUT: Duration;
 
@@ -78,8 +81,8 @@ pub(crate) type TimeSink = Box<dyn Fn(Timestamp) + Send + Sync>;
 /// Whether the store answers, and a way for requests to report trouble; the same for
 /// every store.
 pub(crate) struct Health {
-    /// The store's name in logs.
-    name: &'static str,
+    /// The store's name and address in logs (`redis 127.0.0.1:6379 (single)`).
+    name: String,
     up: AtomicBool,
     wake: Notify,
     /// Notified whenever the link comes up.
@@ -95,7 +98,7 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    fn new(name: &'static str) -> Self {
+    fn new(name: String) -> Self {
         Self {
             name,
             up: AtomicBool::new(false),
@@ -116,9 +119,9 @@ impl Health {
         self.reconnects.load(Ordering::Relaxed)
     }
 
-    /// The store's name in logs.
-    pub(crate) fn name(&self) -> &'static str {
-        self.name
+    /// The store's name and address in logs.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// How long the last successful health probe took, once one has.
@@ -202,7 +205,7 @@ impl<C: Connector> Link<C> {
     /// until it first connects.
     pub(crate) fn start(connector: C, time: TimeSink) -> Arc<Self> {
         let link = Arc::new(Self {
-            health: Health::new(C::NAME),
+            health: Health::new(format!("{} {}", C::NAME, connector.address())),
             current: ArcSwapOption::empty(),
         });
         tokio::spawn(supervise(Arc::downgrade(&link), connector, time));

@@ -11,16 +11,18 @@
 //! what that admits is owed to the store ([`debts`]): the call keeps running and, once it
 //! is heard from ([`late`]), only what the store did not count is charged later.
 
+pub(crate) mod announce;
 mod background;
 mod debts;
 #[cfg(test)]
 pub(crate) mod differential;
+#[cfg(all(test, feature = "redis", feature = "postgres"))]
+mod fleet;
 mod in_flight;
 mod late;
 pub(crate) mod lease;
 pub(crate) mod link;
 pub(crate) mod protocol;
-pub(crate) mod resets;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -113,8 +115,21 @@ impl Backend {
         }
     }
 
-    /// How to subscribe to the store's reset announcements.
-    fn subscription(&self) -> resets::Subscribe {
+    /// Publishes `announced` on the channel resets are announced on.
+    fn announce(
+        &self,
+        announced: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(b) => b.announce(announced),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(b) => b.announce(announced),
+        }
+    }
+
+    /// How to subscribe to the store's announcements.
+    fn subscription(&self) -> announce::Subscribe {
         match self {
             #[cfg(feature = "redis")]
             Self::Redis(b) => b.subscription(),
@@ -167,6 +182,8 @@ struct Counts {
     fallbacks: AtomicU64,
     refreshes: AtomicU64,
     disagreements: AtomicU64,
+    decreases_announced: AtomicU64,
+    announcements_heard: AtomicU64,
 }
 
 impl Default for Counts {
@@ -182,6 +199,8 @@ impl Default for Counts {
             fallbacks: AtomicU64::default(),
             refreshes: AtomicU64::default(),
             disagreements: AtomicU64::default(),
+            decreases_announced: AtomicU64::default(),
+            announcements_heard: AtomicU64::default(),
         }
     }
 }
@@ -248,7 +267,7 @@ impl SharedStore {
             }
         });
         background::spawn(&store, refresh_rx);
-        resets::spawn(Arc::downgrade(&store), store.backend.subscription());
+        announce::spawn(Arc::downgrade(&store), store.backend.subscription());
         lease::spawn_sweeper(&store);
         store
     }
@@ -295,6 +314,8 @@ impl SharedStore {
                 refreshes: load(&c.refreshes),
                 reconnects: self.backend.health().reconnects(),
                 disagreements: load(&c.disagreements),
+                decreases_announced: load(&c.decreases_announced),
+                announcements_heard: load(&c.announcements_heard),
                 debts: debts.counters,
                 debt_units: debts.units,
                 debt_charged: debts.charged,
@@ -330,7 +351,8 @@ impl SharedStore {
             Answer::Pending(_) => Err(StoreError::Timeout),
         };
         Peek {
-            local,
+            local: Some(local),
+            stored_key: None,
             shared: Some(shared),
             lease: self.leases.view(key, self.local.local_now()),
         }
@@ -410,7 +432,14 @@ impl SharedStore {
                 if debt > 0 {
                     self.debts.landed(key, debt);
                 }
-                Ok((self.adopt(key, limits, call, snapshot), DecidedBy::Store))
+                let ran_at = snapshot.now;
+                let verdict = self.adopt(key, limits, call, snapshot);
+                if let Hits::Refund(1..) = hits {
+                    // Answered once every instance may know: the next request anywhere
+                    // is decided on the count the refund left.
+                    self.announce_decrease(key, ran_at, timeout).await;
+                }
+                Ok((verdict, DecidedBy::Store))
             }
             Answer::Failed(e) => {
                 self.debts.restore(key, debt);
@@ -433,6 +462,18 @@ impl SharedStore {
                 self.hear_late(trip, key, limits, call, decided, now);
                 verdict.map(|verdict| (verdict, DecidedBy::Fallback))
             }
+        }
+    }
+
+    /// Tells every instance that counter `key` went down at store time `at`, waiting at
+    /// most `timeout`; an announcement lost only leaves views denying until their next
+    /// background read.
+    async fn announce_decrease(&self, key: &str, at: Timestamp, timeout: Duration) {
+        let sent = self.backend.announce(announce::decrease(key, at));
+        match tokio::time::timeout(timeout, sent).await {
+            Ok(Ok(())) => bump(&self.counts.decreases_announced),
+            Ok(Err(e)) => tracing::debug!(key, "a decrease was not announced: {e:?}"),
+            Err(_) => tracing::debug!(key, "a decrease was not announced within {timeout:?}"),
         }
     }
 

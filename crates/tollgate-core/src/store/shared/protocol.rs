@@ -6,7 +6,9 @@
 //! A call carries the request's hits and a debt: units this instance admitted while the
 //! store did not answer, charged before the hits are checked ([`effect`]).
 
-use crate::algo::{FixedWindow, Gcra, Hits, LimitState, SlidingWindow, Verdict, apply, evaluate};
+use crate::algo::{
+    FixedWindow, Gcra, Hits, LimitState, MAX_UNITS, SlidingWindow, Verdict, apply, evaluate,
+};
 use crate::clock::{NANOS_PER_MICRO, Timestamp};
 use crate::limit::{Algorithm, Limit};
 
@@ -37,16 +39,23 @@ pub(crate) enum Ask {
 
 /// The mode letter, unit count and extra number for `ask`: `c` consume, `p` charge
 /// (counted even past the limit), `k` check, `r` refund; `l` take (extra: the units
-/// needed), `g` give back (extra: when the block was taken, in microseconds).
+/// needed), `g` give back (extra: when the block was taken, in microseconds). Counts are
+/// held at [`MAX_UNITS`].
 pub(crate) fn mode(ask: Ask) -> (&'static str, u64, u64) {
     match ask {
-        Ask::Hits(Hits::Consume(n)) => ("c", n, 0),
-        Ask::Hits(Hits::Charge(n)) => ("p", n, 0),
+        Ask::Hits(Hits::Consume(n)) => ("c", units(n), 0),
+        Ask::Hits(Hits::Charge(n)) => ("p", units(n), 0),
         Ask::Hits(Hits::Check) => ("k", 0, 0),
-        Ask::Hits(Hits::Refund(n)) => ("r", n, 0),
-        Ask::Take { need, want } => ("l", want, need),
-        Ask::GiveBack { units, taken } => ("g", units, taken.as_micros()),
+        Ask::Hits(Hits::Refund(n)) => ("r", units(n), 0),
+        Ask::Take { need, want } => ("l", units(want), units(need)),
+        Ask::GiveBack { units: n, taken } => ("g", units(n), taken.as_micros()),
     }
+}
+
+/// A count of units as the stores take it (a debt sums many asks): held at
+/// [`MAX_UNITS`], which the Redis script's numbers hold exactly.
+pub(crate) fn units(n: u64) -> u64 {
+    n.min(MAX_UNITS)
 }
 
 /// What [`Ask::Take`] gets from `states` at `now`, counted in them: `want` if it fits,
@@ -118,9 +127,9 @@ pub(crate) fn effect(
     hits: Hits,
 ) -> Verdict {
     if debt > 0 {
-        apply(states, limits, now, Hits::Charge(debt));
+        apply(states, limits, now, Hits::Charge(units(debt)));
     }
-    apply(states, limits, now, hits)
+    apply(states, limits, now, hits.saturated())
 }
 
 /// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `c` calendar,

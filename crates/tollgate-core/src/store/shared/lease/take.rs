@@ -7,6 +7,7 @@ use tracing::Instrument as _;
 
 use super::{GiveBack, Leases, Miss, PERIOD};
 use crate::algo::{Hits, Verdict, evaluate};
+use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
@@ -147,8 +148,9 @@ impl SharedStore {
         tokio::spawn(async move {
             if let (Ok(Ok(raw)), Some(store)) =
                 (tokio::time::timeout(timeout, trip).await, me.upgrade())
+                && let Some(at) = store.gave_back(&key, &limits, ask, &raw)
             {
-                store.gave_back(&key, &limits, ask, &raw);
+                store.announce_decrease(&key, at, timeout).await;
             }
         });
     }
@@ -165,8 +167,10 @@ impl SharedStore {
                     .backend
                     .check_and_count(&key, &limits, (0, ask), None, now);
                 async move {
-                    if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await {
-                        self.gave_back(&key, &limits, ask, &raw);
+                    if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await
+                        && let Some(at) = self.gave_back(&key, &limits, ask, &raw)
+                    {
+                        self.announce_decrease(&key, at, limit).await;
                     }
                 }
             });
@@ -176,12 +180,14 @@ impl SharedStore {
     /// What give-back `ask`'s reply `raw` says: the units the store took back are counted,
     /// and the counter after it becomes the local view, as a refresh's answer does (unless
     /// a later answer is there already), so the view holds no units the store gave back
-    /// and denies only what the store would.
-    fn gave_back(&self, key: &str, limits: &[Limit], ask: Ask, raw: &[i64]) {
-        if let Some((units, snapshot)) = given_back(raw, limits, ask) {
-            self.leases.returned(units);
-            self.adopt(key, limits, (0, Hits::Check), snapshot);
-        }
+    /// and denies only what the store would. The store time of the give-back when it took
+    /// units back, which the other instances must hear of.
+    fn gave_back(&self, key: &str, limits: &[Limit], ask: Ask, raw: &[i64]) -> Option<Timestamp> {
+        let (units, snapshot) = given_back(raw, limits, ask)?;
+        self.leases.returned(units);
+        let at = snapshot.now;
+        self.adopt(key, limits, (0, Hits::Check), snapshot);
+        (units > 0).then_some(at)
     }
 }
 

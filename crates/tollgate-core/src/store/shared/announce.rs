@@ -1,0 +1,163 @@
+//! What instances sharing a store announce to each other: a counter reset, and a counter
+//! that went down (a refund, a lease's units given back). The instance that changed the
+//! counter announces its key (Redis PUBLISH, PostgreSQL NOTIFY) once the store answered;
+//! every instance listens and drops the key from its local view, so the next request
+//! anywhere asks the store. A view only ever under-counts while counts grow; a decrease
+//! made elsewhere would leave it over the store's count, denying what the store admits.
+//!
+//! A reset also drops the instance's lease on the counter (its units went with the
+//! counter); a decrease leaves leases alone (their units are still counted). A decrease
+//! carries the store's time when it ran, so that an answer to a call that ran before it,
+//! still on its way, is not adopted afterwards ([`super::super::local`]).
+//!
+//! A key too long to announce is announced as [`ALL`], and a listener that (re)subscribes
+//! may have missed announcements: both drop every view and lease, which is always safe,
+//! since the views only save round trips and a dropped lease only leaves its units unused
+//! until its window ends.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+
+use super::{SharedStore, bump};
+use crate::clock::Timestamp;
+
+/// The longest key announced as itself (PostgreSQL's NOTIFY takes under 8000 bytes).
+const MAX_ANNOUNCED_KEY: usize = 7_900;
+/// The announcement that drops every view (a counter key always holds a `#`).
+const ALL: &str = "*";
+/// How long opening a subscription (connecting, then SUBSCRIBE or LISTEN) may take: a
+/// server that accepts and never answers would otherwise leave resets unheard, silently.
+pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The wait before subscribing again after a failure.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Opens one subscription: the stream of announcements, or why it could not.
+pub(crate) type Subscribe = Box<
+    dyn Fn() -> BoxFuture<'static, Result<BoxStream<'static, String>, SubscribeError>>
+        + Send
+        + Sync,
+>;
+
+/// Why a subscription to announcements could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SubscribeError {
+    /// The store did not answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The store or the connection to it failed.
+    #[error(transparent)]
+    Store(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// One announcement as heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Heard<'a> {
+    /// Counter `key` was reset.
+    Reset(&'a str),
+    /// Counter `key` went down at store time `at`.
+    Decrease { key: &'a str, at: Timestamp },
+    /// Anything may have changed.
+    All,
+}
+
+/// What is announced for a reset of `key`: the key itself.
+pub(crate) fn announcement(key: &str) -> &str {
+    if key.len() > MAX_ANNOUNCED_KEY {
+        ALL
+    } else {
+        key
+    }
+}
+
+/// What is announced for a decrease of `key` at store time `at`: `MICROS#KEY`. A counter
+/// key holds exactly one unescaped `#` (`key.rs`), so two mark a decrease; an instance
+/// of an older version reads it as a reset of a key no counter has, and does nothing.
+pub(crate) fn decrease(key: &str, at: Timestamp) -> String {
+    if key.len() > MAX_ANNOUNCED_KEY {
+        return ALL.to_owned();
+    }
+    format!("{}#{key}", at.as_micros())
+}
+
+/// Reads an announcement.
+pub(crate) fn hear(announced: &str) -> Heard<'_> {
+    if announced == ALL {
+        return Heard::All;
+    }
+    match announced.split_once('#') {
+        Some((micros, key)) if key.contains('#') => match micros.parse() {
+            Ok(micros) => Heard::Decrease {
+                key,
+                at: Timestamp::from_micros(micros),
+            },
+            Err(_) => Heard::Reset(announced),
+        },
+        _ => Heard::Reset(announced),
+    }
+}
+
+/// Listens for announcements while the store lives, subscribing again after each loss.
+pub(super) fn spawn(store: Weak<SharedStore>, subscribe: Subscribe) {
+    tokio::spawn(async move {
+        while store.strong_count() > 0 {
+            match subscribe().await {
+                Ok(mut announcements) => {
+                    if !apply(&store, Heard::All) {
+                        return;
+                    }
+                    while let Some(announced) = announcements.next().await {
+                        if !apply(&store, hear(&announced)) {
+                            return;
+                        }
+                    }
+                    tracing::debug!("the announcement subscription ended; subscribing again");
+                }
+                Err(why) => tracing::debug!("cannot subscribe to counter announcements: {why}"),
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    });
+}
+
+/// Drops the views `heard` names; false once the store is gone.
+fn apply(store: &Weak<SharedStore>, heard: Heard<'_>) -> bool {
+    let Some(store) = store.upgrade() else {
+        return false;
+    };
+    match heard {
+        Heard::All => {
+            store.local.forget_all();
+            store.leases.forget(None);
+        }
+        Heard::Reset(key) => {
+            store.local.forget(key);
+            store.leases.forget(Some(key));
+        }
+        Heard::Decrease { key, at } => store.local.decreased(key, at),
+    }
+    bump(&store.counts.announcements_heard);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements_read_back_as_what_was_announced() {
+        let key = "api|user=a%23b#s60000000000.10";
+        assert_eq!(hear(announcement(key)), Heard::Reset(key));
+        let at = Timestamp::from_micros(1_700_000_000_123_456);
+        assert_eq!(hear(&decrease(key, at)), Heard::Decrease { key, at });
+        assert_eq!(hear(ALL), Heard::All);
+        let long = format!("d|k={}#s1", "x".repeat(MAX_ANNOUNCED_KEY));
+        assert_eq!(hear(announcement(&long)), Heard::All);
+        assert_eq!(hear(&decrease(&long, at)), Heard::All);
+        // Not a decrease: a key whose first part is not a time stays a reset.
+        assert_eq!(hear("x#y#z"), Heard::Reset("x#y#z"));
+    }
+}
