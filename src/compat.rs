@@ -4,7 +4,7 @@
 //! which the deployment cannot work as meant stop startup with a reason. Those that are
 //! no-ops here (`RUNTIME_IGNOREDOTFILES=true`, `RUNTIME_WATCH_ROOT`, `REDIS_POOL_SIZE`,
 //! `PROMETHEUS_MAPPER_YAML`, `REDIS_SOCKET_TYPE=tcp`, …) are accepted without a word; the
-//! README lists every setting of the reference and what Tollgate does with it.
+//! docs/MIGRATING.md lists every setting of the reference and what Tollgate does with it.
 
 use tollgate_core::redact;
 

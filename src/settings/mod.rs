@@ -4,6 +4,8 @@
 mod answers;
 mod client;
 mod conn;
+#[cfg(test)]
+mod documented;
 mod flag;
 mod ops;
 mod parse;

@@ -77,7 +77,7 @@ pub(crate) struct StoreArgs {
     #[arg(long, env = "ON_STORE_ERROR", ignore_case = true, value_parser = one_of::<OnStoreError>(&["local", "allow", "deny", "error"]))]
     pub(crate) on_store_error: Option<OnStoreError>,
     /// Hot counters take blocks of their limit from the shared store in one call and
-    /// admit from them locally (README, Leases); reference mode never leases.
+    /// admit from them locally (docs/STORES.md, Leases); reference mode never leases.
     #[arg(long, env = "LEASES", default_value_t = true, flag())]
     pub(crate) leases: bool,
     /// The largest block a counter leases, as a fraction of its smallest limit (above 0,

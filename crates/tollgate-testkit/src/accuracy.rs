@@ -270,8 +270,8 @@ impl OverloadRun {
     }
 }
 
-/// The accuracy check of the README ("stays within 1 % of the limit under steady
-/// overload") for a sliding-window limit of `limit` per `window` on one descriptor: a
+/// The accuracy check of README.md (a sliding window "never admits more than the limit
+/// in an aligned window") for a sliding-window limit of `limit` per `window` on one descriptor: a
 /// steady 3× overload round-robin over `clients`, for three windows.
 ///
 /// What the algorithm guarantees, the run starting at an epoch-aligned window boundary:

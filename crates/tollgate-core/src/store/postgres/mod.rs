@@ -24,6 +24,7 @@ use tokio_postgres::error::SqlState;
 use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
 use super::shared::announce::{Subscribe, announcement};
+use super::shared::ledger::CallArgs;
 use super::shared::link::{Health, Link};
 use super::shared::protocol::{Ask, limit_args, mode, units};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
@@ -176,23 +177,16 @@ impl PgBackend {
 
     /// One `tollgate_apply`, owning all it needs; it changes nothing if it runs after
     /// `deadline` (database time).
-    pub(crate) fn check_and_count(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        (debt, ask): (u64, Ask),
-        deadline: Option<Timestamp>,
-        around: Timestamp,
-    ) -> Trip {
+    pub(crate) fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let args = ApplyArgs::new(
             &self.key_prefix,
-            key,
-            limits,
-            (debt, ask),
-            (deadline, around),
+            args.key,
+            args.limits,
+            (args.debt, args.ask),
+            (args.deadline, args.around),
         );
         let link = self.link.clone();
         Box::pin(async move {

@@ -20,12 +20,11 @@ use futures_util::StreamExt as _;
 
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
+use super::shared::ledger::CallArgs;
 use super::shared::link::{Health, Link};
 use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
 use crate::clock::{Clock, Timestamp};
-use crate::limit::Limit;
 use crate::log_limit::LogLimit;
-use crate::store::shared::protocol::Ask;
 
 /// How a Redis store is set up.
 #[derive(Debug, Clone)]
@@ -94,26 +93,19 @@ impl RedisBackend {
 
     /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline`
     /// (Redis time).
-    pub(crate) fn check_and_count(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        (debt, ask): (u64, Ask),
-        deadline: Option<Timestamp>,
-        around: Timestamp,
-    ) -> Trip {
+    pub(crate) fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
         let check = script::Check {
-            key,
-            limits,
-            ask,
-            debt,
-            deadline,
+            key: args.key,
+            limits: args.limits,
+            ask: args.ask,
+            debt: args.debt,
+            deadline: args.deadline,
             now: None,
-            around,
+            around: args.around,
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let (script, link) = (self.script.clone(), self.link.clone());

@@ -2,7 +2,7 @@
 //! store in one call (counted there as consumed) and admits from it locally, giving back
 //! what it did not spend when demand drops or the block's window ends.
 //!
-//! A block may be spent only where the store counted it (docs/ARCHITECTURE.md, Leases):
+//! A block may be spent only where the store counted it (docs/SHARED-STORE.md, Leases):
 //! until the end of the take's window (fixed) or sub-window (sliding), and for GCRA only
 //! as fast as the bucket would have refilled it. Store time is bounded from above by the
 //! store's clock at the take plus the local time elapsed since the call was sent, so a

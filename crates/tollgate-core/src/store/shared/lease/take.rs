@@ -9,6 +9,7 @@ use super::{GiveBack, Leases, Miss, PERIOD};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
+use crate::store::shared::ledger::CallArgs;
 use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
@@ -70,37 +71,30 @@ impl SharedStore {
         }
         // Units of this counter in calls not heard from are unknown to the store, which
         // would grant a block past them: such a counter goes the usual way (`apply`).
-        if self.debts.uncertain(key) > 0 {
+        if self.ledger.uncertain(key) > 0 {
             return None;
         }
         let now = self.local.now();
-        // What the counter owes is charged before the block, as a request's call does.
-        let debt = self.debts.take(key, now);
         let deadline = self.local.deadline(now, self.behaviour.timeout);
-        // The store may grant all of `want`: a fallback meanwhile must leave room for it.
-        let _sent = self.in_flight.send(key, Hits::Consume(want));
+        // What the counter owes is charged before the block, as a request's call does, and
+        // the whole block is in flight meanwhile.
         let ask = Ask::Take { need: n, want };
+        let call = self.ledger.open((key, limits), ask, now, deadline);
+        let debt = call.args().debt;
         let timeout = self.behaviour.timeout;
         let span = self.backend.span(limits.len());
         // Counted, measured and read as a request's call is. One not answered in time is
         // dropped (past its deadline the store ignores it), its debt owed again.
-        let Ok(raw) = self
-            .call(key, limits, (debt, ask), deadline, timeout)
-            .instrument(span)
-            .await
-        else {
-            self.debts.restore(key, debt);
+        let Ok(raw) = self.call(call.args(), timeout).instrument(span).await else {
+            call.failed();
             return None;
         };
         let flag = raw.as_ref().ok().and_then(|raw| raw.first().copied());
         let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
-            self.debts.restore(key, debt);
+            call.failed();
             return None;
         };
         bump(&self.counts.round_trips);
-        if debt > 0 {
-            self.debts.landed(key, debt);
-        }
         let granted = u64::try_from(flag).unwrap_or(0);
         let mut after = states.clone();
         if lease_effect(&mut after, limits, now, debt, ask) != granted {
@@ -118,7 +112,7 @@ impl SharedStore {
             now,
             states: after.clone(),
         };
-        let mut verdict = self.adopt(key, limits, (0, Hits::Check), snapshot);
+        let mut verdict = call.ran(|| self.adopt(key, limits, (0, Hits::Check), snapshot));
         let taken = (granted, n.min(granted));
         out.answered();
         if let Some(back) = self
@@ -139,10 +133,9 @@ impl SharedStore {
     /// Gives a block back in a task of its own, waiting for the store at most the store
     /// timeout; nothing waits for it.
     pub(in crate::store::shared) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
-        let now = self.local.now();
         let trip = self
             .backend
-            .check_and_count(&key, &limits, (0, ask), None, now);
+            .check_and_count(&give_back(&key, &limits, ask, self.now()));
         let timeout = self.behaviour.timeout;
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -165,7 +158,7 @@ impl SharedStore {
             .map(|(key, limits, ask)| {
                 let trip = self
                     .backend
-                    .check_and_count(&key, &limits, (0, ask), None, now);
+                    .check_and_count(&give_back(&key, &limits, ask, now));
                 async move {
                     if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await
                         && let Some(at) = self.gave_back(&key, &limits, ask, &raw)
@@ -188,6 +181,19 @@ impl SharedStore {
         let at = snapshot.now;
         self.adopt(key, limits, (0, Hits::Check), snapshot);
         (units > 0).then_some(at)
+    }
+}
+
+/// A give-back's call: no debt (it is no request's), no deadline (units unspent are
+/// returned whenever it runs), not in flight (it counts nothing).
+fn give_back<'a>(key: &'a str, limits: &'a [Limit], ask: Ask, now: Timestamp) -> CallArgs<'a> {
+    CallArgs {
+        key,
+        limits,
+        debt: 0,
+        ask,
+        deadline: None,
+        around: now,
     }
 }
 

@@ -559,7 +559,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
-    /// The README's under-use bound: with steady demand above a fixed window's limit on
+    /// docs/STORES.md's under-use bound: with steady demand above a fixed window's limit on
     /// every instance, each window admits all of its limit but what blocks hold when it
     /// ends, at most one block (`LEASE_MAX_FRACTION` of the limit) per instance.
     #[test]
