@@ -5,10 +5,11 @@
 //! against the reference itself (a control, which must pass) and against Tollgate, in its
 //! default mode (sliding windows) and in reference mode.
 //!
-//! [`newest`]: the same suite from the reference's newest source (copied into
-//! `tests/reference/newest/`, see its README: the module proxy serves only the pinned
-//! version), whose scripts include quota-mode budgets waiting a minute for a one-a-minute
-//! limit, against Tollgate in both modes (the pinned reference predates them).
+//! [`newest`]: the same suite from a checkout of the reference's newest source, named by
+//! `REFERENCE_NEWEST_DIR` (the module proxy serves only the pinned version, and no other
+//! project's code is copied into this one; without it these tests skip, saying so). Its
+//! scripts include quota-mode budgets waiting a minute for a one-a-minute limit; they run
+//! against Tollgate in both modes (the pinned reference predates them).
 //!
 //! Only hosts and ports are rewritten, into copies under `target/`: the compose file's
 //! service names become 127.0.0.1 and its ports free ones. One variable is added to the
@@ -98,15 +99,13 @@ mod newest {
         value_included_in_stats_key_when_unspecified => "value-included-in-stats-key-when-unspecified.sh",
     }
 
-    /// A script added to the copy must get its tests.
+    /// A script added to the newest source must get its tests.
     #[test]
-    fn every_script_of_the_copy_has_its_tests() {
-        assert_eq!(
-            super::scripts_in(super::NEWEST.as_ref()),
-            SCRIPTS,
-            "in {}",
-            super::NEWEST
-        );
+    fn every_script_of_the_newest_source_has_its_tests() {
+        let Some(dir) = super::newest("every_script_of_the_newest_source_has_its_tests") else {
+            return;
+        };
+        assert_eq!(super::scripts_in(&dir), SCRIPTS, "in {}", dir.display());
     }
 }
 
@@ -118,7 +117,7 @@ fn every_script_of_the_module_has_its_tests() {
     else {
         return;
     };
-    let dir = Source::Module.dir(installed);
+    let dir = installed.module_dir.clone();
     assert_eq!(
         scripts_in(&dir),
         SCRIPTS,
@@ -145,18 +144,30 @@ fn scripts_in(source: &Path) -> Vec<String> {
 enum Source {
     /// The module at the pinned version (`REFERENCE_MODULE_DIR`).
     Module,
-    /// The copy of the newest source in `tests/reference/newest/`.
+    /// A checkout of the newest source (`REFERENCE_NEWEST_DIR`).
     Newest,
 }
 
-/// The copy of the reference's newest source.
-const NEWEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/newest");
+/// The checkout of the reference's newest source that `REFERENCE_NEWEST_DIR` names, or
+/// none: `test` is then skipped, saying so.
+fn newest(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("REFERENCE_NEWEST_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => {
+            reference::skipped(
+                test,
+                "REFERENCE_NEWEST_DIR names no checkout of the reference's newest source",
+            );
+            None
+        }
+    }
+}
 
 impl Source {
-    fn dir(self, installed: &Installed) -> PathBuf {
+    fn dir(self, installed: &Installed, test: &str) -> Option<PathBuf> {
         match self {
-            Self::Module => installed.module_dir.clone(),
-            Self::Newest => PathBuf::from(NEWEST),
+            Self::Module => Some(installed.module_dir.clone()),
+            Self::Newest => newest(test),
         }
     }
 }
@@ -227,7 +238,9 @@ async fn run(source: Source, script: &str, target: Target) {
     // timeout) and Tollgate gives Redis 10 ms (its STORE_TIMEOUT): stacks starting and
     // running beside each other on a small machine would make either run out.
     let _alone = serial::timing().await;
-    let module = &source.dir(installed);
+    let Some(module) = &source.dir(installed, &test) else {
+        return;
+    };
     let dir =
         TempDir::new_in(prepared(&work_dir("integration"))).expect("a directory for the copies");
 
