@@ -23,6 +23,7 @@ use super::connect::{Conn, RedisConnector, RedisTarget, RedisTls};
 use crate::algo::{Decision, Hits, Verdict};
 use crate::clock::{Clock, NANOS_PER_SECOND, Timestamp};
 use crate::limit::Limit;
+use crate::lock::lock;
 use crate::stats::Histogram;
 use crate::store::shared::link::{Health, Link};
 use crate::store::{
@@ -447,7 +448,7 @@ impl OverCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Timestamp>> {
         // Inserts and removals leave the map whole: a poisoned lock is still usable.
-        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.keys)
     }
 
     fn forget(&self, key: &str) {

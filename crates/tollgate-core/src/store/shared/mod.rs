@@ -12,6 +12,7 @@
 //! is heard from ([`late`]), only what the store did not count is charged later.
 
 pub(crate) mod announce;
+pub(crate) mod backend;
 mod background;
 mod debts;
 #[cfg(test)]
@@ -25,16 +26,15 @@ pub(crate) mod ledger;
 pub(crate) mod link;
 pub(crate) mod protocol;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
+pub(crate) use self::backend::{Backend, Trip, TripError};
 use self::ledger::{CallArgs, Ledger};
-use self::link::{Health, TimeSink};
+use self::link::TimeSink;
 use self::protocol::{Ask, Reply};
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
@@ -45,26 +45,6 @@ use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
 use crate::stats::Histogram;
 
-/// Why one round trip failed, as the store saw it.
-#[derive(Debug)]
-pub(crate) enum TripError {
-    /// Nothing was sent: the store is believed down.
-    NotConnected,
-    /// The store's own time limit cut the call (PostgreSQL's statement timeout): it
-    /// changed nothing.
-    #[cfg(feature = "postgres")]
-    Timeout,
-    /// The connection failed, or the store can no longer write (a former primary): the
-    /// backend has reported the link down.
-    Lost(Arc<dyn std::error::Error + Send + Sync>),
-    /// The store answered with an error.
-    Failed(Arc<dyn std::error::Error + Send + Sync>),
-}
-
-/// One round trip, owning all it needs, so that a call the request stopped waiting for
-/// can still be heard from; the raw reply of [`protocol`].
-pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<Vec<i64>, TripError>> + Send>>;
-
 /// How a round trip ended for the one waiting on it.
 enum Answer {
     /// The store ran the call.
@@ -74,79 +54,6 @@ enum Answer {
     Failed(StoreError),
     /// No answer within the wait; the call may still run.
     Pending(Trip),
-}
-
-/// The store a [`SharedStore`] talks to: a closed set, statically dispatched.
-pub(crate) enum Backend {
-    #[cfg(feature = "redis")]
-    Redis(super::redis::RedisBackend),
-    #[cfg(feature = "postgres")]
-    Postgres(super::postgres::PgBackend),
-}
-
-impl Backend {
-    fn health(&self) -> &Health {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.health(),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.health(),
-        }
-    }
-
-    /// The span of one round trip: a child of the request's span when tracing is on;
-    /// with it off the callsite is disabled and this costs one check.
-    fn span(&self, limits: usize) -> tracing::Span {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => tracing::debug_span!("Redis round trip", limits),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => tracing::debug_span!("PostgreSQL round trip", limits),
-        }
-    }
-
-    /// Deletes counter `key` in the store and announces it to every instance.
-    fn reset(&self, key: &str) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.reset(key),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.reset(key),
-        }
-    }
-
-    /// Publishes `announced` on the channel resets are announced on.
-    fn announce(
-        &self,
-        announced: String,
-    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.announce(announced),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.announce(announced),
-        }
-    }
-
-    /// How to subscribe to the store's announcements.
-    fn subscription(&self) -> announce::Subscribe {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.subscription(),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.subscription(),
-        }
-    }
-
-    /// One atomic check-and-count of `args`, under way once first polled.
-    fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.check_and_count(args),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.check_and_count(args),
-        }
-    }
 }
 
 /// How a shared store (Redis or PostgreSQL) behaves towards requests.
@@ -203,7 +110,7 @@ fn bump(counter: &AtomicU64) {
 
 /// A store shared by every instance pointed at it, with a local view in front.
 pub struct SharedStore {
-    backend: Backend,
+    backend: Box<dyn Backend>,
     local: LocalView,
     behaviour: SharedBehaviour,
     refresh_tx: tokio::sync::mpsc::Sender<background::Refresh>,
@@ -227,7 +134,7 @@ impl SharedStore {
     /// Starts the store made by `backend` (given where to report the store's clock) on
     /// the current tokio runtime; requests are decided per `on_error` until it answers.
     pub(crate) fn start(
-        backend: impl FnOnce(TimeSink) -> Backend,
+        backend: impl FnOnce(TimeSink) -> Box<dyn Backend>,
         behaviour: SharedBehaviour,
         clock: Arc<dyn Clock>,
         sweep_period: Duration,

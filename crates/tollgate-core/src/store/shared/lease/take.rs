@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tracing::Instrument as _;
 
-use super::{GiveBack, Leases, Miss, PERIOD};
+use super::{GiveBack, Leases, Miss, PERIOD, Spend};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -16,20 +16,32 @@ use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
 /// it lets the counter take again and the requests waiting for it go on.
 pub(super) struct TakeOut<'a> {
-    pub(super) leases: &'a Leases,
-    pub(super) key: &'a str,
+    leases: &'a Leases,
+    key: &'a str,
+    answered: bool,
 }
 
-impl TakeOut<'_> {
+impl<'a> TakeOut<'a> {
+    /// The take out for counter `key` in `leases`.
+    pub(super) fn new(leases: &'a Leases, key: &'a str) -> Self {
+        Self {
+            leases,
+            key,
+            answered: false,
+        }
+    }
+
     /// The take was answered: `Leases::took` ends it.
-    fn answered(self) {
-        std::mem::forget(self);
+    fn answered(mut self) {
+        self.answered = true;
     }
 }
 
 impl Drop for TakeOut<'_> {
     fn drop(&mut self) {
-        self.leases.failed(self.key);
+        if !self.answered {
+            self.leases.failed(self.key);
+        }
     }
 }
 
@@ -45,8 +57,8 @@ impl SharedStore {
     ) -> Option<Result<Verdict, StoreError>> {
         let sent_local = self.local.local_now();
         let (miss, stale) = match self.leases.spend(key, limits, n, sent_local) {
-            Ok(verdict) => return Some(Ok(verdict)),
-            Err(miss) => miss,
+            Spend::Spent(verdict) => return Some(Ok(verdict)),
+            Spend::Missed { next, stale } => (next, stale),
         };
         if let Some(back) = stale {
             self.send_back(back);
@@ -62,10 +74,7 @@ impl SharedStore {
                 return self.leases.spend_waited(key, n, now).map(Ok);
             }
         };
-        let out = TakeOut {
-            leases: &self.leases,
-            key,
-        };
+        let out = TakeOut::new(&self.leases, key);
         if !self.is_up() {
             return None;
         }
@@ -132,7 +141,8 @@ impl SharedStore {
 
     /// Gives a block back in a task of its own, waiting for the store at most the store
     /// timeout; nothing waits for it.
-    pub(in crate::store::shared) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
+    pub(in crate::store::shared) fn send_back(self: &Arc<Self>, back: GiveBack) {
+        let GiveBack { key, limits, ask } = back;
         let trip = self
             .backend
             .check_and_count(&give_back(&key, &limits, ask, self.now()));
@@ -155,7 +165,7 @@ impl SharedStore {
             .leases
             .sweep(self.local.local_now(), true)
             .into_iter()
-            .map(|(key, limits, ask)| {
+            .map(|GiveBack { key, limits, ask }| {
                 let trip = self
                     .backend
                     .check_and_count(&give_back(&key, &limits, ask, now));
