@@ -512,3 +512,18 @@ async fn explain_names_the_rule_the_counter_and_the_decision_without_counting() 
     ));
     assert!(!unknown.decision.over_limit);
 }
+
+#[tokio::test]
+async fn reset_leaves_alone_the_counter_of_a_replaced_rule() {
+    let (l, _) = limiter();
+    assert!(limited(&l, one("broad", "x")).await.admitted);
+    assert!(limited(&l, one("broad", "x")).await.is_over());
+    let both = Request::new("d", vec![one("broad", "x"), one("narrow", "x")]);
+    let keys = l.reset(&both).await.expect("resets");
+    let [narrow] = &keys[..] else {
+        panic!("only the counter the request is counted on: {keys:?}");
+    };
+    assert!(narrow.starts_with("d|narrow=x#"), "{narrow}");
+    // Not counted by this request, the broad counter is not its to empty.
+    assert!(limited(&l, one("broad", "x")).await.is_over());
+}
