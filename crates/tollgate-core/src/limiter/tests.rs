@@ -486,9 +486,9 @@ async fn explain_names_the_rule_the_counter_and_the_decision_without_counting() 
             }
             other => panic!("{other:?}"),
         }
-        let (key, limits) = user.counter.as_ref().expect("a counter");
-        assert!(key.starts_with("d|user=ann#"), "{key}");
-        assert_eq!(limits[0].requests_per_unit(), 3);
+        let counter = user.counter.as_ref().expect("a counter");
+        assert!(counter.key().starts_with("d|user=ann#"), "{counter:?}");
+        assert_eq!(counter.limits()[0].requests_per_unit(), 3);
         let peek = user.peek.as_ref().expect("peeked");
         let local = peek.local.as_ref().expect("a local counter");
         assert!(local.held && peek.shared.is_none());
