@@ -202,9 +202,13 @@ impl<R: Recorder> Limiter<R> {
         self.observe(&installed, req, &decided);
         let over_limit = !self.options.global_shadow_mode
             && over(decided.iter().map(|d| (&d.outcome, d.resolved.quota)));
+        // Pushed, not collected: collecting in place would keep the larger allocation and
+        // shrink it, a realloc per request.
+        let mut descriptors = Vec::with_capacity(decided.len());
+        descriptors.extend(decided.into_iter().map(|d| d.outcome));
         Ok(Decision {
             over_limit,
-            descriptors: decided.into_iter().map(|d| d.outcome).collect(),
+            descriptors,
         })
     }
 
