@@ -129,8 +129,8 @@ impl<R: Recorder> std::fmt::Debug for Limiter<R> {
 }
 
 /// One descriptor through [`Limiter::decide`]: resolved, then answered.
-struct Decided<'r> {
-    resolved: Resolved<'r>,
+struct Decided<'a, 'r> {
+    resolved: &'a Resolved<'r>,
     outcome: Outcome,
     /// Where the store's verdict came from, when it was asked.
     source: Option<DecidedBy>,
@@ -194,7 +194,7 @@ impl<R: Recorder> Limiter<R> {
             self.hold_back(&mut resolved).await?;
         }
 
-        let mut decided = self.ask_store(resolved).await?;
+        let mut decided = self.ask_store(&resolved).await?;
         if self.options.all_or_nothing && !reference && decided.iter().any(|d| d.outcome.is_over())
         {
             self.give_back(&mut decided).await;
@@ -213,10 +213,10 @@ impl<R: Recorder> Limiter<R> {
     }
 
     /// Counts every resolved descriptor that is limited (concurrently), and answers each.
-    async fn ask_store<'r>(
+    async fn ask_store<'a, 'r>(
         &self,
-        resolved: Vec<Resolved<'r>>,
-    ) -> Result<Vec<Decided<'r>>, StoreError> {
+        resolved: &'a [Resolved<'r>],
+    ) -> Result<Vec<Decided<'a, 'r>>, StoreError> {
         let verdicts = join_all(resolved.iter().map(|r| async move {
             match &r.count {
                 Count::Limited { counter, hits, .. } => {
@@ -227,7 +227,7 @@ impl<R: Recorder> Limiter<R> {
         }))
         .await;
         let mut decided = Vec::with_capacity(resolved.len());
-        for (resolved, verdict) in resolved.into_iter().zip(verdicts) {
+        for (resolved, verdict) in resolved.iter().zip(verdicts) {
             let (outcome, source) = match (&resolved.count, verdict.transpose()?) {
                 (Count::Unlimited, _) => (Outcome::Unlimited, None),
                 (
@@ -254,7 +254,12 @@ impl<R: Recorder> Limiter<R> {
     }
 
     /// Tells the recorder of every counted descriptor, and logs each descriptor's decision.
-    fn observe(&self, installed: &Installed<R::Rule>, req: &Request<'_>, decided: &[Decided<'_>]) {
+    fn observe(
+        &self,
+        installed: &Installed<R::Rule>,
+        req: &Request<'_>,
+        decided: &[Decided<'_, '_>],
+    ) {
         for (d, descriptor) in decided.iter().zip(&req.descriptors) {
             if let (
                 Count::Limited {
@@ -275,7 +280,7 @@ impl<R: Recorder> Limiter<R> {
 
     /// Gives back what the admitted descriptors of a request counted, because another of
     /// its descriptors is over (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-    async fn give_back(&self, decided: &mut [Decided<'_>]) {
+    async fn give_back(&self, decided: &mut [Decided<'_, '_>]) {
         let refunds = join_all(decided.iter().map(|d| {
             let undo = match (&d.resolved.count, &d.outcome) {
                 (Count::Limited { counter, .. }, Outcome::Limited(l))
@@ -332,7 +337,7 @@ impl<R: Recorder> Limiter<R> {
         &self,
         domain: &str,
         descriptor: &Descriptor<'_>,
-        decided: &Decided<'_>,
+        decided: &Decided<'_, '_>,
         now: Timestamp,
     ) {
         let entries = Entries(descriptor);
