@@ -219,7 +219,7 @@ impl RateLimitService for NoopService {
 }
 
 fn run_noop_server() -> Result<()> {
-    // Scheduled as Tollgate is (`runtime` in src/main.rs: no LIFO slot), so that the ceiling
+    // Scheduled as Tollgate is (`runtime` in src/cli/serve.rs: no LIFO slot), so that the ceiling
     // gains what Tollgate gains from it.
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();

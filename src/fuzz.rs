@@ -6,7 +6,7 @@
 //! with a fresh seed and a report of executions per target:
 //!
 //! ```sh
-//! FUZZ_SECONDS=600 cargo test --release --bin tollgate fuzz:: -- --nocapture
+//! FUZZ_SECONDS=600 cargo test --release --lib fuzz:: -- --nocapture
 //! ```
 
 use std::sync::Arc;
@@ -25,10 +25,10 @@ use tollgate_core::{
 
 use tollgate_testkit::fuzz::{run, signature};
 
-use crate::json;
-use crate::metrics::Metrics;
-use crate::rls::{Rls, RlsError};
-use crate::rules_status::{RulesStatus, Source};
+use crate::api::json;
+use crate::app::{App, RlsError};
+use crate::config::rules_status::{RulesStatus, Source};
+use crate::ops::metrics::Metrics;
 
 const CONFIG_TOKENS: &[&[u8]] = &[
     b"domain: ",
@@ -157,7 +157,7 @@ fn check_config(input: &[u8]) -> Result<String, String> {
 /// The service on `fuzz/rules.yaml`, counters in memory, as the server builds it.
 struct Service {
     runtime: tokio::runtime::Runtime,
-    rls: Arc<Rls>,
+    app: Arc<App>,
 }
 
 impl Service {
@@ -175,7 +175,7 @@ impl Service {
         };
         let store = Store::Memory(MemoryStore::new(capacity, Arc::new(SystemClock)));
         let (metrics, rule_metrics) = Metrics::new(0.8, 16);
-        let rls = Arc::new(Rls {
+        let app = Arc::new(App {
             limiter: Limiter::with_recorder(
                 Rules::default(),
                 store,
@@ -188,8 +188,8 @@ impl Service {
             dynamic_metadata: true,
             status: RulesStatus::new(false),
         });
-        rls.install(rules, Source::Files { path: path.into() });
-        Self { runtime, rls }
+        app.install(rules, Source::Files { path: path.into() });
+        Self { runtime, app }
     }
 
     /// The input as a gRPC request body: undecodable, invalid (INVALID_ARGUMENT), or
@@ -198,7 +198,7 @@ impl Service {
         let Ok(request) = RateLimitRequest::decode(input) else {
             return Ok("undecodable".into());
         };
-        match self.runtime.block_on(self.rls.should_rate_limit(&request)) {
+        match self.runtime.block_on(self.app.should_rate_limit(&request)) {
             Ok(response) if response.statuses.len() == request.descriptors.len() => {
                 let codes: Vec<i32> = response.statuses.iter().map(|s| s.code).collect();
                 Ok(format!("{}: {codes:?}", response.overall_code))
@@ -218,7 +218,7 @@ impl Service {
     /// The input as a `/json` body: 400 with a reason, or 200/429 with a JSON answer.
     fn json(&self, input: &[u8]) -> Result<String, String> {
         let response = self.runtime.block_on(json::handler(
-            State(self.rls.clone()),
+            State(self.app.clone()),
             Bytes::copy_from_slice(input),
         ));
         let status = response.status();

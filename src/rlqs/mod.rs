@@ -36,7 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tollgate_core::{Capacity, Clock, LogLimit, Store, StoreError};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::rls::Rls;
+use crate::app::App;
 use part::Parts;
 use plan::{Plan, Plans};
 use report::{BucketKey, Usage};
@@ -69,7 +69,7 @@ pub(crate) struct RlqsConfig {
 /// The service: the rate-limit service's rules and store, the subscription table, and the
 /// open streams' outboxes.
 pub(crate) struct Rlqs {
-    rls: Arc<Rls>,
+    app: Arc<App>,
     config: RlqsConfig,
     /// Each bucket's rule and counter, made once per rule set.
     plans: Plans,
@@ -89,8 +89,8 @@ pub(crate) struct Rlqs {
 
 impl Rlqs {
     /// The service, with its background tasks: idle sweeps and re-planning on new rules.
-    pub(crate) fn start(rls: Arc<Rls>, clock: Arc<dyn Clock>, config: RlqsConfig) -> Arc<Self> {
-        let parts = match rls.limiter.store() {
+    pub(crate) fn start(app: Arc<App>, clock: Arc<dyn Clock>, config: RlqsConfig) -> Arc<Self> {
+        let parts = match app.limiter.store() {
             Store::Memory(_) => None,
             Store::Shared(_) | Store::Reference(_) => {
                 Some(Parts::new(clock.clone(), Capacity::default()))
@@ -104,7 +104,7 @@ impl Rlqs {
             clock,
             parts,
             plans: Plans::default(),
-            rls,
+            app,
             config,
             outboxes: Mutex::default(),
             locks: (0..BUCKET_LOCKS)
@@ -170,7 +170,7 @@ impl Rlqs {
         usage: (u64, u64),
         op: impl FnOnce(&mut Table, Allowance) -> Result<Vec<Message>, TooManyBuckets>,
     ) -> Result<Vec<Message>, Step> {
-        let plan = self.plans.get(&self.rls.limiter, bucket);
+        let plan = self.plans.get(&self.app.limiter, bucket);
         let _serial = self.lock_for(bucket).lock().await;
         let period = stream.and_then(|s| self.table().period(s, bucket));
         let allowance = self.allowance(&plan, usage, period).await?;
@@ -198,14 +198,14 @@ impl Rlqs {
                 shortest,
             } => (rule, counter, *per_s, *window, *shortest),
         };
-        let store = self.rls.limiter.store();
+        let store = self.app.limiter.store();
         let charged = in_window(allowed, period, shortest);
         let others::Charged { reading, others } = others::charge(store, counter, charged).await?;
         let (over, gap) = match reading.admitted {
             true => (0, reading.remaining),
             false => (charged.saturating_sub(reading.remaining), 0),
         };
-        self.rls
+        self.app
             .metrics
             .rlqs
             .usage(rule, allowed, denied, over, gap);
@@ -240,7 +240,7 @@ impl Rlqs {
         self.update_gauges();
         let mut by_stream: Vec<(StreamId, Vec<BucketAction>)> = Vec::new();
         for send in sends {
-            let metrics = &self.rls.metrics.rlqs;
+            let metrics = &self.app.metrics.rlqs;
             metrics.assignment(kind(&send.action));
             tracing::debug!(stream = send.stream, bucket = ?send.bucket.entries, action = ?send.action, "RLQS send");
             let actions = bucket_actions(&send.bucket, send.action);
@@ -264,7 +264,7 @@ impl Rlqs {
 
     fn update_gauges(&self) {
         let stats = self.table().stats();
-        let metrics = &self.rls.metrics.rlqs;
+        let metrics = &self.app.metrics.rlqs;
         metrics
             .streams
             .set(i64::try_from(stats.streams).unwrap_or(i64::MAX));
@@ -288,8 +288,8 @@ impl Rlqs {
     async fn depart(&self, departures: Departures) {
         for bucket in &departures.emptied {
             if let Some(parts) = &self.parts
-                && let Plan::Counted { counter, .. } = &*self.plans.get(&self.rls.limiter, bucket)
-                && let Err(e) = parts.withdraw(self.rls.limiter.store(), counter).await
+                && let Plan::Counted { counter, .. } = &*self.plans.get(&self.app.limiter, bucket)
+                && let Err(e) = parts.withdraw(self.app.limiter.store(), counter).await
             {
                 tracing::warn!(error = %e, "RLQS demand not withdrawn: the counter store failed");
             }
@@ -297,7 +297,7 @@ impl Rlqs {
         }
         // After the plans of the buckets left are dropped too.
         if departures.shrunk {
-            crate::trim::return_freed_memory();
+            crate::ops::trim::return_freed_memory();
         }
         self.deliver(departures.sends);
     }
@@ -334,7 +334,7 @@ impl Rlqs {
                 Ok(None) => return Ok(()),
                 Err(status) => return self.unreadable(stream, &status),
             };
-            self.rls.metrics.rlqs.reports.inc();
+            self.app.metrics.rlqs.reports.inc();
             let (named, usages) = report::parse(report, domain.as_ref())
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
             domain = Some(named);
@@ -426,7 +426,7 @@ async fn count_demand(rlqs: std::sync::Weak<Rlqs>) {
         ticks.tick().await;
         let Some(rlqs) = rlqs.upgrade() else { return };
         if let Some(parts) = &rlqs.parts
-            && let Err(e) = parts.flush(rlqs.rls.limiter.store()).await
+            && let Err(e) = parts.flush(rlqs.app.limiter.store()).await
         {
             // Each report's own store failure is logged at warn already.
             tracing::debug!(error = %e, "RLQS demand not counted: the counter store failed");
@@ -436,7 +436,7 @@ async fn count_demand(rlqs: std::sync::Weak<Rlqs>) {
 
 /// Re-plans every bucket whenever rules are installed.
 async fn follow_rules(rlqs: std::sync::Weak<Rlqs>) {
-    let Some(mut changes) = rlqs.upgrade().map(|r| r.rls.status.subscribe()) else {
+    let Some(mut changes) = rlqs.upgrade().map(|r| r.app.status.subscribe()) else {
         return;
     };
     while changes.changed().await.is_ok() {

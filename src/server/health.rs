@@ -7,8 +7,8 @@ use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::grpc::GrpcService;
-use crate::rules_status::Readiness;
+use crate::api::grpc::GrpcService;
+use crate::config::rules_status::Readiness;
 
 /// How often startup says it is still waiting for the first xDS rules.
 const FIRST_RULES_NOTICE: Duration = Duration::from_secs(10);

@@ -13,15 +13,15 @@ use tollgate_core::{Clock, LogLimit, SystemClock};
 
 use super::health::{report_health, serving_status, set_health};
 use super::signals::stopped;
-use crate::admin::{self, Admin};
-use crate::debug_port;
-use crate::grpc::GrpcService;
-use crate::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
-use crate::reset;
+use crate::api::grpc::GrpcService;
+use crate::app::App;
+use crate::config::settings::{ConnArgs, ServeArgs};
+use crate::net::listen::{self, Acceptor, MarkFirstRequestLayer, PortTls};
+use crate::net::tls::{Port, ServerTls};
+use crate::ops::admin::{self, Admin};
+use crate::ops::debug_port;
+use crate::ops::reset;
 use crate::rlqs::{Rlqs, RlqsService};
-use crate::rls::Rls;
-use crate::settings::{ConnArgs, ServeArgs};
-use crate::tls::{Port, ServerTls};
 
 /// Request headers a gRPC client may send; Envoy's are a few hundred bytes.
 const HEADER_LIST_BYTES: u32 = 16 << 10;
@@ -30,6 +30,16 @@ const STREAM_WINDOW_BYTES: u32 = 64 << 10;
 const CONNECTION_WINDOW_BYTES: u32 = 1 << 20;
 /// How long calls in flight get to finish once the listeners are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Where the gRPC and HTTP ports listen: the settings' addresses, bound when the server
+/// is ready to serve, or listeners bound already (on port 0, say, in tests).
+pub enum Listeners {
+    FromSettings,
+    Bound {
+        grpc: std::net::TcpListener,
+        http: std::net::TcpListener,
+    },
+}
 
 /// The listeners, bound.
 pub(super) struct Ports {
@@ -43,9 +53,18 @@ impl Ports {
     /// Binds every port the settings ask for and prints the line tests and scripts wait
     /// for (with port 0 it is how they learn the ports); logs one line of what is served
     /// where: the store (`store`, its name) and every listener.
-    pub(super) async fn bind(args: &ServeArgs, store: &str) -> anyhow::Result<Self> {
-        let grpc = bind(args.grpc_addr(), "gRPC").await?;
-        let http = bind(args.http_addr(), "HTTP").await?;
+    pub(super) async fn bind(
+        args: &ServeArgs,
+        listeners: Listeners,
+        store: &str,
+    ) -> anyhow::Result<Self> {
+        let (grpc, http) = match listeners {
+            Listeners::FromSettings => (
+                bind(args.grpc_addr(), "gRPC").await?,
+                bind(args.http_addr(), "HTTP").await?,
+            ),
+            Listeners::Bound { grpc, http } => (adopt(grpc, "gRPC")?, adopt(http, "HTTP")?),
+        };
         let prometheus = match args.ops.use_prometheus {
             true => Some(bind(args.ops.prometheus_addr, "Prometheus").await?),
             false => None,
@@ -77,7 +96,7 @@ impl Ports {
 
 /// What the ports serve, and whether the server is draining (health fails meanwhile).
 pub(super) struct Services {
-    pub(super) rls: Arc<Rls>,
+    pub(super) app: Arc<App>,
     pub(super) rlqs: Option<Arc<Rlqs>>,
     pub(super) draining: watch::Receiver<bool>,
 }
@@ -91,20 +110,20 @@ pub(super) async fn serve(
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let Services {
-        rls,
+        app,
         rlqs,
         draining,
     } = services;
     let (health, health_service) = tonic_health::server::health_reporter();
     // Health is answered from the first connection on: set it before anything is served.
-    set_health(&health, serving_status(rls.status.readiness(), false)).await;
+    set_health(&health, serving_status(app.status.readiness(), false)).await;
     tokio::spawn(report_health(
         health,
-        rls.status.subscribe(),
+        app.status.subscribe(),
         draining.clone(),
     ));
     let admin = Admin {
-        rls: rls.clone(),
+        app: app.clone(),
         draining,
         admin_token: args.ops.admin_token.clone().map(Arc::from),
         refused_resets: Arc::new(LogLimit::new(reset::REFUSAL_LOG_PERIOD)),
@@ -121,7 +140,7 @@ pub(super) async fn serve(
         .layer(MarkFirstRequestLayer)
         .add_service(health_service)
         .add_service(GrpcService::new(
-            rls.clone(),
+            app.clone(),
             args.conn.grpc_max_message_bytes,
             args.tracing.tracing_enabled,
         ))
@@ -139,7 +158,7 @@ pub(super) async fn serve(
     let debug_server = async {
         if let Some(listener) = ports.debug {
             let acceptor = Acceptor::new(listener, limits, None);
-            let router = debug_port::router(rls.clone());
+            let router = debug_port::router(app.clone());
             listen::serve_http(acceptor, router, stopped(stop.clone())).await;
         }
     };
@@ -150,7 +169,7 @@ pub(super) async fn serve(
                     &args.ops.prometheus_path,
                     axum::routing::get(admin::metrics),
                 )
-                .with_state(rls.clone());
+                .with_state(app.clone());
             let acceptor = Acceptor::new(listener, limits, http_tls);
             listen::serve_http(acceptor, router, stopped(stop.clone())).await;
         }
@@ -206,4 +225,12 @@ async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListe
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for {what} on {addr}"))
+}
+
+/// A listener bound by the caller, served on this runtime.
+fn adopt(listener: std::net::TcpListener, what: &str) -> anyhow::Result<TcpListener> {
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
+        .with_context(|| format!("cannot serve {what} on the listener given"))
 }

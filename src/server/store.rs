@@ -12,8 +12,8 @@ use tollgate_core::store::redis::{
 use tollgate_core::store::{SharedBehaviour, SharedStore};
 use tollgate_core::{Clock, MemoryStore, OnStoreError, Store, SystemClock};
 
-use crate::settings::{Backend, ServeArgs, StoreArgs};
-use crate::tls;
+use crate::config::settings::{Backend, ServeArgs, StoreArgs};
+use crate::net::tls;
 
 /// How often expired counters are dropped from memory.
 const SWEEP_PERIOD: Duration = Duration::from_secs(1);

@@ -1,6 +1,6 @@
 //! Envoy in front of Tollgates that keep their counters in a real redis-server:
 //! - two Tollgates sharing one Redis, each behind its own Envoy, enforce one limit;
-//! - with Redis stopped, each `--on-store-error` mode does what the README says, as Envoy
+//! - with Redis stopped, each `--on-store-error` mode does what docs/STORES.md says, as Envoy
 //!   shows it: `allow` → 200, `deny` → 429, `error` → gRPC UNAVAILABLE, so that Envoy's
 //!   `failure_mode_deny` decides (200 or 500), `local` → the local view still limits;
 //! - once Redis is back (restarted empty on the same port), limiting through Envoy is

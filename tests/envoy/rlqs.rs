@@ -38,7 +38,7 @@ const LOAD: Duration = Duration::from_secs(80);
 /// the bound holds from then on.
 const FIRST_ANSWER: Duration = Duration::from_secs(1);
 
-/// What the Tollgates' parts of a limit may add up to (README: RLQS, bound (d)): the whole
+/// What the Tollgates' parts of a limit may add up to (docs/RLQS.md, bound (d)): the whole
 /// with one Tollgate; with two, once each until every Envoy has reported twice (10 s), and
 /// 1.15 times it after.
 #[derive(Debug, Clone, Copy)]
@@ -136,7 +136,7 @@ fn per_second(clients: &[&[Sent]], from: SystemTime, to: SystemTime) -> Vec<(Sys
     out
 }
 
-/// The README's bound for a limit of `limit` per `window` over `envoys` Envoys, for the
+/// docs/RLQS.md's bound for a limit of `limit` per `window` over `envoys` Envoys, for the
 /// window that starts `from` after the bucket's first request: the limit's rate over the
 /// window times what the Tollgates' parts add up to meanwhile, plus the tokens the Envoys'
 /// buckets hold when the window starts, plus a bucket started full in it per Envoy (a

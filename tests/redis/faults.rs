@@ -78,7 +78,7 @@ async fn redis_down_at_start_then_up() {
         start_all_without_store(MODES.map(|mode| serve("single", &redis.url()).args(args(mode))));
     let mut clients = Vec::new();
     for (mode, server) in MODES.iter().zip(&servers) {
-        // README: /healthcheck is 500 while the store is down only when its failures are
+        // docs/OPERATING.md: /healthcheck is 500 while the store is down only when its failures are
         // errors (so that traffic goes to instances that can answer).
         let want = if *mode == "error" { 500 } else { 200 };
         let health = server.get("/healthcheck").await;
@@ -159,7 +159,7 @@ async fn kill_during_load(mode: &str) {
         eprintln!("store health 503 {took:?} after the kill");
         assert_local_decisions(&mut clients[0], "outage").await;
     }
-    // README: a request the local view already knows to be over its limit is denied in
+    // docs/SETTINGS.md: a request the local view already knows to be over its limit is denied in
     // every mode, Redis or not.
     let known = timed_check(&mut clients[0], DOMAIN, &[("yearly", &full)]).await;
     assert_eq!(

@@ -58,7 +58,7 @@ pub async fn two_connected(redis_type: &str, url: &str, args: &[&str]) -> ([Serv
     ([a, b], clients)
 }
 
-/// The accuracy check of the README ([`assert_steady_overload_kept`]) on the `acc` rule
+/// The accuracy check of README.md ([`assert_steady_overload_kept`]) on the `acc` rule
 /// (value `value`), round-robin over `servers`. Run it with `--on-store-error error`, so
 /// that a stalled store shows up as failed answers instead of local decisions.
 pub async fn assert_accurate_under_overload(servers: &[Server], value: &str) -> OverloadRun {

@@ -136,7 +136,7 @@ async fn run(variant: Variant) {
     let mut without = without_from_env();
     without.extend(REFERENCE_LACKS);
     if let Variant::FixedWindow = variant {
-        // Tollgate's own all-or-nothing (README, "Differences from the reference").
+        // Tollgate's own all-or-nothing (docs/MIGRATING.md, "Differences from the reference").
         without.push("stop_increment");
     }
     let mut findings = Vec::new();
@@ -282,9 +282,9 @@ fn kind_of(steps: &[Step]) -> Option<String> {
 }
 
 /// Whether every difference of the last of `steps` follows from a deliberate difference
-/// (README, "Differences from the reference"): Tollgate counts admitted hits only, so once
-/// the reference has counted hits it denied on the same entries (earlier, or before in the
-/// same request) the counts differ, and a denial reports what is left where the
+/// (docs/MIGRATING.md, "Differences from the reference"): Tollgate counts admitted hits
+/// only, so once the reference has counted hits it denied on the same entries (earlier, or
+/// before in the same request) the counts differ, and a denial reports what is left where the
 /// reference's over-counted counter has nothing; or the reference counted under another
 /// window length in the same key (its key names a window's start, not its length, so a day
 /// and a week that start together share a counter; Tollgate's do not). With `shadow`

@@ -2,7 +2,14 @@
 //! scripts, with its Envoy configurations (`examples/envoy/proxy.yaml` in front,
 //! `mock.yaml` as the upstream), its rule files (`examples/ratelimit/config/`), its
 //! statsd_exporter mapping and the environment of its compose file, run with bash and curl
-//! against the reference itself (a control, which must pass) and against Tollgate.
+//! against the reference itself (a control, which must pass) and against Tollgate, in its
+//! default mode (sliding windows) and in reference mode.
+//!
+//! [`newest`]: the same suite from a checkout of the reference's newest source, named by
+//! `REFERENCE_NEWEST_DIR` (the module proxy serves only the pinned version, and no other
+//! project's code is copied into this one; without it these tests skip, saying so). Its
+//! scripts include quota-mode budgets waiting a minute for a one-a-minute limit; they run
+//! against Tollgate in both modes (the pinned reference predates them).
 //!
 //! Only hosts and ports are rewritten, into copies under `target/`: the compose file's
 //! service names become 127.0.0.1 and its ports free ones. One variable is added to the
@@ -17,7 +24,7 @@
 //! 5 s left in the current minute, as the scripts' one-minute limits would otherwise reset
 //! under them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -31,39 +38,75 @@ use tollgate_testkit::{free_ports, http, process, serial, wait};
 
 use crate::support::{tollgate_with_env, vars, work_dir};
 
-/// How long one script may run (the longest sleeps 5 s).
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one script may run (the longest sleeps 60 s).
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
 /// The scripts' limits are per minute; none needs more than this of one.
 const SCRIPT_NEEDS: Duration = Duration::from_secs(5);
 
-/// One test per script and server, named `integration::SCRIPT::reference` and
-/// `integration::SCRIPT::tollgate`.
+/// One test per script and target, named `integration::SCRIPT::TARGET` (the targets
+/// given as `test name: Target variant`), and the list of the scripts, `$list`.
 macro_rules! scripts {
-    ($($name:ident => $file:literal),* $(,)?) => {
-        /// Every script of the module that has tests here.
-        const SCRIPTS: &[&str] = &[$($file),*];
+    ($list:ident from $source:ident against $targets:tt: $($name:ident => $file:literal),* $(,)?) => {
+        /// Every script of the source that has tests here.
+        const $list: &[&str] = &[$($file),*];
         $(
             mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn reference() {
-                    super::run($file, super::Target::Reference).await;
-                }
+                script_tests!($source, $file, $targets);
+            }
+        )*
+    };
+}
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn tollgate() {
-                    super::run($file, super::Target::Tollgate).await;
-                }
+/// The tests of one script, one per target.
+macro_rules! script_tests {
+    ($source:ident, $file:literal, [$($test:ident: $target:ident),*]) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                crate::integration::run(
+                    crate::integration::Source::$source,
+                    $file,
+                    crate::integration::Target::$target,
+                )
+                .await;
             }
         )*
     };
 }
 
 scripts! {
+    SCRIPTS from Module against [
+        reference: Reference, tollgate: Tollgate, tollgate_reference_mode: TollgateReferenceMode
+    ]:
     replaces => "replaces.sh",
     simple_get => "simple-get.sh",
     trigger_ratelimit => "trigger-ratelimit.sh",
     trigger_shadow_mode_key => "trigger-shadow-mode-key.sh",
     value_included_in_stats_key_when_unspecified => "value-included-in-stats-key-when-unspecified.sh",
+}
+
+/// The suite of the reference's newest source.
+mod newest {
+    scripts! {
+        SCRIPTS from Newest against [tollgate: Tollgate, tollgate_reference_mode: TollgateReferenceMode]:
+        multiservice_tokenquota => "multiservice-tokenquota.sh",
+        quota => "quota.sh",
+        replaces => "replaces.sh",
+        simple_get => "simple-get.sh",
+        token_quota => "token-quota.sh",
+        trigger_ratelimit => "trigger-ratelimit.sh",
+        trigger_shadow_mode_key => "trigger-shadow-mode-key.sh",
+        value_included_in_stats_key_when_unspecified => "value-included-in-stats-key-when-unspecified.sh",
+    }
+
+    /// A script added to the newest source must get its tests.
+    #[test]
+    fn every_script_of_the_newest_source_has_its_tests() {
+        let Some(dir) = super::newest("every_script_of_the_newest_source_has_its_tests") else {
+            return;
+        };
+        assert_eq!(super::scripts_in(&dir), SCRIPTS, "in {}", dir.display());
+    }
 }
 
 /// A script added to the module (at another pinned version) must get its tests.
@@ -74,7 +117,18 @@ fn every_script_of_the_module_has_its_tests() {
     else {
         return;
     };
-    let dir = installed.module_dir.join("integration-test/scripts");
+    let dir = installed.module_dir.clone();
+    assert_eq!(
+        scripts_in(&dir),
+        SCRIPTS,
+        "the scripts in {}",
+        dir.display()
+    );
+}
+
+/// The names of the scripts of the suite in `source`, sorted.
+fn scripts_in(source: &Path) -> Vec<String> {
+    let dir = source.join("integration-test/scripts");
     let mut found: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .flatten()
@@ -82,7 +136,40 @@ fn every_script_of_the_module_has_its_tests() {
         .filter(|name| name.ends_with(".sh"))
         .collect();
     found.sort();
-    assert_eq!(found, SCRIPTS, "the scripts in {}", dir.display());
+    found
+}
+
+/// Where a script and its configurations come from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// The module at the pinned version (`REFERENCE_MODULE_DIR`).
+    Module,
+    /// A checkout of the newest source (`REFERENCE_NEWEST_DIR`).
+    Newest,
+}
+
+/// The checkout of the reference's newest source that `REFERENCE_NEWEST_DIR` names, or
+/// none: `test` is then skipped, saying so.
+fn newest(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("REFERENCE_NEWEST_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => {
+            reference::skipped(
+                test,
+                "REFERENCE_NEWEST_DIR names no checkout of the reference's newest source",
+            );
+            None
+        }
+    }
+}
+
+impl Source {
+    fn dir(self, installed: &Installed, test: &str) -> Option<PathBuf> {
+        match self {
+            Self::Module => Some(installed.module_dir.clone()),
+            Self::Newest => newest(test),
+        }
+    }
 }
 
 /// The server a script runs against.
@@ -90,6 +177,8 @@ fn every_script_of_the_module_has_its_tests() {
 enum Target {
     Reference,
     Tollgate,
+    /// Tollgate with `REFERENCE_MODE=true`.
+    TollgateReferenceMode,
 }
 
 enum Running {
@@ -102,6 +191,11 @@ impl Running {
         match target {
             Target::Reference => Self::Reference(Reference::start(installed, env).await),
             Target::Tollgate => Self::Tollgate(tollgate_with_env(env).start()),
+            Target::TollgateReferenceMode => {
+                let mut env = env.to_vec();
+                env.extend(vars(&[("REFERENCE_MODE", "true")]));
+                Self::Tollgate(tollgate_with_env(&env).start())
+            }
         }
     }
 
@@ -135,8 +229,8 @@ impl Running {
     }
 }
 
-async fn run(script: &str, target: Target) {
-    let test = format!("integration: {script} against {target:?}");
+async fn run(source: Source, script: &str, target: Target) {
+    let test = format!("integration: {script} of {source:?} against {target:?}");
     let Some(installed) = reference::or_skip(&test) else {
         return;
     };
@@ -144,7 +238,9 @@ async fn run(script: &str, target: Target) {
     // timeout) and Tollgate gives Redis 10 ms (its STORE_TIMEOUT): stacks starting and
     // running beside each other on a small machine would make either run out.
     let _alone = serial::timing().await;
-    let module = &installed.module_dir;
+    let Some(module) = &source.dir(installed, &test) else {
+        return;
+    };
     let dir =
         TempDir::new_in(prepared(&work_dir("integration"))).expect("a directory for the copies");
 
@@ -164,10 +260,12 @@ async fn run(script: &str, target: Target) {
     );
     let server = Running::start(target, installed, &env).await;
 
-    // Envoy listens with SO_REUSEPORT: the two must not be given one port.
-    let [mock_port, proxy_port] = free_ports();
+    // Envoy listens with SO_REUSEPORT: the two must not be given one port. The newest
+    // mock serves a second service on 10001.
+    let [mock_port, proxy_port, second_port] = free_ports();
+    let second = [("port_value: 10001", format!("port_value: {second_port}"))];
     let mock = rewrite(
-        &read(&module.join("examples/envoy/mock.yaml")),
+        &rewrite_optional(&read(&module.join("examples/envoy/mock.yaml")), &second),
         &[
             ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
             ("port_value: 8001", "port_value: 0".to_owned()),
@@ -180,7 +278,7 @@ async fn run(script: &str, target: Target) {
     )
     .await;
     let proxy = rewrite(
-        &read(&module.join("examples/envoy/proxy.yaml")),
+        &rewrite_optional(&read(&module.join("examples/envoy/proxy.yaml")), &second),
         &[
             ("address: 0.0.0.0", "address: 127.0.0.1".to_owned()),
             ("address: ratelimit", "address: 127.0.0.1".to_owned()),

@@ -363,7 +363,7 @@ on_every_store!(
 );
 
 /// As in the reference, an override of the rule's own unit counts on the rule's counter:
-/// the counter is named by the window, not the quota (the README says so).
+/// the counter is named by the window, not the quota (docs/RULES.md says so).
 async fn an_override_of_the_rules_unit_shares_its_counter(instance: Instance) {
     let mut rls = instance.client().await;
     for _ in 0..3 {

@@ -7,7 +7,9 @@ use tollgate_testkit::free_port;
 use tollgate_testkit::grpc::{Code, code, request};
 use tollgate_testkit::http::post_json;
 use tollgate_testkit::process;
-use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Serve, Server};
+use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Listening};
+
+use crate::in_process::InProcess;
 
 const RULES: &str = r#"
 domain: ex
@@ -18,7 +20,7 @@ descriptors:
 
 const ANN_AND_TYPO: &str = r#"{"domain":"ex","descriptors":[{"entries":[{"key":"user","value":"ann"}]},{"entries":[{"key":"usr","value":"ann"}]}]}"#;
 
-async fn explain(server: &Server, body: &str) -> Value {
+async fn explain(server: &Listening, body: &str) -> Value {
     let answer = post_json(server.http_addr(), "/explain", body).await;
     assert_eq!(answer.status, 200, "{answer:?}");
     serde_json::from_str(&answer.body).expect("JSON")
@@ -28,7 +30,7 @@ async fn explain(server: &Server, body: &str) -> Value {
 async fn explain_shows_the_rule_the_counter_and_the_decision_without_counting() {
     let config = ConfigDir::with_file("rules.yaml", RULES);
     let file = config.file("rules.yaml");
-    let server = Serve::path(config.path()).keep(config).start();
+    let server = InProcess::path(config.path()).keep(config).start();
     let mut rls = server.client().await;
     assert_eq!(code(&rls.check("ex", &[("user", "ann")]).await), Code::Ok);
     for _ in 0..3 {
@@ -86,7 +88,7 @@ async fn explain_shows_the_rule_the_counter_and_the_decision_without_counting() 
 
 #[tokio::test]
 async fn tollgate_explain_prints_it_for_a_person() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     for _ in 0..2 {
         rls.check("ex", &[("user", "ann")]).await;
@@ -126,14 +128,12 @@ async fn tollgate_explain_prints_it_for_a_person() {
 /// loaded`, and explaining one says so (it used to say "OK (not limited)").
 #[tokio::test]
 async fn explain_before_the_first_rules_says_what_a_call_gets() {
-    let mut cmd = tollgate::serve_from_env();
-    cmd.env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+    let xds_server = format!("127.0.0.1:{}", free_port());
+    let server = InProcess::from_env()
+        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
         .env("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")
-        .env(
-            "CONFIG_GRPC_XDS_SERVER_URL",
-            format!("127.0.0.1:{}", free_port()),
-        );
-    let server = Serve::custom(cmd).start();
+        .env("CONFIG_GRPC_XDS_SERVER_URL", &xds_server)
+        .start();
     let status = server
         .client()
         .await

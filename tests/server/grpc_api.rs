@@ -7,7 +7,9 @@ use tollgate_testkit::grpc::{
     Code, Unit, assert_limited, assert_unlimited, code, limit, overall, request, until_reset,
 };
 use tollgate_testkit::load::timed;
-use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::tollgate::{Listening, Serve};
+
+use crate::in_process::InProcess;
 use tollgate_testkit::wait::room_in_window;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -40,7 +42,7 @@ const DAY: u64 = 86_400;
 
 #[tokio::test]
 async fn http_healthcheck_returns_ok() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let resp = server.get("/healthcheck").await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body.trim_end(), "OK");
@@ -54,7 +56,7 @@ fn readiness_line_announces_loopback_ports() {
 
 #[tokio::test]
 async fn grpc_health_check_is_serving() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut health = HealthClient::new(server.channel().await);
     for service in [
         "",
@@ -78,7 +80,7 @@ async fn grpc_health_check_is_serving() {
 
 #[tokio::test]
 async fn rejects_malformed_requests_with_invalid_argument() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
 
     let msg = rls.invalid(request("", &[&[("user", "a")]])).await;
@@ -101,7 +103,7 @@ async fn rejects_malformed_requests_with_invalid_argument() {
 
 #[tokio::test]
 async fn descriptor_count_is_capped_at_64() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let one: &[(&str, &str)] = &[("unknown", "x")];
 
@@ -114,7 +116,7 @@ async fn descriptor_count_is_capped_at_64() {
 
 #[tokio::test]
 async fn entry_count_is_capped_at_32() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let keys: Vec<String> = (0..33).map(|i| format!("k{i}")).collect();
     let entries: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
@@ -128,7 +130,7 @@ async fn entry_count_is_capped_at_32() {
 
 #[tokio::test]
 async fn keys_and_values_are_capped_at_4096_bytes() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let max = "k".repeat(4096);
     let over = "k".repeat(4097);
@@ -145,7 +147,7 @@ async fn keys_and_values_are_capped_at_4096_bytes() {
 
 #[tokio::test]
 async fn unknown_domain_and_unmatched_descriptor_are_ok_without_limit() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     for _ in 0..10 {
         assert_unlimited(&rls.check("no-such-domain", &[("user", "alice")]).await);
@@ -155,7 +157,7 @@ async fn unknown_domain_and_unmatched_descriptor_are_ok_without_limit() {
 
 #[tokio::test]
 async fn limited_status_reports_limit_remaining_and_reset() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let status = rls.check("api", &[("user", "alice")]).await;
     assert_limited(&status, Code::Ok, &limit(5, Unit::Minute, "per_user"), 4);
@@ -168,7 +170,7 @@ async fn limited_status_reports_limit_remaining_and_reset() {
 
 #[tokio::test]
 async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
 
     let resp = rls
@@ -218,7 +220,7 @@ async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit(
 /// per descriptor, and the overall code agreeing with them.
 #[tokio::test]
 async fn answers_under_rules_are_well_formed_and_others_are_not() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let big: &[(&str, &str)] = &[("big", "wf")];
     let blocked: &[(&str, &str)] = &[("blocked", "wf")];
@@ -241,7 +243,7 @@ async fn answers_under_rules_are_well_formed_and_others_are_not() {
 
 #[tokio::test]
 async fn zero_requests_per_unit_blocks_every_request() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     for _ in 0..3 {
         let status = rls.check("api", &[("blocked", "anything")]).await;
@@ -251,7 +253,7 @@ async fn zero_requests_per_unit_blocks_every_request() {
 
 #[tokio::test]
 async fn burst_admits_exactly_the_limit_then_over_limit() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let per_user = limit(5, Unit::Minute, "per_user");
     for remaining in (0..5).rev() {
@@ -270,7 +272,7 @@ async fn burst_admits_exactly_the_limit_then_over_limit() {
 
 #[tokio::test]
 async fn distinct_values_of_a_key_have_independent_counters() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let per_user = limit(5, Unit::Minute, "per_user");
     for _ in 0..5 {
@@ -284,7 +286,7 @@ async fn distinct_values_of_a_key_have_independent_counters() {
 
 #[tokio::test]
 async fn hits_addend_consumes_that_many_and_only_admitted_hits_count() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let ten = limit(10, Unit::Minute, "");
     let key: &[(&str, &str)] = &[("hits", "h")];
@@ -308,7 +310,7 @@ async fn hits_addend_consumes_that_many_and_only_admitted_hits_count() {
 
 #[tokio::test]
 async fn hits_addend_zero_counts_as_one() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let ten = limit(10, Unit::Minute, "");
     let key: &[(&str, &str)] = &[("hits", "zero")];
@@ -334,7 +336,7 @@ async fn every_unit_is_reported_case_insensitively() {
             "  - key: {text}\n    rate_limit:\n      unit: {text}\n      requests_per_unit: 3\n"
         ));
     }
-    let server = Serve::rules(&yaml).start();
+    let server = InProcess::rules(&yaml).start();
     let mut rls = server.client().await;
     let mut resets = Vec::new();
     for (text, unit, max_seconds) in units {
@@ -358,7 +360,7 @@ async fn a_month_is_30_days_and_a_year_365() {
     let yaml = "domain: units\ndescriptors:\n\
         \x20 - {key: m, rate_limit: {unit: month, requests_per_unit: 3, algorithm: fixed_window}}\n\
         \x20 - {key: y, rate_limit: {unit: year, requests_per_unit: 3, algorithm: fixed_window}}\n";
-    let server = Serve::rules(yaml).start();
+    let server = InProcess::rules(yaml).start();
     let mut rls = server.client().await;
     for (key, days) in [("m", 30), ("y", 365)] {
         let window = Duration::from_secs(days * DAY);
@@ -380,7 +382,9 @@ async fn a_month_is_30_days_and_a_year_365() {
 
 #[tokio::test]
 async fn counters_beyond_max_counters_are_evicted_not_refused() {
-    let server = Serve::rules(RULES).args(["--max-counters", "100"]).start();
+    let server = InProcess::rules(RULES)
+        .args(["--max-counters", "100"])
+        .start();
     let mut rls = server.client().await;
     let per_user = limit(5, Unit::Minute, "per_user");
     for i in 0..1000 {
@@ -396,7 +400,7 @@ async fn counters_beyond_max_counters_are_evicted_not_refused() {
 
 /// Every counter `created` is either held or was evicted (none expires while a test
 /// runs), and no more than `cap` are held.
-pub async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) {
+pub async fn assert_counters_accounted(server: &Listening, cap: u64, created: u64) {
     let metric = async |name: &str| {
         server
             .metric(name)
@@ -424,7 +428,7 @@ pub async fn assert_counters_accounted(server: &Server, cap: u64, created: u64) 
 async fn a_unique_key_flood_stays_within_max_counters() {
     const CAP: u64 = 50;
     const FLOOD: u64 = 2_000;
-    let server = Serve::rules(RULES)
+    let server = InProcess::rules(RULES)
         .args(["--max-counters", &CAP.to_string()])
         .start();
     let mut rls = server.client().await;

@@ -11,7 +11,9 @@ use tollgate_testkit::grpc::{
 };
 use tollgate_testkit::http;
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::tollgate::{Listening, Serve};
+
+use crate::in_process::InProcess;
 
 const RULES: &str = r#"
 domain: d
@@ -143,12 +145,12 @@ fn number(value: Option<&Value>) -> u32 {
     })
 }
 
-async fn post_json(server: &Server, body: &str) -> http::Response {
+async fn post_json(server: &Listening, body: &str) -> http::Response {
     http::post_json(server.http_addr(), "/json", body).await
 }
 
 /// POSTs `body` and expects `status` with a protojson response, which it decodes.
-async fn decide(server: &Server, body: &str, status: u16) -> RateLimitResponse {
+async fn decide(server: &Listening, body: &str, status: u16) -> RateLimitResponse {
     let reply = post_json(server, body).await;
     assert_eq!(reply.status, status, "{body} -> {}", reply.body);
     assert_eq!(
@@ -167,7 +169,7 @@ fn one_user(value: &str, hits: u32) -> String {
 
 #[tokio::test]
 async fn json_answers_200_with_protojson() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let reply = post_json(&server, &one_user("ann", 1)).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.header("content-type"), Some("application/json"));
@@ -189,7 +191,7 @@ async fn json_answers_200_with_protojson() {
 
 #[tokio::test]
 async fn json_answers_429_when_over_limit() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let resp = decide(&server, &one_user("bob", 3), 200).await;
     assert_limited(&resp.statuses[0], Code::Ok, &limit(3, Unit::Minute, ""), 0);
 
@@ -216,7 +218,7 @@ async fn json_answers_429_when_over_limit() {
 
 #[tokio::test]
 async fn json_statuses_follow_request_order_with_names_and_no_match() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let body = r#"{"domain":"d","descriptors":[
         {"entries":[{"key":"api_key","value":"gold-key"}]},
         {"entries":[{"key":"nothing","value":"here"}]},
@@ -236,7 +238,7 @@ async fn json_statuses_follow_request_order_with_names_and_no_match() {
 
 #[tokio::test]
 async fn json_accepts_overrides_descriptor_hits_and_snake_case() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     // A request-supplied limit, with the unit as a name.
     let camel = r#"{"domain":"d","descriptors":[{"entries":[{"key":"override","value":"a"}],
         "limit":{"requestsPerUnit":5,"unit":"MINUTE"},"hitsAddend":"4"}]}"#;
@@ -270,7 +272,7 @@ async fn json_accepts_overrides_descriptor_hits_and_snake_case() {
 
 #[tokio::test]
 async fn json_and_grpc_count_on_the_same_counters() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let entries: &[(&str, &str)] = &[("shared", "k")];
     let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"shared","value":"k"}]}]}"#;
@@ -298,7 +300,7 @@ async fn json_and_grpc_count_on_the_same_counters() {
 
 #[tokio::test]
 async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let cases: &[(&str, &str)] = &[
         ("not json", "expected"),
         ("", "EOF"),
@@ -352,7 +354,7 @@ async fn json_rejects_bad_bodies_with_400_naming_the_problem() {
 
 #[tokio::test]
 async fn json_refuses_a_body_over_256_kib_with_413() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let value = "v".repeat(256 << 10);
     let reply = post_json(&server, &one_user(&value, 1)).await;
     assert_eq!(reply.status, 413, "{}", reply.body);
@@ -364,7 +366,7 @@ async fn json_refuses_a_body_over_256_kib_with_413() {
 
 #[tokio::test]
 async fn json_takes_only_post() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let reply = server.get("/json").await;
     assert_eq!(reply.status, 405, "{}", reply.body);
 }
@@ -387,7 +389,7 @@ async fn json_answers_503_when_the_store_fails() {
 
 #[tokio::test]
 async fn rlconfig_dumps_the_loaded_rules() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let reply = server.get("/rlconfig").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     let content_type = reply.header("content-type").unwrap_or_default();

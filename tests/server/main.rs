@@ -1,6 +1,7 @@
-//! Tollgate as a process, over gRPC and HTTP: the API, matching, limits of every shape,
-//! configuration errors, the command line and operations. The memory store throughout;
-//! the algorithm suite runs on a real redis-server too.
+//! Tollgate over gRPC and HTTP: the API, matching, limits of every shape, configuration
+//! errors, the command line and operations. The memory store throughout; the algorithm
+//! suite runs on a real redis-server too. The answers, matching, explain and reset run
+//! the server in this process (`in_process.rs`); the rest start it as a process.
 
 mod algorithms;
 mod cli;
@@ -10,6 +11,8 @@ mod decision_logs;
 mod explain;
 mod grpc_api;
 mod http_api;
+mod in_process;
+mod library;
 mod limits;
 mod matching;
 mod operations;

@@ -8,7 +8,8 @@ use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use tollgate_testkit::grpc::{
     Code, RateLimit, Unit, assert_limited, assert_unlimited, code, limit, overall, request,
 };
-use tollgate_testkit::tollgate::Serve;
+
+use crate::in_process::InProcess;
 
 const RULES: &str = r#"
 domain: match
@@ -88,7 +89,7 @@ fn minute(rpu: u32, name: &str) -> RateLimit {
 
 #[tokio::test]
 async fn exact_value_beats_wildcard_beats_key_only_default() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let cases = [
         ("/api/special", minute(100, "exact")),
@@ -106,7 +107,7 @@ async fn exact_value_beats_wildcard_beats_key_only_default() {
 
 #[tokio::test]
 async fn first_matching_wildcard_in_file_order_wins() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     // Matches both `/api/*` and `*/special`; `/api/*` comes first.
     let status = rls.check("match", &[("path", "/api/v2/special")]).await;
@@ -115,7 +116,7 @@ async fn first_matching_wildcard_in_file_order_wins() {
 
 #[tokio::test]
 async fn several_wildcards_in_one_value() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     for path in ["abc", "a-b-c", "axxbyyc", "abbbc", "a*b*c"] {
         let status = rls.check("match", &[("path", path)]).await;
@@ -137,7 +138,7 @@ async fn several_wildcards_in_one_value() {
 
 #[tokio::test]
 async fn wildcard_matches_use_one_counter_per_actual_value() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let api = minute(50, "api_prefix");
     assert_limited(
@@ -162,7 +163,7 @@ async fn wildcard_matches_use_one_counter_per_actual_value() {
 
 #[tokio::test]
 async fn nested_descriptors_apply_the_limit_of_the_last_entry() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let parent = limit(7, Unit::Hour, "parent");
     let child = limit(3, Unit::Hour, "child");
@@ -189,7 +190,7 @@ async fn nested_descriptors_apply_the_limit_of_the_last_entry() {
 
 #[tokio::test]
 async fn an_intermediate_entry_without_its_own_limit_gets_none() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     assert_unlimited(&rls.check("match", &[("only_nested", "v1")]).await);
     let status = rls
@@ -204,7 +205,7 @@ async fn an_intermediate_entry_without_its_own_limit_gets_none() {
 
 #[tokio::test]
 async fn unlimited_rule_is_ok_with_max_remaining_and_no_limit() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     for _ in 0..5 {
         let status = rls.check("match", &[("free", "x")]).await;
@@ -216,7 +217,7 @@ async fn unlimited_rule_is_ok_with_max_remaining_and_no_limit() {
 
 #[tokio::test]
 async fn shadow_mode_counts_but_never_reports_over_limit() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
     let shadowed = minute(2, "shadowed");
     for remaining in [1, 0, 0, 0] {
@@ -227,7 +228,7 @@ async fn shadow_mode_counts_but_never_reports_over_limit() {
 
 #[tokio::test]
 async fn replaces_drops_the_named_limit_matched_in_the_same_request() {
-    let server = Serve::rules(REPLACES_RULES).start();
+    let server = InProcess::rules(REPLACES_RULES).start();
     let mut rls = server.client().await;
     let bar = minute(10, "bar_limit");
     for remaining in [9, 8] {
@@ -257,7 +258,7 @@ async fn replaces_drops_the_named_limit_matched_in_the_same_request() {
 
 #[tokio::test]
 async fn counter_keys_do_not_collide_across_key_value_boundaries() {
-    let server = Serve::rules(&isolation_rules()).start();
+    let server = InProcess::rules(&isolation_rules()).start();
     let mut rls = server.client().await;
     for sep in SEPARATORS {
         let joined_value = format!("b{sep}c");
@@ -288,7 +289,7 @@ async fn counter_keys_do_not_collide_across_key_value_boundaries() {
 
 #[tokio::test]
 async fn tricky_values_each_get_their_own_counter() {
-    let server = Serve::rules(&isolation_rules()).start();
+    let server = InProcess::rules(&isolation_rules()).start();
     let mut rls = server.client().await;
     let long = "v".repeat(4095);
     let values = [
@@ -334,7 +335,7 @@ fn distinct_two_entry_descriptors_never_share_a_counter() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let server = Serve::rules(&isolation_rules()).start();
+    let server = InProcess::rules(&isolation_rules()).start();
     let client = runtime.block_on(server.client());
     // A fresh tag per run keeps reruns during shrinking on fresh counters.
     let run = AtomicU64::new(0);

@@ -491,13 +491,18 @@ async fn reference_header_names_are_the_settings() {
 #[tokio::test]
 async fn json_logs_have_the_references_field_names() {
     let server = Serve::rules(RULES).env("LOG_FORMAT", "json").start();
-    let lines = server.stderr().all();
-    let line = lines
-        .iter()
-        .find(|l| l.contains("rules loaded"))
-        .unwrap_or_else(|| panic!("no 'rules loaded' line in {lines:#?}"));
+    // The line may still be on its way through the pipe when the server answers.
+    let line = server
+        .stderr()
+        .wait_for(|l| l.contains("rules loaded"), Duration::from_secs(10))
+        .unwrap_or_else(|e| {
+            panic!(
+                "no 'rules loaded' line ({e:?}): {:#?}",
+                server.stderr().all()
+            )
+        });
     let parsed: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
     assert_eq!(parsed["@message"], "rules loaded", "{line}");
     assert_eq!(parsed["level"], "info", "{line}");
     let timestamp = parsed["@timestamp"].as_str().unwrap_or_default();

@@ -9,18 +9,20 @@ use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::process;
 use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, Serve};
 
+use crate::in_process::InProcess;
+
 const RULES: &str =
     "domain: rs\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
 
 #[tokio::test]
 async fn resets_are_refused_without_the_right_token_or_with_none_set() {
     let ann = admin::body("rs", "user", "ann");
-    let off = Serve::rules(RULES).start();
+    let off = InProcess::rules(RULES).start();
     let refused = admin::reset(&off, &ann, Some(TOKEN)).await;
     assert_eq!(refused.status, 403, "{refused:?}");
     assert!(refused.body.contains("no ADMIN_TOKEN"), "{refused:?}");
 
-    let on = Serve::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let on = InProcess::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
     let mut rls = on.client().await;
     for want in [Code::Ok, Code::Ok, Code::OverLimit] {
         assert_eq!(code(&rls.check("rs", &[("user", "ann")]).await), want);

@@ -20,8 +20,20 @@ pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// A point in time: nanoseconds since the Unix epoch (until the year 2554). Arithmetic
 /// saturates: a time before the epoch is the epoch, a span never negative.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);
+
+/// As a date in UTC (`2026-11-27T17:51:40.123456789Z`), which a log or a failed assertion
+/// can be read by; the epoch's nanoseconds when out of the calendar's range.
+impl std::fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match jiff::Timestamp::from_nanosecond(i128::from(self.0)) {
+            Ok(at) if *self != Self::MAX => write!(f, "{at}"),
+            _ if *self == Self::MAX => f.write_str("never"),
+            _ => write!(f, "{}ns", self.0),
+        }
+    }
+}
 
 impl Timestamp {
     /// The last instant a timestamp can hold: "never", for what does not end.
@@ -121,6 +133,17 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timestamp_debugs_as_a_date() {
+        let at = Timestamp::from_nanos(1_764_265_900_123_456_789);
+        assert_eq!(format!("{at:?}"), "2025-11-27T17:51:40.123456789Z");
+        assert_eq!(
+            format!("{:?}", Timestamp::default()),
+            "1970-01-01T00:00:00Z"
+        );
+        assert_eq!(format!("{:?}", Timestamp::MAX), "never");
+    }
 
     #[test]
     fn timestamps_move_by_spans_and_never_before_the_epoch() {

@@ -35,6 +35,7 @@ pub mod headers;
 mod key;
 mod limit;
 mod limiter;
+mod lock;
 mod log_limit;
 pub mod redact;
 mod request;
@@ -57,6 +58,7 @@ pub use limit::{
 pub use limiter::{
     DecideError, Explained, Explanation, Found, Limiter, Matched, NoMatch, Options, Recorder,
 };
+pub use lock::lock;
 pub use log_limit::LogLimit;
 pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};

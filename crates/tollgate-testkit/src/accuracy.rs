@@ -87,12 +87,14 @@ pub struct Alignment {
     /// The most the store can have admitted in it. Its start t is a fraction φ into
     /// sub-window a. The window's last admission after a's end, at τ, was admitted under a
     /// count holding the window's earlier admissions after a, plus all of a's count if τ
-    /// comes before sub-window a + N, or a's count weighted by at least 1 − φ if τ is in
-    /// it (the weight is min(1, (1 − f) / (1 − start)), with f < φ). So the window holds
-    /// at most the limit plus a's admissions from t on, less a's count × (1 − φ): only
-    /// what a admitted late, beyond an even share, can come on top of the limit. From the
-    /// client's log the first count is an upper bound (answered from t on, sent before a's
-    /// end) and the second a lower bound (sent and answered inside a).
+    /// comes before sub-window a + N, or a's count weighted by at least (e − φ) / e if τ
+    /// is in it, where e is where a's last admission fell (the weight is
+    /// (e − max(f, start)) / (e − start), with f < φ). So the window holds at most the
+    /// limit plus a's admissions from t on, less a's count × (e − φ) / e: only what a
+    /// admitted late, beyond an even share up to its last admission, can come on top of
+    /// the limit. From the client's log the first count is an upper bound (answered from t
+    /// on, sent before a's end), the second a lower bound (sent and answered inside a),
+    /// and e at least the last of their send times.
     pub bound: u64,
 }
 
@@ -175,11 +177,16 @@ impl OverloadRun {
                 .iter()
                 .filter(|a| a.received >= t && a.sent < sub_end)
                 .count() as u64;
-            let whole = admitted
+            let inside_a: Vec<_> = admitted
                 .iter()
                 .filter(|a| a.sent >= sub_start && a.received < sub_end)
-                .count() as u64;
-            let even_share = (u128::from(whole) * (sub_ns - into)).div_ceil(sub_ns) as u64;
+                .collect();
+            let whole = inside_a.len() as u128;
+            let end = inside_a.iter().map(|a| epoch_ns(a.sent) % sub_ns).max();
+            let even_share = match end {
+                Some(end) if end > into => (whole * (end - into)).div_ceil(end) as u64,
+                _ => 0,
+            };
             Alignment {
                 offset: t.duration_since(self.start).unwrap_or_default(),
                 admitted: inside,
@@ -263,8 +270,8 @@ impl OverloadRun {
     }
 }
 
-/// The accuracy check of the README ("stays within 1 % of the limit under steady
-/// overload") for a sliding-window limit of `limit` per `window` on one descriptor: a
+/// The accuracy check of README.md (a sliding window "never admits more than the limit
+/// in an aligned window") for a sliding-window limit of `limit` per `window` on one descriptor: a
 /// steady 3× overload round-robin over `clients`, for three windows.
 ///
 /// What the algorithm guarantees, the run starting at an epoch-aligned window boundary:

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::grpc::{Code, code};
 use crate::http::{self, Method, Response};
-use crate::tollgate::Server;
+use crate::tollgate::Listening;
 use crate::wait;
 
 /// The ADMIN_TOKEN the tests give servers that allow resets.
@@ -25,14 +25,14 @@ pub fn body(domain: &str, key: &str, value: &str) -> String {
 }
 
 /// `POST /explain` of `body`, answered 200, as JSON.
-pub async fn explain(server: &Server, body: &str) -> Value {
+pub async fn explain(server: &Listening, body: &str) -> Value {
     let answer = http::post_json(server.http_addr(), "/explain", body).await;
     assert_eq!(answer.status, 200, "{answer:?}");
     serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
 }
 
 /// `DELETE /counters` of `body`, with `token` as the bearer token if given.
-pub async fn reset(server: &Server, body: &str, token: Option<&str>) -> Response {
+pub async fn reset(server: &Listening, body: &str, token: Option<&str>) -> Response {
     let bearer = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![("content-type", "application/json")];
     if let Some(bearer) = &bearer {
@@ -50,7 +50,7 @@ pub async fn reset(server: &Server, body: &str, token: Option<&str>) -> Response
 }
 
 /// Whether `server`'s local view holds the counter of the first descriptor of `body`.
-async fn held(server: &Server, body: &str) -> bool {
+async fn held(server: &Listening, body: &str) -> bool {
     explain(server, body).await["descriptors"][0]["local"]["held"] == true
 }
 
@@ -59,8 +59,8 @@ async fn held(server: &Server, body: &str) -> bool {
 /// next request on `a` is admitted, and on `b` once it has dropped its view (which it
 /// must do by itself, hearing the reset).
 pub async fn assert_reset_reaches_every_instance(
-    a: &Server,
-    b: &Server,
+    a: &Listening,
+    b: &Listening,
     domain: &str,
     (key, value): (&str, &str),
     limit: usize,

@@ -126,12 +126,17 @@ pub fn or_skip(test: &str) -> Option<&'static Installed> {
     match installed() {
         Ok(installed) => Some(installed),
         Err(why) => {
-            let line = format!("SKIPPED {test}: {why}\n");
-            // Nothing to do if stderr is gone.
-            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            skipped(test, why);
             None
         }
     }
+}
+
+/// Says on the test's stderr, past the harness's capture, that `test` is skipped and why.
+pub fn skipped(test: &str, why: impl std::fmt::Display) {
+    let line = format!("SKIPPED {test}: {why}\n");
+    // Nothing to do if stderr is gone.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 // ---------------------------------------------------------------------------

@@ -327,6 +327,48 @@ pub struct Listening {
 }
 
 impl Listening {
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+    }
+
+    /// A gRPC channel to the server.
+    pub async fn channel(&self) -> Channel {
+        Endpoint::from_shared(format!("http://{}", self.grpc))
+            .expect("a valid endpoint URI")
+            .connect_timeout(crate::grpc::TIMEOUT)
+            .timeout(crate::grpc::TIMEOUT)
+            .connect()
+            .await
+            .expect("connect to tollgate's gRPC listener")
+    }
+
+    /// A rate-limit client on a channel of its own.
+    pub async fn client(&self) -> Rls {
+        Rls::new(self.channel().await)
+    }
+
+    /// `GET path` on the HTTP port.
+    pub async fn get(&self, path: &str) -> http::Response {
+        http::get(self.http, path).await
+    }
+
+    /// The value of the first `/metrics` series that starts with `series` (a name, or a
+    /// name with labels), if there is one.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let page = self.get("/metrics").await;
+        assert_eq!(page.status, 200, "GET /metrics: {page:?}");
+        metric_value(&page.body, series)
+    }
+
+    /// `GET /healthcheck/store`'s status.
+    pub async fn store_health(&self) -> u16 {
+        self.get("/healthcheck/store").await.status
+    }
+
     /// Both on 127.0.0.1, on ports the OS gave, and different.
     pub fn on_ipv4_loopback(&self) -> bool {
         let given = |addr: SocketAddr| addr.ip() == loopback(0).ip() && addr.port() != 0;
@@ -364,14 +406,6 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn grpc_addr(&self) -> SocketAddr {
-        self.addrs.grpc
-    }
-
-    pub fn http_addr(&self) -> SocketAddr {
-        self.addrs.http
-    }
-
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }
@@ -400,42 +434,8 @@ impl Server {
         lines
     }
 
-    /// A gRPC channel to the server.
-    pub async fn channel(&self) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.addrs.grpc))
-            .expect("a valid endpoint URI")
-            .connect_timeout(crate::grpc::TIMEOUT)
-            .timeout(crate::grpc::TIMEOUT)
-            .connect()
-            .await
-            .expect("connect to tollgate's gRPC listener")
-    }
-
-    /// A rate-limit client on a channel of its own.
-    pub async fn client(&self) -> Rls {
-        Rls::new(self.channel().await)
-    }
-
     pub fn signal(&mut self, signal: Signal) {
         self.process.signal(signal);
-    }
-
-    /// `GET path` on the HTTP port.
-    pub async fn get(&self, path: &str) -> http::Response {
-        http::get(self.addrs.http, path).await
-    }
-
-    /// The value of the first `/metrics` series that starts with `series` (a name, or a
-    /// name with labels), if there is one.
-    pub async fn metric(&self, series: &str) -> Option<f64> {
-        let page = self.get("/metrics").await;
-        assert_eq!(page.status, 200, "GET /metrics: {page:?}");
-        metric_value(&page.body, series)
-    }
-
-    /// `GET /healthcheck/store`'s status.
-    pub async fn store_health(&self) -> u16 {
-        self.get("/healthcheck/store").await.status
     }
 
     /// Polls `/healthcheck/store` until it answers `want`; returns how long it took.
@@ -465,6 +465,15 @@ impl Server {
     /// Kills the server and returns its output.
     pub fn stop(self) -> Finished {
         self.process.stop()
+    }
+}
+
+/// A server's addresses, and the clients of them ([`Listening::client`], [`Listening::get`]).
+impl std::ops::Deref for Server {
+    type Target = Listening;
+
+    fn deref(&self) -> &Listening {
+        &self.addrs
     }
 }
 

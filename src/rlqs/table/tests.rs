@@ -547,7 +547,7 @@ async fn holds(fleet: Fleet) {
         );
     }
     // One Tollgate never assigns more than the limit's rate in all; several keep within
-    // it up to how far their parts' sum strays (README: RLQS, bound (d)): while an
+    // it up to how far their parts' sum strays (docs/RLQS.md, bound (d)): while an
     // Envoy's demand is not reported yet, at most once per instance; within 15 % once it
     // is measured.
     let slack = (

@@ -3,19 +3,26 @@
 //!
 //! At time t in sub-window b, a fraction f of b elapsed, the count is
 //! Σ c[b-N+1..=b] + c[b-N] × w, and a request is admitted iff count + hits ≤ limit (only
-//! admitted hits are counted). The weight w assumes the oldest sub-window's hits were
-//! spread evenly from where they began to its end: w = min(1, (1 − f) / (1 − start)),
-//! where `start` is where in that sub-window its count reached two. Assuming them spread
-//! over the whole sub-window (Cloudflare's two-counter form, start = 0) under-counts when
-//! traffic begins mid-sub-window, and the first window of an overload then admits up to a
-//! sub-window too much; measuring the start removes that (onset and steady state within
-//! 0.5 % at precision 10, see the tests). The second hit, not the first, marks the start,
-//! so that one stray early hit does not make a late sub-window look evenly filled. With a
-//! single sub-window (precision 1) the start is not tracked: the two-counter form is the
-//! steadier there.
+//! admitted hits are counted). The window (t − W, t] begins at the same fraction f of the
+//! oldest sub-window, b − N. The weight w assumes that sub-window's hits were spread
+//! evenly over [start, end], where `start` is where its count reached two and `end` where
+//! its last hit landed: w is the part of [start, end] after f,
+//! w = clamp((end − max(f, start)) / (end − start), 0, 1), and when start = end, 1 while
+//! f < end and 0 from there on. So a hit is forgotten exactly one window after it was
+//! counted (to the resolution of f), wherever in its sub-window it fell, and the wait a
+//! denial is told (the first instant the hits fit) is never longer than the window.
+//! Assuming the hits spread over the whole sub-window (Cloudflare's two-counter form,
+//! start = 0, end = 1) under-counts when traffic begins mid-sub-window, so the first
+//! window of an overload admits up to a sub-window too much, and over-counts when it
+//! stops early, so a request made early in a sub-window counts up to a sub-window past
+//! its window. Measuring both ends removes both (onset and steady state within 0.5 % at
+//! precision 10, see the tests). The second hit, not the first, marks the start, so that
+//! one stray early hit does not make a late sub-window look evenly filled. With a single
+//! sub-window (precision 1) the start is not tracked (the steadier there), the end is.
 //!
-//! Fractions of a sub-window are integers: f in 1/65,536ths, `start` in 1/256ths (one
-//! byte per sub-window). The comparison c × (65,536 − f) ≤ room × (65,536 − start) then
+//! Time is measured on a grid: f in 1/65,536ths of a sub-window, rounded down, `end` on
+//! the same grid (two bytes per sub-window), `start` in 1/256ths (one byte). Counts read
+//! at most u32::MAX. The comparison c × (end − max(f, start)) ≤ room × (end − start) then
 //! stays below 2^53, so the Redis script computes exactly the same answer in Lua's floats.
 
 use super::{Decision, mul_div};
@@ -26,6 +33,9 @@ use crate::limit::Limit;
 const FINE: u64 = 1 << 16;
 /// Fractions of a sub-window for where its hits began: one byte.
 const COARSE: u64 = 1 << 8;
+/// The end of a sub-window whose last hit is not known (stored by a version that did not
+/// record it): its hits count until the sub-window has almost left the window.
+const UNKNOWN_END: u16 = u16::MAX;
 
 /// Counts of the last N+1 sub-windows of one limit, in a ring indexed by sub-window number.
 /// `newest` is the sub-window last written; slots older than `newest - N` are stale.
@@ -39,11 +49,26 @@ pub(crate) struct SlidingWindow {
 /// million counters must not mean a million allocations.
 const INLINE_SLOTS: usize = 11;
 
-/// One sub-window: its count, and where its count reached two (in 1/256ths).
+/// One sub-window: its count, where its count reached two (in 1/256ths), and where its
+/// last hit landed (in 1/65,536ths).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Slot {
     count: u32,
     start: u8,
+    end: u16,
+}
+
+impl Slot {
+    /// How much of this sub-window's count is inside a window beginning at fraction
+    /// `fine` of it, as (numerator, denominator) of a fraction of the count.
+    fn weight(self, fine: u64) -> (u64, u64) {
+        let start = u64::from(self.start) * (FINE / COARSE);
+        let end = u64::from(self.end);
+        if end <= start {
+            return (u64::from(fine < end), 1);
+        }
+        (end.saturating_sub(fine.max(start)), end - start)
+    }
 }
 
 /// The ring of sub-windows. A count holds up to u32::MAX units, far above any limit
@@ -53,6 +78,7 @@ enum Ring {
     Inline {
         counts: [u32; INLINE_SLOTS],
         starts: [u8; INLINE_SLOTS],
+        ends: [u16; INLINE_SLOTS],
     },
     Heap(Box<[Slot]>),
 }
@@ -63,6 +89,7 @@ impl Ring {
             Self::Inline {
                 counts: [0; INLINE_SLOTS],
                 starts: [0; INLINE_SLOTS],
+                ends: [0; INLINE_SLOTS],
             }
         } else {
             Self::Heap(vec![Slot::default(); len].into_boxed_slice())
@@ -78,9 +105,14 @@ impl Ring {
 
     fn get(&self, i: usize) -> Slot {
         match self {
-            Self::Inline { counts, starts } => Slot {
+            Self::Inline {
+                counts,
+                starts,
+                ends,
+            } => Slot {
                 count: counts[i],
                 start: starts[i],
+                end: ends[i],
             },
             Self::Heap(slots) => slots[i],
         }
@@ -88,9 +120,14 @@ impl Ring {
 
     fn set(&mut self, i: usize, slot: Slot) {
         match self {
-            Self::Inline { counts, starts } => {
+            Self::Inline {
+                counts,
+                starts,
+                ends,
+            } => {
                 counts[i] = slot.count;
                 starts[i] = slot.start;
+                ends[i] = slot.end;
             }
             Self::Heap(slots) => slots[i] = slot,
         }
@@ -124,14 +161,20 @@ impl SlidingWindow {
 
     /// A window as stored elsewhere: the newest sub-window and the ring of sub-windows,
     /// indexed by sub-window number modulo its length (precision + 1), each packed as
-    /// count × 256 + start.
+    /// count × 256 + start, and the ring of their ends (none from a store written before
+    /// ends were kept: each sub-window then counts until it has almost left the window).
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn from_ring(newest: u64, packed: Vec<u64>) -> Self {
+    pub(crate) fn from_ring(newest: u64, packed: Vec<u64>, ends: Option<Vec<u64>>) -> Self {
         let mut slots = Ring::zeroed(packed.len().max(2));
+        let ends = ends.unwrap_or_default();
         for (i, value) in packed.into_iter().enumerate() {
+            let end = ends.get(i).map_or(UNKNOWN_END, |&end| {
+                u16::try_from(end).unwrap_or(UNKNOWN_END)
+            });
             let slot = Slot {
                 count: u32::try_from(value / COARSE).unwrap_or(u32::MAX),
                 start: (value % COARSE) as u8,
+                end,
             };
             slots.set(i, slot);
         }
@@ -187,14 +230,13 @@ impl SlidingWindow {
         (full, oldest)
     }
 
-    /// The count at `at` as a fraction: (numerator, denominator), where the oldest
-    /// sub-window weighs min(1, (1 − f) / (1 − start)).
+    /// The count at `at` as a fraction: (numerator, denominator), the oldest sub-window
+    /// weighed by [`Slot::weight`].
     fn count(&self, at: At) -> (u128, u128) {
         let (full, oldest) = self.full_and_oldest(at.slot);
-        let denominator = FINE - u64::from(oldest.start) * (FINE / COARSE);
-        let left = (FINE - at.fine()).min(denominator);
+        let (inside, denominator) = oldest.weight(at.fine());
         let numerator = u128::from(full) * u128::from(denominator)
-            + u128::from(oldest.count) * u128::from(left);
+            + u128::from(oldest.count) * u128::from(inside);
         (numerator, u128::from(denominator))
     }
 
@@ -209,8 +251,9 @@ impl SlidingWindow {
         let capacity = u128::from(limit.requests_per_unit) * scale;
         let after = used + u128::from(hits) * scale;
         if after <= capacity {
-            // A true sliding window forgets what is counted now one window from now; the
-            // approximation may take up to one sub-window longer, which is not worth telling.
+            // These hits are the last counted: everything is forgotten when they are (a
+            // window from now, less the rounding of `at`; a clock stepped back is told
+            // the window).
             return Decision {
                 admitted: true,
                 remaining: to_u64((capacity - after) / scale),
@@ -227,38 +270,46 @@ impl SlidingWindow {
         }
     }
 
-    /// When every unit counted so far will have left the window.
+    /// When hits counted at `at` will have left the window (so every unit counted before
+    /// too): the first instant at the same fraction of the sub-window one window later.
     fn forgotten_at(&self, at: At) -> Timestamp {
-        Timestamp::from_nanos(
-            (at.slot.max(self.newest) + self.precision() + 1).saturating_mul(at.sub_ns),
-        )
+        self.instant(at.slot + self.precision(), at.fine(), at.sub_ns)
+    }
+
+    /// The first instant in sub-window `slot` whose fraction (rounded down) reaches `fine`.
+    fn instant(&self, slot: u64, fine: u64, sub_ns: u64) -> Timestamp {
+        let into = (u128::from(fine) * u128::from(sub_ns)).div_ceil(u128::from(FINE));
+        Timestamp::from_nanos(slot.saturating_mul(sub_ns).saturating_add(to_u64(into)))
     }
 
     /// The earliest time from `at` on when `hits` fit, if no more units are counted.
     fn admitted_at(&self, at: At, limit: &Limit, hits: u64) -> Option<Timestamp> {
         let room = u64::from(limit.requests_per_unit).checked_sub(hits)?;
-        // Sub-windows after `at.slot` hold nothing, so after N + 1 of them all have fit.
-        for k in 0..=self.precision() + 1 {
+        // Sub-windows after `at.slot` hold nothing, so by N of them later all have fit:
+        // `at.slot` is then the oldest, and its hits ended by `at`.
+        for k in 0..=self.precision() {
             let slot = at.slot + k;
             let (full, oldest) = self.full_and_oldest(slot);
             let Some(left) = room.checked_sub(full) else {
                 continue;
             };
-            let start = slot.saturating_mul(at.sub_ns);
+            let from = if k == 0 { at.fine() } else { 0 };
             let count = u64::from(oldest.count);
-            if count <= left {
-                return Some(Timestamp::from_nanos(
-                    start.max(at.slot * at.sub_ns + at.into_ns),
-                ));
-            }
-            // count × (FINE − f) ≤ left × denominator ⇔ f ≥ FINE − ⌊left × denominator / count⌋
-            let denominator = FINE - u64::from(oldest.start) * (FINE / COARSE);
-            let fine = FINE - mul_div(left, denominator, count);
-            if fine < FINE {
-                // The first instant whose fraction (rounded down) reaches `fine`.
-                let into = (u128::from(fine) * u128::from(at.sub_ns)).div_ceil(u128::from(FINE));
-                return Some(Timestamp::from_nanos(start + to_u64(into)));
-            }
+            // The weight only falls over the sub-window, and reaches 0 at its end.
+            let fine = if count <= left {
+                from
+            } else {
+                let start = u64::from(oldest.start) * (FINE / COARSE);
+                let end = u64::from(oldest.end);
+                if end <= start {
+                    end
+                } else {
+                    // count × (end − f) ≤ left × (end − start) ⇔ f ≥ end − ⌊left × (end − start) / count⌋
+                    end - mul_div(left, end - start, count)
+                }
+            };
+            let instant = self.instant(slot, fine.max(from), at.sub_ns);
+            return Some(instant.max(Timestamp::from_nanos(at.slot * at.sub_ns + at.into_ns)));
         }
         None
     }
@@ -285,6 +336,8 @@ impl SlidingWindow {
             // Where the count reaches two weights this sub-window once it is the oldest.
             slot.start = (at.fine() / (FINE / COARSE)) as u8;
         }
+        // A fraction is below FINE; a clock stepping back never moves the end back.
+        slot.end = slot.end.max(at.fine() as u16);
         slot.count = u32::try_from(u64::from(slot.count).saturating_add(hits)).unwrap_or(u32::MAX);
         self.slots.set(i, slot);
     }
@@ -408,12 +461,15 @@ mod tests {
     }
 
     #[test]
-    fn precision_one_is_the_two_counter_formula() {
+    fn precision_one_weighs_the_previous_window_up_to_its_last_hit() {
         let (l, mut s) = sliding(50, SECOND, 1);
         // Deterministic pseudo-random arrivals over 20 windows.
         let mut t = 0u64;
         let mut seed = 7u64;
         let (mut previous, mut current, mut current_window) = (0u64, 0u64, 0u64);
+        // Where the last admitted hit of each window landed, in 1/65,536ths.
+        let fine = |t: u64| (t % SECOND) * 65_536 / SECOND;
+        let (mut previous_end, mut current_end) = (0u64, 0u64);
         while t < 20 * SECOND {
             seed = seed
                 .wrapping_mul(6364136223846793005)
@@ -422,22 +478,28 @@ mod tests {
             let hits = 1 + (seed >> 20) % 3;
             let window = t / SECOND;
             if window != current_window {
-                previous = if window == current_window + 1 {
-                    current
+                (previous, previous_end) = if window == current_window + 1 {
+                    (current, current_end)
                 } else {
-                    0
+                    (0, 0)
                 };
-                current = 0;
+                (current, current_end) = (0, 0);
                 current_window = window;
             }
-            // The elapsed fraction as the window measures it: in 1/65,536ths, rounded down.
-            let elapsed = ((t % SECOND) * 65_536 / SECOND) as f64 / 65_536.0;
-            let formula = current as f64 + previous as f64 * (1.0 - elapsed) + hits as f64;
+            // The previous window's hits spread evenly over [0, end]: the part after f.
+            let f = fine(t);
+            let weight = if previous_end == 0 {
+                0.0
+            } else {
+                previous_end.saturating_sub(f) as f64 / previous_end as f64
+            };
+            let formula = current as f64 + previous as f64 * weight + hits as f64;
             let expected = formula <= 50.0 + 1e-9;
             let d = offer(&mut s, &l, t, hits);
             assert_eq!(d.admitted, expected, "at t={t} formula={formula}");
             if d.admitted {
                 current += hits;
+                current_end = f;
             }
         }
     }
@@ -522,9 +584,9 @@ mod tests {
         let retry_at = 250 * MS + nanos_of(denied.reset);
         assert!(!s.evaluate(&l, at(retry_at - 1), 1).admitted);
         assert!(s.evaluate(&l, at(retry_at), 1).admitted);
-        // The burst sits in sub-window 0, so one hit fits once 1/10 of it has slid out
-        // (to the resolution of the window's fractions, 1/65,536 of a sub-window).
-        assert!((SECOND + 10 * MS..SECOND + 10 * MS + 2_000).contains(&retry_at));
+        // The burst came at 0: it is forgotten one window later, all at once.
+        assert_eq!(retry_at, SECOND);
+        assert!(s.evaluate(&l, at(retry_at), 10).admitted);
     }
 
     #[test]
@@ -553,6 +615,57 @@ mod tests {
         s.refund(&l, at(0), 10);
         assert_eq!(s.evaluate(&l, at(0), 3).remaining, 0);
         assert!(s.evaluate(&l, at(0), 3).admitted);
+    }
+
+    #[test]
+    fn a_window_of_silence_forgets_requests_made_early_in_a_sub_window() {
+        // Issue #40: 3 per 10 s (1 s sub-windows), three requests just after a whole
+        // second, then 10.1 s of silence: the next three are all admitted.
+        let (l, mut s) = sliding(3, 10 * SECOND, 10);
+        let t0 = 1_790_000_001 * SECOND + MS;
+        for _ in 0..3 {
+            assert!(offer(&mut s, &l, t0, 1).admitted);
+        }
+        let later = t0 + 10_100 * MS;
+        for i in 0..3 {
+            assert!(offer(&mut s, &l, later, 1).admitted, "request {i}");
+        }
+        let denied = offer(&mut s, &l, later, 1);
+        assert!(!denied.admitted);
+        assert!(denied.reset <= l.window, "told {:?}", denied.reset);
+    }
+
+    proptest! {
+        /// At any alignment and pace: a denial's reset is never longer than the window,
+        /// and waiting it admits; after a whole window of silence the whole limit fits.
+        #[test]
+        fn the_reset_told_is_at_most_a_window_and_waiting_it_admits(
+            arrivals in prop::collection::vec((0u64..3_000, 1u64..4), 1..60),
+            limit_n in 1u32..20,
+            window_ms in prop::sample::select(vec![1_000u64, 10_000, 60_000]),
+            precision in prop::sample::select(vec![1u32, 2, 10, 60]),
+            start_ns in 0u64..10 * SECOND,
+        ) {
+            let window = window_ms * MS;
+            let (l, mut s) = sliding(limit_n, window, precision);
+            let mut t = 1_790_000_000 * SECOND + start_ns;
+            let mut last = t;
+            for (gap_ms, hits) in arrivals {
+                t += gap_ms * MS * window_ms / 10_000;
+                let d = offer(&mut s, &l, t, hits);
+                if d.admitted {
+                    last = t;
+                    continue;
+                }
+                prop_assert!(d.reset <= l.window, "told {:?} at +{}", d.reset, t - last);
+                if hits <= u64::from(limit_n) {
+                    let retry = t + nanos_of(d.reset);
+                    prop_assert!(s.evaluate(&l, at(retry), hits).admitted, "waited {:?}", d.reset);
+                }
+            }
+            let whole = u64::from(limit_n);
+            prop_assert!(s.evaluate(&l, at(last + window), whole).admitted);
+        }
     }
 
     proptest! {

@@ -7,6 +7,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 
 use crate::clock::{NANOS_PER_SECOND, Timestamp};
+use crate::lock::lock;
 
 /// Counters remembered as over at once; past it, the expired are dropped first, and a
 /// counter that finds no room is logged again at its next denial (within the line cap).
@@ -54,7 +55,7 @@ impl OverLimitLog {
             // The remainder is below SHARDS.
             let shard = &self.shards[(hash % SHARDS as u64) as usize];
             // Updates here are plain field writes: a poisoned lock is still usable.
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shard = lock(shard);
             if let Some(over) = shard.over_until.get_mut(&hash)
                 && *over > now
             {
@@ -70,7 +71,7 @@ impl OverLimitLog {
                 shard.over_until.insert(hash, until);
             }
         }
-        let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+        let mut budget = lock(&self.budget);
         if budget.second != second {
             budget.second = second;
             budget.lines = 0;

@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::{ManualClock, Timestamp};
+use crate::lock::lock;
 use crate::request::LimitOverride;
 use crate::store::MemoryStore;
 use crate::unit::Unit;
@@ -237,7 +238,7 @@ impl Recorder for Tally {
     }
 
     fn record(&self, _: &Rule, name: &String, _: &Descriptor<'_>, outcome: &Limited) {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = lock(&self.0);
         seen.push((name.clone(), outcome.hits, outcome.admitted));
     }
 }
@@ -388,6 +389,41 @@ async fn quota_mode_denies_only_when_every_budget_is_over() {
     decide_q(&l, vec![one("plain", "p")]).await;
     let mixed = decide_q(&l, vec![one("plain", "p"), one("service", "service_2")]).await;
     assert!(mixed.over_limit);
+}
+
+/// The reference's `multiservice-tokenquota.sh` (its newest source's integration suite)
+/// on the manual clock, in the default sliding window: each request is checked against
+/// both services, served by the first with quota and charged to it on the response path;
+/// a minute after the last request service_1 has quota again. At several alignments to
+/// the 6 s sub-windows, early in one first (issue #40).
+#[tokio::test]
+async fn the_references_multiservice_token_quota_script_passes_in_the_default_mode() {
+    for offset_ms in [1, 300, 2_999, 5_990] {
+        let (l, clock) = budgets(Options::default());
+        clock.advance(Duration::from_millis(offset_ms));
+        let services = ["service_1", "service_2"];
+        let mut served = Vec::new();
+        for request in 1..=7 {
+            if request == 7 {
+                // "Waiting 1 minute for quota buckets to be refreshed"
+                clock.advance(Duration::from_secs(60));
+            }
+            let check = services
+                .iter()
+                .map(|s| one("service", s).with_hits(Hits::Check))
+                .collect();
+            let answer = decide_q(&l, check).await;
+            let service = answer.descriptors.iter().position(|d| !d.is_over());
+            if let Some(i) = service {
+                let charge = one("service", services[i]).with_hits(Hits::Consume(1));
+                decide_q(&l, vec![charge]).await;
+            }
+            served.push(service.map(|i| i + 1));
+            clock.advance(Duration::from_millis(5));
+        }
+        let script = [Some(1), Some(1), Some(2), Some(2), Some(2), None, Some(1)];
+        assert_eq!(served, script, "{offset_ms} ms into a minute");
+    }
 }
 
 #[tokio::test]

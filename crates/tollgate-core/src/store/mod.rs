@@ -8,6 +8,8 @@ mod decreases;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod local;
 mod memory;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod open;
 mod peek;
 #[cfg(feature = "postgres")]
 pub mod postgres;

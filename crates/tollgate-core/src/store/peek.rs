@@ -31,7 +31,7 @@ pub struct CounterView {
 }
 
 /// A block of a counter's units this instance took from the shared store ahead of use
-/// and admits from locally (README: Leases).
+/// and admits from locally (docs/STORES.md, Leases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseView {
     /// Units of the block not admitted yet.

@@ -17,6 +17,7 @@ use super::table::{Key, Table};
 use crate::algo::{LimitState, Verdict};
 use crate::clock::{Clock, NANOS_PER_SECOND, Timestamp};
 use crate::limit::Limit;
+use crate::lock::lock;
 
 /// Entries compared when one must be evicted.
 const EVICTION_SAMPLES: usize = 8;
@@ -340,10 +341,4 @@ impl<V: ShardValue + Send + 'static> Shards<V> {
             }
         });
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Updates under these locks are plain field writes that cannot be left half-done, so a
-    // lock poisoned by a panic elsewhere is still safe to use.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -129,7 +129,7 @@ impl Envoy {
     }
 
     /// [`Envoy::start`] with extra command-line arguments (`--service-cluster`, say); the
-    /// listener may also be the configuration's only one, named or not.
+    /// listener may also be the configuration's first, named or not.
     pub async fn start_with_args(yaml: &str, args: &[&str]) -> Self {
         let dir = TempDir::new().expect("create a directory for Envoy");
         let config = dir.path().join("envoy.yaml");
@@ -196,15 +196,14 @@ impl Drop for Envoy {
     }
 }
 
-/// The port of listener `name`, else of the only listener, in the admin API's
+/// The port of listener `name`, else of the first listener, in the admin API's
 /// `/listeners?format=json`.
 fn listener_port(json: &str, name: &str) -> Option<u16> {
     let doc: serde_json::Value = serde_json::from_str(json).ok()?;
     let listeners = doc["listener_statuses"].as_array()?;
     let listener = match listeners.iter().find(|l| l["name"] == name) {
         Some(named) => named,
-        None if listeners.len() == 1 => &listeners[0],
-        None => return None,
+        None => listeners.first()?,
     };
     let port = listener["local_address"]["socket_address"]["port_value"].as_u64()?;
     u16::try_from(port).ok().filter(|port| *port != 0)

@@ -133,7 +133,7 @@ impl PgTarget {
     }
 
     /// Checks the TLS files now, so that a wrong path stops startup.
-    pub(super) fn tls_connector(&self) -> Result<Option<MakeRustlsConnect>, TlsError> {
+    pub(crate) fn tls_connector(&self) -> Result<Option<MakeRustlsConnect>, TlsError> {
         Ok(client_config(&self.tls)?.map(MakeRustlsConnect::new))
     }
 }

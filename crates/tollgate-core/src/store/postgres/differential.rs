@@ -12,7 +12,9 @@ use super::{limit_arrays, mode, schema, signed};
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
+use crate::store::shared::differential::{
+    YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
+};
 use crate::store::shared::protocol::Ask;
 
 /// One PostgreSQL for every case of this test binary.
@@ -130,6 +132,29 @@ proptest! {
                 .map_err(|e| e.to_string())
         })?;
     }
+}
+
+/// A row written before version 6 (no sub-windows' ends) still counts after the
+/// migration, as that version counted it (see [`read_after_upgrade`]).
+#[test]
+fn a_row_stored_before_ends_were_kept_still_counts() {
+    let rt = runtime();
+    let client = rt.block_on(connect());
+    let at = Timestamp::from_micros(1_790_000_000_250_000);
+    let (limits, state) = stored_before_ends(at);
+    let key = format!("upgrade:{}", fresh_key());
+    let state: Vec<i64> = state.into_iter().map(signed).collect();
+    let stored = rt.block_on(client.execute(
+        "INSERT INTO tollgate_counters (key, shape, state, expires_us) \
+         VALUES ($1, 's10,', $2, 0)",
+        &[&key, &state],
+    ));
+    assert!(stored.is_ok(), "{stored:?}");
+    let read = read_after_upgrade(at, |hits, now| {
+        rt.block_on(call(&client, &key, &limits, (0, hits), None, now))
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(read, Ok(()));
 }
 
 fn one_per_second() -> Vec<Limit> {
@@ -263,7 +288,7 @@ fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
         let mut client = fresh_schema("repair").await;
         let pieces = [
             ("table", "tollgate_counters"),
-            // Version 4's, which this Tollgate calls, then the wrappers of 3 and 2.
+            // The signature this Tollgate calls (version 4's), then the wrappers of 3 and 2.
             (
                 "function",
                 "tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, bigint[], \

@@ -23,14 +23,14 @@ use tokio_postgres::error::SqlState;
 
 use self::connect::{PgConnector, PooledConn};
 use self::describe::describe;
+use super::shared::SharedBehaviour;
 use super::shared::announce::{Subscribe, announcement};
-use super::shared::link::{Health, Link};
+use super::shared::backend::{Backend, Sending, Trip, TripError};
+use super::shared::ledger::CallArgs;
+use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::{Ask, limit_args, mode, units};
-use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::clock::{Clock, Timestamp};
+use crate::clock::Timestamp;
 use crate::limit::Limit;
-use std::future::Future;
-use std::pin::Pin;
 
 /// How a PostgreSQL store is set up.
 #[derive(Debug, Clone)]
@@ -53,42 +53,6 @@ pub struct PgConfig {
 
 /// Expired counters deleted per statement, so that no sweep holds many row locks.
 const SWEEP_BATCH: i32 = 1_000;
-
-impl SharedStore {
-    /// A store in PostgreSQL, connecting in the background (on the current tokio
-    /// runtime); requests are decided per `on_error` until PostgreSQL answers. Fails only
-    /// on TLS files that cannot be read.
-    pub fn postgres(
-        config: PgConfig,
-        clock: Arc<dyn Clock>,
-        sweep_period: Duration,
-    ) -> Result<Arc<Self>, TlsError> {
-        let tls = config.target.tls_connector()?;
-        let behaviour = config.behaviour;
-        let sweep_interval = config.sweep_interval;
-        let subscriber = Arc::new((config.target.clone(), tls.clone()));
-        let backend = |time| {
-            let connector = PgConnector {
-                target: config.target,
-                tls,
-                pool_size: config.pool_size.max(1),
-                statement_timeout: config.statement_timeout,
-                unlogged: config.unlogged,
-                migrated: AtomicBool::new(false),
-                key_prefix: config.key_prefix.clone(),
-            };
-            let link = Link::start(connector, time);
-            tokio::spawn(sweeper(Arc::downgrade(&link), sweep_interval));
-            Backend::Postgres(PgBackend {
-                link,
-                resets: listen::channel(&config.key_prefix),
-                key_prefix: config.key_prefix,
-                subscriber,
-            })
-        };
-        Ok(Self::start(backend, behaviour, clock, sweep_period))
-    }
-}
 
 /// Creates or updates the schema at `target` (`tollgate migrate`); the version found
 /// before.
@@ -121,11 +85,68 @@ const RESET: &str =
     "WITH gone AS (DELETE FROM tollgate_counters WHERE key = $1) SELECT pg_notify($2, $3)";
 
 impl PgBackend {
+    /// The backend of `config` over `tls`, connecting in the background (on the current
+    /// tokio runtime), telling `time` the store's clock, and sweeping expired counters.
+    pub(crate) fn start(
+        config: PgConfig,
+        tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+        time: TimeSink,
+    ) -> Self {
+        let subscriber = Arc::new((config.target.clone(), tls.clone()));
+        let connector = PgConnector {
+            target: config.target,
+            tls,
+            pool_size: config.pool_size.max(1),
+            statement_timeout: config.statement_timeout,
+            unlogged: config.unlogged,
+            migrated: AtomicBool::new(false),
+            key_prefix: config.key_prefix.clone(),
+        };
+        let link = Link::start(connector, time);
+        tokio::spawn(sweeper(Arc::downgrade(&link), config.sweep_interval));
+        Self {
+            link,
+            resets: listen::channel(&config.key_prefix),
+            key_prefix: config.key_prefix,
+            subscriber,
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    fn health(&self) -> &Health {
+        &self.link.health
+    }
+
+    /// One `tollgate_apply`, owning all it needs; it changes nothing if it runs after
+    /// `deadline` (database time).
+    fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let args = ApplyArgs::new(
+            &self.key_prefix,
+            args.key,
+            args.limits,
+            (args.debt, args.ask),
+            (args.deadline, args.around),
+        );
+        let link = self.link.clone();
+        Box::pin(async move {
+            let row = args
+                .run(pool.pick())
+                .await
+                .map_err(|e| classify(&link, e))?;
+            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
+    }
+
+    fn span(&self, limits: usize) -> tracing::Span {
+        tracing::debug_span!("PostgreSQL round trip", limits)
+    }
+
     /// Deletes the counter's row and NOTIFYs its key on the reset channel.
-    pub(crate) fn reset(
-        &self,
-        key: &str,
-    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+    fn reset(&self, key: &str) -> Sending {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
@@ -143,10 +164,7 @@ impl PgBackend {
     }
 
     /// A NOTIFY of `announced` on the reset channel.
-    pub(crate) fn announce(
-        &self,
-        announced: String,
-    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+    fn announce(&self, announced: String) -> Sending {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
@@ -163,45 +181,9 @@ impl PgBackend {
     }
 
     /// A LISTEN to the reset channel on a connection of its own.
-    pub(crate) fn subscription(&self) -> Subscribe {
+    fn subscription(&self) -> Subscribe {
         let (target, tls) = (*self.subscriber).clone();
         listen::subscription(target, tls, self.resets.clone())
-    }
-}
-
-impl PgBackend {
-    pub(crate) fn health(&self) -> &Health {
-        &self.link.health
-    }
-
-    /// One `tollgate_apply`, owning all it needs; it changes nothing if it runs after
-    /// `deadline` (database time).
-    pub(crate) fn check_and_count(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        (debt, ask): (u64, Ask),
-        deadline: Option<Timestamp>,
-        around: Timestamp,
-    ) -> Trip {
-        let Some(pool) = self.link.conn() else {
-            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
-        };
-        let args = ApplyArgs::new(
-            &self.key_prefix,
-            key,
-            limits,
-            (debt, ask),
-            (deadline, around),
-        );
-        let link = self.link.clone();
-        Box::pin(async move {
-            let row = args
-                .run(pool.pick())
-                .await
-                .map_err(|e| classify(&link, e))?;
-            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
-        })
     }
 }
 

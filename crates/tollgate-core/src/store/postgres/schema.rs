@@ -8,7 +8,10 @@
 //! windows: `tollgate_apply` takes their boundaries (2's signature calls it without); 4
 //! leases: `tollgate_apply` takes and gives back blocks, with one extra number (3's
 //! signature calls it with none); 5 stored numbers held at 2^53 − 1, as in the Redis
-//! script, where a charge made a bigint overflow.
+//! script, where a charge made a bigint overflow; 6 sliding windows keep where each
+//! sub-window's last hit landed, one more number per sub-window after every limit's
+//! (rows written before are read as before, their sub-windows ending at their ends;
+//! instances of version 5 read the new rows, ignoring what follows their limits).
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -24,7 +27,7 @@ use super::describe::describe;
 const SCHEMA: &str = include_str!("schema.sql");
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// Whether every piece `schema.sql` makes is there: the counter table, the counting
 /// function this version calls, the older signatures kept for a rolling upgrade's

@@ -12,7 +12,10 @@
 --                   (count * 256 + start, see algo/sliding.rs);
 --   fixed window:   window index, count;
 --   calendar window: the window's UTC start in microseconds, count;
---   token/leaky bucket (GCRA): theoretical arrival time.
+--   token/leaky bucket (GCRA): theoretical arrival time;
+-- then, per sliding window in order, the ring of its sub-windows' ends (where each one's
+-- last hit landed, in 1/65536ths). A row written before version 6 has no ends: it is
+-- read with every end at 65535.
 -- `shape` names the kinds and sliding precisions that layout was written for; a row whose
 -- shape differs (the rule changed) reads as empty. There is no index on `expires_us`:
 -- counter updates then touch no index and stay heap-only (HOT); the sweeper finds expired
@@ -78,6 +81,9 @@ DECLARE
     n integer := length(p_kinds);
     want_shape text := '';
     width integer := 0;
+    ends integer := 0;
+    e integer;
+    last bigint;
     row_shape text;
     row_state bigint[];
     placeholder boolean := false;
@@ -117,6 +123,7 @@ BEGIN
         IF kind = 's' THEN
             want_shape := want_shape || 's' || p_params[i] || ',';
             width := width + p_params[i]::integer + 2;
+            ends := ends + p_params[i]::integer + 1;
         ELSIF kind = 'f' OR kind = 'c' THEN
             want_shape := want_shape || kind || ',';
             width := width + 2;
@@ -158,12 +165,15 @@ BEGIN
     END IF;
 
     IF row_shape IS NOT DISTINCT FROM want_shape
-       AND coalesce(cardinality(row_state), 0) = width THEN
+       AND coalesce(cardinality(row_state), 0) IN (width, width + ends) THEN
         before := row_state;
     ELSE
-        before := array_fill(0::bigint, ARRAY[width]);
+        before := array_fill(0::bigint, ARRAY[width + ends]);
     END IF;
     after := before;
+    IF cardinality(after) = width AND ends > 0 THEN
+        after := after || array_fill(65535::bigint, ARRAY[ends]);
+    END IF;
 
     -- One step per pass: the debt (a charge), then the call's own hits; the second step
     -- reads the state the first left.
@@ -186,6 +196,7 @@ BEGIN
         LOOP
             admitted := true;
             o := 1;
+            e := width + 1;
             FOR i IN 1 .. n LOOP
                 kind := substr(p_kinds, i, 1);
                 win := p_windows[i]; param := p_params[i]; rpu := p_rpus[i];
@@ -213,17 +224,33 @@ BEGIN
                     END LOOP;
                     s := slot - param;
                     oldest := 0;
+                    last := 0;
                     IF s <= newest AND newest - s <= param THEN
                         oldest := after[o + 1 + ((s % ring) + ring) % ring];
+                        last := least(after[e + ((s % ring) + ring) % ring], 65535);
                     END IF;
-                    denominator := 65536 - (oldest % 256) * 256;
-                    room_left := least(65536 - fine, denominator);
-                    -- full + asked + count * left / denominator <= rpu
+                    -- Read as the Rust u32 count.
+                    cnt := least(oldest / 256, 4294967295);
+                    start := (oldest % 256) * 256;
+                    -- full + asked + count * inside / (last - start) <= rpu, where inside is
+                    -- the part of [start, last] after fine; at last <= start, all of it
+                    -- while fine < last.
                     room := rpu - full_count - asked;
-                    IF room < 0 OR (oldest / 256)::numeric * room_left > room::numeric * denominator THEN
+                    IF room < 0 THEN
                         admitted := false;
+                    ELSIF last <= start THEN
+                        IF fine < last AND cnt > room THEN
+                            admitted := false;
+                        END IF;
+                    ELSE
+                        room_left := greatest(last - greatest(fine, start), 0);
+                        denominator := last - start;
+                        IF cnt::numeric * room_left > room::numeric * denominator THEN
+                            admitted := false;
+                        END IF;
                     END IF;
                     o := o + param::integer + 2;
+                    e := e + param::integer + 1;
                 ELSIF kind = 'f' OR kind = 'c' THEN
                     stored := after[o];
                     cnt := after[o + 1];
@@ -303,6 +330,7 @@ BEGIN
            OR step_mode = 'g' THEN
             ttl := 0;
             o := 1;
+            e := width + 1;
             FOR i IN 1 .. n LOOP
                 kind := substr(p_kinds, i, 1);
                 win := p_windows[i]; param := p_params[i]; rpu := p_rpus[i];
@@ -316,6 +344,7 @@ BEGIN
                         s := greatest(newest + 1, slot - param);
                         WHILE s <= slot LOOP
                             after[o + 1 + ((s % ring) + ring) % ring] := 0;
+                            after[e + ((s % ring) + ring) % ring] := 0;
                             s := s + 1;
                         END LOOP;
                         after[o] := slot;
@@ -335,8 +364,11 @@ BEGIN
                         IF cnt < 2 AND param > 1 THEN
                             start := fine / 256;
                         END IF;
+                        -- Held at the Rust u32 count's most, which denies as the true one would.
                         after[o + 1 + ((slot % ring) + ring) % ring] :=
-                            least((cnt + step_hits)::numeric * 256 + start, max_units);
+                            least(cnt::numeric + step_hits, 4294967295)::bigint * 256 + start;
+                        after[e + ((slot % ring) + ring) % ring] :=
+                            greatest(after[e + ((slot % ring) + ring) % ring], fine);
                     ELSE
                         left_hits := step_hits;
                         s := slot;
@@ -352,6 +384,7 @@ BEGIN
                     END IF;
                     expires := (newest + param + 1) * sub;
                     o := o + param::integer + 2;
+                    e := e + param::integer + 1;
                 ELSIF kind = 'f' OR kind = 'c' THEN
                     w := at_slot[i];
                     cnt := at_aux[i];

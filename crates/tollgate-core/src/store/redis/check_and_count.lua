@@ -8,7 +8,9 @@
 -- counter, the state of its limits in order as MessagePack integers
 --   sliding: newest sub-window, then the ring of precision + 1 counts;
 --   fixed: window index, count;  calendar: the window's UTC start (µs), count;
---   gcra: theoretical arrival time.
+--   gcra: theoretical arrival time;
+-- then, per sliding limit in order, the ring of its sub-windows' ends. A state without
+-- the ends (stored before they were kept) is read with every end at 65535.
 -- One GET and one SET, and no number turned into text or back: what a hash of fields
 -- cost in field names and tonumber calls was half of the script's time. MessagePack
 -- rather than fixed-width integers: an empty sub-window takes one byte, so a counter
@@ -90,12 +92,16 @@ local function integers(v)
   return true
 end
 
--- How many numbers the limits keep.
-local size = 0
+-- How many numbers the limits keep, before the sliding windows' ends, and with them.
+local size, total = 0, 0
 for a = FIRST, #args, 4 do
   local kind = args[a]
-  if kind == 's' then size = size + args[a + 2] + 2 elseif kind == 'f' or kind == 'c' then size = size + 2 else size = size + 1 end
+  if kind == 's' then
+    size = size + args[a + 2] + 2
+    total = total + args[a + 2] + 1
+  elseif kind == 'f' or kind == 'c' then size = size + 2 else size = size + 1 end
 end
+total = total + size
 
 -- v: {ok, offset, then every limit's numbers in order} as unpacked, limit by limit from
 -- v[3] on. A stored value this layout cannot have written (not MessagePack, too long,
@@ -110,31 +116,34 @@ if type(raw) == 'table' then
   raw = false
 end
 local v
-if raw and #raw <= 9 * size then
-  v = { pcall(cmsgpack.unpack_limit, raw, size, 0) }
+if raw and #raw <= 9 * total then
+  v = { pcall(cmsgpack.unpack_limit, raw, total, 0) }
   local read, valid = false, false
-  if v[1] and v[2] == -1 and #v == size + 2 then read, valid = pcall(integers, v) end
+  if v[1] and v[2] == -1 and (#v == total + 2 or #v == size + 2) then read, valid = pcall(integers, v) end
   if not (read and valid) then v = nil end
 end
 if not v then
   raw = false
   v = { true, -1 }
-  for j = 3, size + 2 do v[j] = 0 end
+  for j = 3, total + 2 do v[j] = 0 end
 end
+for j = #v + 1, total + 2 do v[j] = 65535 end
 
 -- Check: whether `asked` units fit every limit of the state in v; per limit, the
 -- sub-window or window this call falls in, and the time into it (the same whatever is
--- asked). b: the index in v before the limit's first number.
+-- asked). b: the index in v before the limit's first number; e: before a sliding
+-- limit's first end.
 local expiry = nil
 local slots, fines = {}, {}
 local function check(asked)
   local admitted = true
-  local b = 2
+  local b, e = 2, size + 2
   for a = FIRST, #args, 4 do
     local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
     if kind == 's' then
       -- v[b + 1] is the newest sub-window s written, v[b + 2 + s % ring] its count * 256 +
-      -- start (where its count reached two, in 1/256ths of the sub-window); see
+      -- start (where its count reached two, in 1/256ths of the sub-window), v[e + 1 +
+      -- s % ring] its end (where its last hit landed, in 1/65536ths); see
       -- crates/tollgate-core/src/algo/sliding.rs. Sub-windows older than newest - param
       -- are stale and count as empty; newest <= slot.
       local ring, sub, newest = param + 1, window / param, v[b + 1]
@@ -149,19 +158,27 @@ local function check(asked)
         full = full + x - x % 256
       end
       full = full / 256
-      local oldest = 0
+      local oldest, last = 0, 0
       if slot - param <= newest then
         oldest = v[b + 2 + (slot - param) % ring]
+        last = min(v[e + 1 + (slot - param) % ring], 65535)
       end
       local start = oldest % 256
-      local denominator = 65536 - start * 256
-      local left = min(65536 - fine, denominator)
-      -- full + asked + count * left / denominator <= rpu
+      -- Read as the Rust u32 count; the product below then stays under 2^48.
+      local count = min((oldest - start) / 256, 4294967295)
+      start = start * 256
+      -- full + asked + count * inside / (last - start) <= rpu, where inside is the part of
+      -- [start, last] after fine; at last <= start, all of it while fine < last.
       local room = rpu - full - asked
-      if room < 0 or (oldest - start) / 256 * left > room * denominator then
+      if room < 0 then
+        admitted = false
+      elseif last <= start then
+        if fine < last and count > room then admitted = false end
+      elseif count * max(last - max(fine, start), 0) > room * (last - start) then
         admitted = false
       end
       b = b + param + 2
+      e = e + param + 1
     elseif kind == 'f' or kind == 'c' then
       local w, count
       if kind == 'f' then
@@ -222,14 +239,17 @@ local function step(mode, hits)
   -- last limit forgets them.
   if (admitted and mode == 'c') or mode == 'p' or mode == 'r' or mode == 'g' then
     local ttl = 0
-    local b = 2
+    local b, e = 2, size + 2
     for a = FIRST, #args, 4 do
       local kind, window, param, rpu = args[a], args[a + 1], args[a + 2], args[a + 3]
       local expires
       if kind == 's' then
         local ring, sub, newest, slot = param + 1, window / param, v[b + 1], slots[a]
         if slot > newest then
-          for s = max(newest + 1, slot - param), slot do v[b + 2 + s % ring] = 0 end
+          for s = max(newest + 1, slot - param), slot do
+            v[b + 2 + s % ring] = 0
+            v[e + 1 + s % ring] = 0
+          end
           newest = slot
           v[b + 1] = slot
         end
@@ -245,7 +265,10 @@ local function step(mode, hits)
           local start = v[j] % 256
           local count = (v[j] - start) / 256
           if count < 2 and param > 1 then start = floor(fines[a] / 256) end
-          v[j] = min((count + hits) * 256 + start, EXACT - 1)
+          -- Held at the Rust u32 count's most, which denies as the true one would.
+          v[j] = min(count + hits, 4294967295) * 256 + start
+          j = e + 1 + slot % ring
+          v[j] = max(v[j], fines[a])
         else
           local left = hits
           for s = slot, slot - param, -1 do
@@ -258,6 +281,7 @@ local function step(mode, hits)
         end
         expires = (newest + param + 1) * sub
         b = b + param + 2
+        e = e + param + 1
       elseif kind == 'f' or kind == 'c' then
         local w = slots[a]
         v[b + 1] = w
@@ -309,7 +333,7 @@ if debt > 0 then step('p', debt) end
 local admitted = step(mode, hits)
 if expiry then
   if expiry > 0 then
-    redis.call('SET', key, cmsgpack.pack(unpack(v, 3, size + 2)), 'PX', math.ceil(expiry / 1000))
+    redis.call('SET', key, cmsgpack.pack(unpack(v, 3, total + 2)), 'PX', math.ceil(expiry / 1000))
   else
     redis.call('DEL', key)
   end

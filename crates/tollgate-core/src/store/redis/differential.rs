@@ -8,7 +8,10 @@ use tollgate_testkit::redis::RedisServer;
 
 use super::script::{self, Check, ScriptReply};
 use crate::clock::Timestamp;
-use crate::store::shared::differential::{YEAR_US, fresh_key, limits, operation, replay};
+use crate::limit::Limit;
+use crate::store::shared::differential::{
+    YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
+};
 use crate::store::shared::protocol::Ask;
 
 /// One redis-server for every case of this test binary.
@@ -32,12 +35,41 @@ proptest! {
         let key = fresh_key().to_string();
         replay(&limits, &history, phase_us, |debt, ask, now, around| {
             let check = Check { key: &key, limits: &limits, ask, debt, deadline: None, now: Some(now), around };
-            let reply: ScriptReply = script::call(&script, "differential", &check)
-                .query(&mut conn)
-                .map_err(|e| e.to_string())?;
-            script::numbers(reply).map_err(|e| e.to_string())
+            run(&mut conn, &script, &check)
         })?;
     }
+}
+
+/// `ask` on counter `key` of `limits` at `now`, with no debt and no deadline.
+fn call_at(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    (key, limits): (&str, &[Limit]),
+    ask: Ask,
+    now: Timestamp,
+) -> Result<Vec<i64>, String> {
+    let check = Check {
+        key,
+        limits,
+        ask,
+        debt: 0,
+        deadline: None,
+        now: Some(now),
+        around: now,
+    };
+    run(conn, script, &check)
+}
+
+/// `check` through `script`, its reply as numbers.
+fn run(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    check: &Check<'_>,
+) -> Result<Vec<i64>, String> {
+    let reply: ScriptReply = script::call(script, "differential", check)
+        .query(conn)
+        .map_err(|e| e.to_string())?;
+    script::numbers(reply).map_err(|e| e.to_string())
 }
 
 /// Charges far past any limit (usage reported after the fact) leave a counter that still
@@ -86,4 +118,31 @@ fn huge_charges_still_deny() {
             "{algorithm:?}"
         );
     }
+}
+
+/// A counter the script stored before it kept sub-windows' ends still counts after an
+/// upgrade, as that script counted it (see [`read_after_upgrade`]).
+#[test]
+fn a_counter_stored_before_ends_were_kept_still_counts() {
+    let mut conn = redis().connection_as(None);
+    let script = script::script();
+    let loaded = script.load(&mut conn);
+    assert!(loaded.is_ok(), "{loaded:?}");
+    let at = Timestamp::from_micros(1_790_000_000_250_000);
+    let (limits, state) = stored_before_ends(at);
+    let key = fresh_key().to_string();
+    let stored: redis::RedisResult<()> = redis::cmd("EVAL")
+        .arg(
+            "local v = {} for i, a in ipairs(ARGV) do v[i] = tonumber(a) end \
+             redis.call('SET', KEYS[1], cmsgpack.pack(unpack(v)))",
+        )
+        .arg(1)
+        .arg(script::redis_key("differential", &key))
+        .arg(&state)
+        .query(&mut conn);
+    assert!(stored.is_ok(), "{stored:?}");
+    let read = read_after_upgrade(at, |hits, now| {
+        call_at(&mut conn, &script, (&key, &limits), Ask::Hits(hits), now)
+    });
+    assert_eq!(read, Ok(()));
 }

@@ -13,19 +13,16 @@ pub use reference::{ReferenceConfig, ReferenceStore};
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::future::Future;
-use std::pin::Pin;
-
 use futures_util::StreamExt as _;
 
 use self::connect::{Conn, RedisConnector, pubsub_client};
+use super::shared::SharedBehaviour;
 use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
-use super::shared::link::{Health, Link};
-use super::shared::{Backend, SharedBehaviour, SharedStore, Trip, TripError};
-use crate::clock::{Clock, Timestamp};
-use crate::limit::Limit;
+use super::shared::backend::{Backend, Sending, Trip, TripError};
+use super::shared::ledger::CallArgs;
+use super::shared::link::{Health, Link, TimeSink};
+use crate::clock::Timestamp;
 use crate::log_limit::LogLimit;
-use crate::store::shared::protocol::Ask;
 
 /// How a Redis store is set up.
 #[derive(Debug, Clone)]
@@ -38,37 +35,6 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// Timeout, failure mode and local view.
     pub behaviour: SharedBehaviour,
-}
-
-impl SharedStore {
-    /// A store in Redis, connecting in the background (on the current tokio runtime);
-    /// requests are decided per `on_error` until Redis answers.
-    pub fn redis(config: RedisConfig, clock: Arc<dyn Clock>, sweep_period: Duration) -> Arc<Self> {
-        let behaviour = config.behaviour;
-        let backend = |time| {
-            let script = Arc::new(script::script());
-            let connector = RedisConnector {
-                target: config.target.clone(),
-                tls: config.tls.clone(),
-                script: script.clone(),
-                key_prefix: config.key_prefix.clone(),
-            };
-            Backend::Redis(RedisBackend {
-                link: Link::start(connector, time),
-                script,
-                resets: format!("{}tollgate-reset", config.key_prefix),
-                key_prefix: config.key_prefix,
-                foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
-                subscriber: Arc::new(RedisConnector {
-                    target: config.target,
-                    tls: config.tls,
-                    script: Arc::new(script::script()),
-                    key_prefix: String::new(),
-                }),
-            })
-        };
-        Self::start(backend, behaviour, clock, sweep_period)
-    }
 }
 
 /// Counter keys found holding another type are logged at most once per this period.
@@ -88,32 +54,56 @@ pub(crate) struct RedisBackend {
 }
 
 impl RedisBackend {
-    pub(crate) fn health(&self) -> &Health {
+    /// The backend of `config`, connecting in the background (on the current tokio
+    /// runtime) and telling `time` the store's clock.
+    pub(crate) fn start(config: RedisConfig, time: TimeSink) -> Self {
+        let script = Arc::new(script::script());
+        let connector = RedisConnector {
+            target: config.target.clone(),
+            tls: config.tls.clone(),
+            script: script.clone(),
+            key_prefix: config.key_prefix.clone(),
+        };
+        Self {
+            link: Link::start(connector, time),
+            script,
+            resets: format!("{}tollgate-reset", config.key_prefix),
+            key_prefix: config.key_prefix,
+            foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
+            subscriber: Arc::new(RedisConnector {
+                target: config.target,
+                tls: config.tls,
+                script: Arc::new(script::script()),
+                key_prefix: String::new(),
+            }),
+        }
+    }
+}
+
+impl Backend for RedisBackend {
+    fn health(&self) -> &Health {
         &self.link.health
+    }
+
+    fn span(&self, limits: usize) -> tracing::Span {
+        tracing::debug_span!("Redis round trip", limits)
     }
 
     /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline`
     /// (Redis time).
-    pub(crate) fn check_and_count(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        (debt, ask): (u64, Ask),
-        deadline: Option<Timestamp>,
-        around: Timestamp,
-    ) -> Trip {
+    fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
         let check = script::Check {
-            key,
-            limits,
-            ask,
-            debt,
-            deadline,
+            key: args.key,
+            limits: args.limits,
+            ask: args.ask,
+            debt: args.debt,
+            deadline: args.deadline,
             now: None,
-            around,
+            around: args.around,
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let (script, link) = (self.script.clone(), self.link.clone());
@@ -136,14 +126,9 @@ impl RedisBackend {
             script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
-}
 
-impl RedisBackend {
     /// DEL of the counter, then PUBLISH of its key on the reset channel.
-    pub(crate) fn reset(
-        &self,
-        key: &str,
-    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+    fn reset(&self, key: &str) -> Sending {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
@@ -165,10 +150,7 @@ impl RedisBackend {
     }
 
     /// PUBLISH of `announced` on the reset channel.
-    pub(crate) fn announce(
-        &self,
-        announced: String,
-    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
+    fn announce(&self, announced: String) -> Sending {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
@@ -185,7 +167,7 @@ impl RedisBackend {
     }
 
     /// A SUBSCRIBE to the reset channel on a connection of its own.
-    pub(crate) fn subscription(&self) -> Subscribe {
+    fn subscription(&self) -> Subscribe {
         let (subscriber, channel) = (self.subscriber.clone(), self.resets.clone());
         Box::new(move || {
             let (subscriber, channel) = (subscriber.clone(), channel.clone());

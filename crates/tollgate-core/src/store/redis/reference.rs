@@ -23,6 +23,7 @@ use super::connect::{Conn, RedisConnector, RedisTarget, RedisTls};
 use crate::algo::{Decision, Hits, Verdict};
 use crate::clock::{Clock, NANOS_PER_SECOND, Timestamp};
 use crate::limit::Limit;
+use crate::lock::lock;
 use crate::stats::Histogram;
 use crate::store::shared::link::{Health, Link};
 use crate::store::{
@@ -316,7 +317,8 @@ impl ReferenceStore {
                 self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
                 Ok(count)
             }
-            Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("would overflow")) => {
+            // Said in the error's detail, or inside a pipeline failure's text.
+            Ok(Err(e)) if e.to_string().contains("would overflow") => {
                 // Redis refused to count past its largest integer: the count is there,
                 // far past any limit.
                 self.counts.round_trips.fetch_add(1, Ordering::Relaxed);
@@ -446,7 +448,7 @@ impl OverCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Timestamp>> {
         // Inserts and removals leave the map whole: a poisoned lock is still usable.
-        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.keys)
     }
 
     fn forget(&self, key: &str) {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::debts::Due;
 use super::{Answer, SharedStore, bump};
 use crate::algo::Hits;
 use crate::clock::{Timestamp, nanos_of};
@@ -54,26 +53,20 @@ impl SharedStore {
 
     /// Sends the debts no request has carried; each that does not land is owed again.
     async fn settle(self: &Arc<Self>) {
-        let due = self.debts.due(self.local.now(), SETTLE_BATCH);
-        join_all(
-            due.into_iter()
-                .map(|Due { key, limits, units }| async move {
-                    let call = (units, Hits::Check);
-                    let now = self.local.now();
-                    let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
-                    match self
-                        .round_trip(&key, &limits, call, deadline, SETTLE_TIMEOUT)
-                        .await
-                    {
-                        Answer::Ran(snapshot) => {
-                            self.debts.landed(&key, units);
-                            self.adopt(&key, &limits, call, snapshot);
-                        }
-                        Answer::Failed(_) => self.debts.restore(&key, units),
-                        Answer::Pending(trip) => self.hear_late(trip, &key, &limits, call, 0, now),
-                    }
+        let due = self.ledger.due(self.local.now(), SETTLE_BATCH);
+        join_all(due.iter().map(|due| async move {
+            let now = self.local.now();
+            let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
+            let call = self.ledger.settle(due, now, deadline);
+            match self.round_trip(call.args(), SETTLE_TIMEOUT).await {
+                Answer::Ran(snapshot) => call.ran(|| {
+                    let charged = (due.units, Hits::Check);
+                    self.adopt(&due.key, &due.limits, charged, snapshot);
                 }),
-        )
+                Answer::Failed(_) => call.failed(),
+                Answer::Pending(trip) => call.outlived(trip, 0, now),
+            }
+        }))
         .await;
     }
 }
@@ -91,16 +84,15 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let Some(store) = store.upgrade() else { return };
-            let call = (0, Hits::Check);
             let timeout = store.behaviour.timeout;
-            let answer = store
-                .round_trip(&job.key, &job.limits, call, None, timeout)
-                .await;
-            match answer {
-                Answer::Ran(snapshot) => {
+            let call = store
+                .ledger
+                .read((&job.key, &job.limits), store.local.now(), None);
+            match store.round_trip(call.args(), timeout).await {
+                Answer::Ran(snapshot) => call.ran(|| {
                     bump(&store.counts.refreshes);
-                    store.adopt(&job.key, &job.limits, call, snapshot);
-                }
+                    store.adopt(&job.key, &job.limits, (0, Hits::Check), snapshot);
+                }),
                 Answer::Failed(_) | Answer::Pending(_) => store.local.refresh_failed(&job.key),
             }
         });
@@ -141,7 +133,7 @@ async fn settler(store: Weak<SharedStore>) {
     loop {
         tick.tick().await;
         let Some(store) = store.upgrade() else { return };
-        if !store.debts.is_empty() && store.is_up() {
+        if !store.ledger.owes_nothing() && store.is_up() {
             store.settle().await;
         }
     }

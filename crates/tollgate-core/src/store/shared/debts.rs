@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::algo::LimitState;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
+use crate::lock::lock;
 
 /// Counters that may owe at once; past it a new debt is forgiven (and counted).
 pub(crate) const MAX_DEBTS: usize = 100_000;
@@ -299,7 +300,7 @@ impl Debts {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Debt>> {
         // Every update leaves the map whole, so a lock poisoned elsewhere is still usable.
-        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.ledger)
     }
 }
 

@@ -5,7 +5,9 @@
 //! afterwards says about the next request. Each store runs [`replay`] on a real server.
 //!
 //! The domain is every product below 2^53 (the Redis script is exact there): limits up to
-//! 2,000, windows from a second to a day, costs up to 500; and calendar windows (days to
+//! 2,000, windows from a second to a day, costs up to 500; sliding windows of a few
+//! requests, kept at their limit so that the oldest sub-window's weight decides; and
+//! calendar windows (days to
 //! years in zones either side of UTC), whose histories start shortly before a boundary of
 //! the first one, on any day of a year (so across daylight-saving changes), with the
 //! boundaries the store is given computed for a time up to an hour off its own.
@@ -69,7 +71,21 @@ pub(crate) fn limits() -> impl Strategy<Value = Vec<Limit>> {
             .or(fixed)
             .unwrap_or_else(|_: LimitError| Limit::new(rpu, unit))
     });
-    prop::collection::vec(prop_oneof![4 => one, 1 => calendar], 1..4)
+    // A sliding window kept near its limit, so that the oldest sub-window's weight decides.
+    let tight = (
+        1u32..30,
+        prop::sample::select(vec![1u32, 10]),
+        prop::sample::select(vec![1u32, 2, 10, 60]),
+    )
+        .prop_map(|(rpu, window_s, precision)| {
+            let base = Limit::new(rpu, Unit::Second)
+                .with_multiplier(window_s)
+                .unwrap_or_else(|_| Limit::new(rpu, Unit::Second));
+            base.clone()
+                .with_algorithm(Algorithm::SlidingWindow { precision })
+                .unwrap_or(base)
+        });
+    prop::collection::vec(prop_oneof![4 => one, 1 => calendar, 2 => tight], 1..4)
 }
 
 /// One call: the gap since the last in microseconds, the debt it carries, and what it
@@ -200,4 +216,54 @@ pub(crate) fn replay(
 pub(crate) fn fresh_key() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(Instant::now())
+}
+
+/// A counter as a version before sub-windows' ends were kept stored it: three units of a
+/// limit of 3 per 10 s (1 s sub-windows), counted at `at`. The limit, and the store's
+/// numbers for it.
+pub(crate) fn stored_before_ends(at: Timestamp) -> (Vec<Limit>, Vec<u64>) {
+    let limit = Limit::new(3, Unit::Second)
+        .with_multiplier(10)
+        .unwrap_or_else(|_| Limit::new(3, Unit::Second));
+    let slot = at.as_micros() / 1_000_000;
+    let mut state = vec![0; 12];
+    state[0] = slot;
+    state[1 + usize::try_from(slot % 11).unwrap_or(0)] = 3 * 256;
+    (vec![limit], state)
+}
+
+/// Reads through `call` (the store's check-and-count at an instant; its raw reply) the
+/// counter [`stored_before_ends`] left at `at`: its units count as that version counted
+/// them (their sub-window weighed up to its end), the store and the algorithm agree on
+/// it, and the first write stores it with its ends.
+pub(crate) fn read_after_upgrade(
+    at: Timestamp,
+    mut call: impl FnMut(Hits, Timestamp) -> Result<Vec<i64>, String>,
+) -> Result<(), String> {
+    let (limits, _) = stored_before_ends(at);
+    let slot_start = Timestamp::from_micros(at.as_micros() / 1_000_000 * 1_000_000);
+    // Half a window later: all three count. A window and three quarters of a sub-window
+    // after their sub-window began: a quarter of them.
+    for (after_ms, hits, admits) in [(5_000, 1, false), (10_750, 3, false), (10_750, 2, true)] {
+        let now = slot_start + Duration::from_millis(after_ms);
+        let raw = call(Hits::Consume(hits), now)?;
+        let Ok(Reply::Ran {
+            admitted, states, ..
+        }) = protocol::decode(&raw, &limits)
+        else {
+            return Err(format!("unreadable reply {raw:?}"));
+        };
+        let theirs = evaluate(&states, &limits, now, hits).decision.admitted;
+        if (admitted, theirs) != (admits, admits) {
+            return Err(format!(
+                "{hits} at +{after_ms} ms: the store said {admitted}, its state {theirs}"
+            ));
+        }
+    }
+    let raw = call(Hits::Check, slot_start + Duration::from_millis(10_800))?;
+    // The flag, the clock, newest, 11 sub-windows and their 11 ends.
+    if raw.len() != 25 {
+        return Err(format!("not stored with its ends: {raw:?}"));
+    }
+    Ok(())
 }

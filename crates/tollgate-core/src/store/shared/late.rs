@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::ledger::{CallArgs, Ledger};
 use super::protocol::{self, Reply};
-use super::{SharedStore, Trip, counted};
+use super::{Trip, counted};
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -21,30 +22,32 @@ const MAX_AWAITED: usize = 10_000;
 /// Longest a call is awaited after its request was answered; then it is taken as not run.
 const LATE_WAIT: Duration = Duration::from_secs(30);
 
-impl SharedStore {
-    /// Awaits `trip`, a call of `debt` then `hits` whose request was decided without it
-    /// at `now`, its fallback counting `decided` units (negative: given back; what it
-    /// admitted is awaited in the ledger meanwhile).
+impl Ledger {
+    /// Awaits `trip`, the call of `args` (its own `hits`) whose request was decided
+    /// without it at `now`, its fallback counting `decided` units (negative: given back;
+    /// what it admitted is awaited in the debts meanwhile).
     pub(super) fn hear_late(
         self: &Arc<Self>,
         trip: Trip,
-        key: &str,
-        limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        args: &CallArgs<'_>,
+        hits: Hits,
         decided: i64,
         now: Timestamp,
     ) {
+        let (key, limits, debt) = (args.key, args.limits, args.debt);
         if self.awaited.fetch_add(1, Ordering::Relaxed) >= MAX_AWAITED {
             self.awaited.fetch_sub(1, Ordering::Relaxed);
             self.reconcile(key, limits, debt, None, decided, now);
             return;
         }
-        let store = Arc::downgrade(self);
+        let ledger = Arc::downgrade(self);
         let (key, limits): (Box<str>, Box<[Limit]>) = (key.into(), limits.into());
         tokio::spawn(async move {
             let raw = tokio::time::timeout(LATE_WAIT, trip).await;
-            let Some(store) = store.upgrade() else { return };
-            store.awaited.fetch_sub(1, Ordering::Relaxed);
+            let Some(ledger) = ledger.upgrade() else {
+                return;
+            };
+            ledger.awaited.fetch_sub(1, Ordering::Relaxed);
             let stored = match raw {
                 Ok(Ok(raw)) => match protocol::decode(&raw, &limits) {
                     Ok(Reply::Ran { admitted, .. }) => Some(counted(hits, admitted)),
@@ -52,7 +55,7 @@ impl SharedStore {
                 },
                 Ok(Err(_)) | Err(_) => None,
             };
-            store.reconcile(&key, &limits, debt, stored, decided, now);
+            ledger.reconcile(&key, &limits, debt, stored, decided, now);
         });
     }
 

@@ -2,7 +2,7 @@
 //! store in one call (counted there as consumed) and admits from it locally, giving back
 //! what it did not spend when demand drops or the block's window ends.
 //!
-//! A block may be spent only where the store counted it (docs/ARCHITECTURE.md, Leases):
+//! A block may be spent only where the store counted it (docs/SHARED-STORE.md, Leases):
 //! until the end of the take's window (fixed) or sub-window (sliding), and for GCRA only
 //! as fast as the bucket would have refilled it. Store time is bounded from above by the
 //! store's clock at the take plus the local time elapsed since the call was sent, so a
@@ -21,6 +21,7 @@ use super::protocol::Ask;
 use crate::algo::{LimitState, Verdict, evaluate};
 use crate::clock::{Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
+use crate::lock::lock;
 use crate::store::LeaseView;
 
 /// How hot counters lease blocks of their limit.
@@ -142,7 +143,21 @@ pub(crate) struct Leases {
 }
 
 /// A block to give back: the counter, its limits, the call.
-pub(crate) type GiveBack = (String, Vec<Limit>, Ask);
+#[derive(Debug)]
+pub(crate) struct GiveBack {
+    pub(crate) key: String,
+    pub(crate) limits: Vec<Limit>,
+    pub(crate) ask: Ask,
+}
+
+/// What the counter's block does for a request.
+pub(crate) enum Spend {
+    /// Admitted from the block held.
+    Spent(Verdict),
+    /// The block cannot serve it: what the request does next, and a block that can serve
+    /// no more, to give back.
+    Missed { next: Miss, stale: Option<GiveBack> },
+}
 
 /// What a request the counter's block cannot serve does next.
 pub(crate) enum Miss {
@@ -184,27 +199,30 @@ impl Leases {
     /// Admits `n` units from the counter's block at local time `local` if it holds them;
     /// else, when the counter is hot, the block to ask for (marked as being taken) or the
     /// take to wait for. A block that can no longer serve is handed back for giving back.
-    pub(crate) fn spend(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        n: u64,
-        local: Timestamp,
-    ) -> Result<Verdict, (Miss, Option<GiveBack>)> {
+    pub(crate) fn spend(&self, key: &str, limits: &[Limit], n: u64, local: Timestamp) -> Spend {
         let most = self.max_block(limits);
         if most == 0 || n >= most {
-            return Err((Miss::Usual, None));
+            return Spend::Missed {
+                next: Miss::Usual,
+                stale: None,
+            };
         }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = lock(&self.entries);
         // The key is copied only for a new entry: a hot counter's requests do not allocate.
         if !entries.contains_key(key) {
             if entries.len() >= MAX_ENTRIES {
-                return Err((Miss::Usual, None));
+                return Spend::Missed {
+                    next: Miss::Usual,
+                    stale: None,
+                };
             }
             entries.insert(key.to_owned(), Entry::default());
         }
         let Some(entry) = entries.get_mut(key) else {
-            return Err((Miss::Usual, None));
+            return Spend::Missed {
+                next: Miss::Usual,
+                stale: None,
+            };
         };
         let period = period_of(local);
         if period != entry.period {
@@ -218,15 +236,19 @@ impl Leases {
         }
         entry.count = entry.count.saturating_add(n);
         if let Some(verdict) = self.spend_held(entry, n, local) {
-            return Ok(verdict);
+            return Spend::Spent(verdict);
         }
         let stale = entry.block.take().and_then(|b| give_back(key, b));
         if let Some(taking) = &entry.taking {
             // Made under the lock, so the take's answer cannot come between.
-            return Err((Miss::Wait(Box::pin(taking.clone().notified_owned())), stale));
+            let next = Miss::Wait(Box::pin(taking.clone().notified_owned()));
+            return Spend::Missed { next, stale };
         }
         if entry.rate < 2 {
-            return Err((Miss::Usual, stale));
+            return Spend::Missed {
+                next: Miss::Usual,
+                stale,
+            };
         }
         // Near the limit, a quarter of the room at the last take: down to one per call.
         let room = entry.room.filter(|&(_, until)| local < until);
@@ -235,16 +257,22 @@ impl Leases {
             .clamp(n, most)
             .min(room.map_or(most, |(room, _)| room / 4));
         if want <= n {
-            return Err((Miss::Usual, stale));
+            return Spend::Missed {
+                next: Miss::Usual,
+                stale,
+            };
         }
         entry.taking = Some(Arc::new(Notify::new()));
-        Err((Miss::Take(want), stale))
+        Spend::Missed {
+            next: Miss::Take(want),
+            stale,
+        }
     }
 
     /// After waiting for a take: `n` units from the block it left, if it holds them (the
     /// request was counted in the rate when it first came).
     pub(crate) fn spend_waited(&self, key: &str, n: u64, local: Timestamp) -> Option<Verdict> {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = lock(&self.entries);
         self.spend_held(entries.get_mut(key)?, n, local)
     }
 
@@ -281,7 +309,7 @@ impl Leases {
             Timestamp::MAX => sent_local + PERIOD,
             ends => sent_local + ends.since(now),
         };
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = lock(&self.entries);
         let entry = entries.get_mut(key)?;
         let waiting = entry.taking.take();
         if granted == 0 {
@@ -311,7 +339,7 @@ impl Leases {
 
     /// A take that failed: the counter may try again.
     pub(crate) fn failed(&self, key: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = lock(&self.entries);
         if let Some(entry) = entries.get_mut(key) {
             wake(entry.taking.take());
         }
@@ -322,7 +350,7 @@ impl Leases {
     pub(crate) fn sweep(&self, local: Timestamp, all: bool) -> Vec<GiveBack> {
         let idle = |since: Timestamp| all || local.since(since) >= IDLE_PERIODS * PERIOD;
         let mut out = Vec::new();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = lock(&self.entries);
         entries.retain(|key, entry| {
             let done = entry
                 .block
@@ -338,7 +366,7 @@ impl Leases {
 
     /// The block held on `key` at local time `local`, if any.
     pub(crate) fn view(&self, key: &str, local: Timestamp) -> Option<LeaseView> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entries = lock(&self.entries);
         let block = entries.get(key)?.block.as_ref()?;
         let ends =
             (block.ends != Timestamp::MAX).then(|| block.ends.since(block.store_time(local)));
@@ -352,7 +380,7 @@ impl Leases {
     /// Counter `key` was reset (all counters: None): the blocks held on it are dropped,
     /// not given back, since what they leased was deleted with it.
     pub(crate) fn forget(&self, key: Option<&str>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = lock(&self.entries);
         match key {
             Some(key) => {
                 if let Some(entry) = entries.get_mut(key) {
@@ -389,7 +417,11 @@ fn give_back(key: &str, block: Block) -> Option<GiveBack> {
             units,
             taken: block.taken,
         };
-        (key.to_owned(), block.limits, ask)
+        GiveBack {
+            key: key.to_owned(),
+            limits: block.limits,
+            ask,
+        }
     })
 }
 

@@ -17,6 +17,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
 
 use crate::clock::Timestamp;
+use crate::lock::lock;
 
 /// How long one health probe may take.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -134,10 +135,7 @@ impl Health {
 
     /// Why the store last failed, if it has.
     pub(crate) fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.last_error).clone()
     }
 
     /// Waits until the store answers, at most `limit`; whether it does.
@@ -180,7 +178,7 @@ impl Health {
             tracing::info!("{} connected", self.name);
         }
         let Some(why) = why else { return };
-        let mut last = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last_error);
         // Each new reason once at warn level; the same failure repeating only at debug.
         if was || last.as_deref() != Some(why.as_str()) {
             tracing::warn!(

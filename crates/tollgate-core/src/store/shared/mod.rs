@@ -12,6 +12,7 @@
 //! is heard from ([`late`]), only what the store did not count is charged later.
 
 pub(crate) mod announce;
+pub(crate) mod backend;
 mod background;
 mod debts;
 #[cfg(test)]
@@ -21,20 +22,19 @@ mod fleet;
 mod in_flight;
 mod late;
 pub(crate) mod lease;
+pub(crate) mod ledger;
 pub(crate) mod link;
 pub(crate) mod protocol;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-use self::debts::Debts;
-use self::in_flight::InFlight;
-use self::link::{Health, TimeSink};
+pub(crate) use self::backend::{Backend, Trip, TripError};
+use self::ledger::{CallArgs, Ledger};
+use self::link::TimeSink;
 use self::protocol::{Ask, Reply};
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
@@ -45,26 +45,6 @@ use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
 use crate::stats::Histogram;
 
-/// Why one round trip failed, as the store saw it.
-#[derive(Debug)]
-pub(crate) enum TripError {
-    /// Nothing was sent: the store is believed down.
-    NotConnected,
-    /// The store's own time limit cut the call (PostgreSQL's statement timeout): it
-    /// changed nothing.
-    #[cfg(feature = "postgres")]
-    Timeout,
-    /// The connection failed, or the store can no longer write (a former primary): the
-    /// backend has reported the link down.
-    Lost(Arc<dyn std::error::Error + Send + Sync>),
-    /// The store answered with an error.
-    Failed(Arc<dyn std::error::Error + Send + Sync>),
-}
-
-/// One round trip, owning all it needs, so that a call the request stopped waiting for
-/// can still be heard from; the raw reply of [`protocol`].
-pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<Vec<i64>, TripError>> + Send>>;
-
 /// How a round trip ended for the one waiting on it.
 enum Answer {
     /// The store ran the call.
@@ -74,87 +54,6 @@ enum Answer {
     Failed(StoreError),
     /// No answer within the wait; the call may still run.
     Pending(Trip),
-}
-
-/// The store a [`SharedStore`] talks to: a closed set, statically dispatched.
-pub(crate) enum Backend {
-    #[cfg(feature = "redis")]
-    Redis(super::redis::RedisBackend),
-    #[cfg(feature = "postgres")]
-    Postgres(super::postgres::PgBackend),
-}
-
-impl Backend {
-    fn health(&self) -> &Health {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.health(),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.health(),
-        }
-    }
-
-    /// The span of one round trip: a child of the request's span when tracing is on;
-    /// with it off the callsite is disabled and this costs one check.
-    fn span(&self, limits: usize) -> tracing::Span {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => tracing::debug_span!("Redis round trip", limits),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => tracing::debug_span!("PostgreSQL round trip", limits),
-        }
-    }
-
-    /// Deletes counter `key` in the store and announces it to every instance.
-    fn reset(&self, key: &str) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.reset(key),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.reset(key),
-        }
-    }
-
-    /// Publishes `announced` on the channel resets are announced on.
-    fn announce(
-        &self,
-        announced: String,
-    ) -> Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.announce(announced),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.announce(announced),
-        }
-    }
-
-    /// How to subscribe to the store's announcements.
-    fn subscription(&self) -> announce::Subscribe {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.subscription(),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.subscription(),
-        }
-    }
-
-    /// One atomic check-and-count of `ask` after `debt`, under way once first polled;
-    /// `around` is the store time expected, which places calendar windows' boundaries.
-    fn check_and_count(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        call: (u64, Ask),
-        deadline: Option<Timestamp>,
-        around: Timestamp,
-    ) -> Trip {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(b) => b.check_and_count(key, limits, call, deadline, around),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(b) => b.check_and_count(key, limits, call, deadline, around),
-        }
-    }
 }
 
 /// How a shared store (Redis or PostgreSQL) behaves towards requests.
@@ -211,17 +110,14 @@ fn bump(counter: &AtomicU64) {
 
 /// A store shared by every instance pointed at it, with a local view in front.
 pub struct SharedStore {
-    backend: Backend,
+    backend: Box<dyn Backend>,
     local: LocalView,
     behaviour: SharedBehaviour,
     refresh_tx: tokio::sync::mpsc::Sender<background::Refresh>,
     counts: Counts,
-    /// What this instance admitted without the store and still owes it.
-    debts: Debts,
-    /// Round trips that outlived their request's wait and are still awaited ([`late`]).
-    awaited: AtomicUsize,
-    /// Units asked of the store and not yet answered, which a fallback must leave room for.
-    in_flight: InFlight,
+    /// What this instance owes the store, its units in calls not answered yet, and its
+    /// calls heard late.
+    ledger: Arc<Ledger>,
     /// Blocks of hot counters held by this instance.
     leases: lease::Leases,
 }
@@ -238,7 +134,7 @@ impl SharedStore {
     /// Starts the store made by `backend` (given where to report the store's clock) on
     /// the current tokio runtime; requests are decided per `on_error` until it answers.
     pub(crate) fn start(
-        backend: impl FnOnce(TimeSink) -> Backend,
+        backend: impl FnOnce(TimeSink) -> Box<dyn Backend>,
         behaviour: SharedBehaviour,
         clock: Arc<dyn Clock>,
         sweep_period: Duration,
@@ -260,9 +156,7 @@ impl SharedStore {
                 behaviour,
                 refresh_tx,
                 counts: Counts::default(),
-                debts: Debts::default(),
-                awaited: AtomicUsize::new(0),
-                in_flight: InFlight::default(),
+                ledger: Arc::default(),
                 leases: lease::Leases::new(behaviour.leases),
             }
         });
@@ -297,7 +191,7 @@ impl SharedStore {
         let local = self.local.stats();
         let c = &self.counts;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
-        let debts = self.debts.stats();
+        let debts = self.ledger.stats();
         StoreStats {
             up: self.is_up(),
             counters: local.entries,
@@ -335,11 +229,8 @@ impl SharedStore {
         let now = self.local.now();
         let local = self.local.peek(key, limits, now, hits);
         let deadline = self.local.deadline(now, self.behaviour.timeout);
-        let call = (0, Hits::Check);
-        let shared = match self
-            .round_trip(key, limits, call, deadline, self.behaviour.timeout)
-            .await
-        {
+        let call = self.ledger.read((key, limits), now, deadline);
+        let shared = match self.round_trip(call.args(), self.behaviour.timeout).await {
             Answer::Ran(snapshot) => {
                 // The reply holds no state when the store has no such counter.
                 let held =
@@ -383,6 +274,9 @@ impl SharedStore {
         self.local.now()
     }
 
+    /// Decides `hits` on counter `key` in four steps: from this instance's lease on it;
+    /// from its local view's denial; from the view while calls for it are not heard from;
+    /// else by one call to the store.
     pub(crate) async fn apply(
         self: &Arc<Self>,
         key: &str,
@@ -404,36 +298,62 @@ impl SharedStore {
             bump(&self.counts.local_denials);
             return Ok((denied, DecidedBy::LocalView));
         }
-        // Units admitted while this counter's calls are still out (a late call, a charge
-        // being sent) are unknown to the store, whose check would admit past them; until
-        // those calls are heard from, the view, which holds them, decides as for a store
-        // that did not answer, leaving room for the calls in flight.
-        if self.behaviour.on_error == OnStoreError::Local && self.debts.uncertain(key) > 0 {
-            let pending = self.in_flight.units(key);
-            let timeout = StoreError::Timeout;
-            let verdict = self.fall_back(key, limits, (hits, pending), now, timeout, |v| {
-                let decided = counted(hits, v.decision.admitted);
-                self.debts.owe(key, limits, decided, now);
-            })?;
-            return Ok((verdict, DecidedBy::Fallback));
+        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now) {
+            return verdict.map(|verdict| (verdict, DecidedBy::Fallback));
         }
-        let debt = self.debts.take(key, now);
+        self.send(key, limits, hits, now, timeout).await
+    }
+
+    /// Units admitted while this counter's calls are still out (a late call, a charge
+    /// being sent) are unknown to the store, whose check would admit past them; until
+    /// those calls are heard from, the view, which holds them, decides (with `local`) as
+    /// for a store that did not answer, leaving room for the calls in flight.
+    fn decide_uncertain(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        now: Timestamp,
+    ) -> Option<Result<Verdict, StoreError>> {
+        if self.behaviour.on_error != OnStoreError::Local || self.ledger.uncertain(key) == 0 {
+            return None;
+        }
+        let pending = self.ledger.in_flight(key);
+        let verdict = self.fall_back(
+            key,
+            limits,
+            (hits, pending),
+            now,
+            StoreError::Timeout,
+            |v| {
+                let decided = counted(hits, v.decision.admitted);
+                self.ledger.owe(key, limits, decided, now);
+            },
+        );
+        Some(verdict)
+    }
+
+    /// One call for `hits`, carrying what the counter owes, waited for at most
+    /// `timeout`: the store's answer, or the verdict per `--on-store-error` without one.
+    async fn send(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        now: Timestamp,
+        timeout: Duration,
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
         let deadline = self.local.deadline(now, timeout);
+        let call = self
+            .ledger
+            .open((key, limits), Ask::Hits(hits), now, deadline);
         let span = self.backend.span(limits.len());
-        let call = (debt, hits);
-        let sent = self.in_flight.send(key, hits);
-        match self
-            .round_trip(key, limits, call, deadline, timeout)
-            .instrument(span)
-            .await
-        {
+        match self.round_trip(call.args(), timeout).instrument(span).await {
             Answer::Ran(snapshot) => {
                 bump(&self.counts.round_trips);
-                if debt > 0 {
-                    self.debts.landed(key, debt);
-                }
                 let ran_at = snapshot.now;
-                let verdict = self.adopt(key, limits, call, snapshot);
+                let debt = call.args().debt;
+                let verdict = call.ran(|| self.adopt(key, limits, (debt, hits), snapshot));
                 if let Hits::Refund(1..) = hits {
                     // Answered once every instance may know: the next request anywhere
                     // is decided on the count the refund left.
@@ -442,24 +362,24 @@ impl SharedStore {
                 Ok((verdict, DecidedBy::Store))
             }
             Answer::Failed(e) => {
-                self.debts.restore(key, debt);
-                let pending = sent.others();
+                let pending = call.others_in_flight();
+                call.failed();
                 self.fall_back(key, limits, (hits, pending), now, e, |verdict| {
                     let decided = counted(hits, verdict.decision.admitted);
-                    self.debts.owe(key, limits, decided, now);
+                    self.ledger.owe(key, limits, decided, now);
                 })
                 .map(|verdict| (verdict, DecidedBy::Fallback))
             }
             Answer::Pending(trip) => {
                 let mut decided = 0;
-                let hits_and_pending = (hits, sent.others());
+                let hits_and_pending = (hits, call.others_in_flight());
                 let timeout = StoreError::Timeout;
                 let verdict = self.fall_back(key, limits, hits_and_pending, now, timeout, |v| {
                     decided = counted(hits, v.decision.admitted);
-                    self.debts
+                    self.ledger
                         .expect(key, limits, u64::try_from(decided).unwrap_or(0));
                 });
-                self.hear_late(trip, key, limits, call, decided, now);
+                call.outlived(trip, decided, now);
                 verdict.map(|verdict| (verdict, DecidedBy::Fallback))
             }
         }
@@ -504,7 +424,7 @@ impl SharedStore {
     /// The store's answer to `call` as the verdict and the counter's new view, which also
     /// holds what this instance admitted that the store has not counted yet.
     fn adopt(&self, key: &str, limits: &[Limit], call: (u64, Hits), snapshot: Snapshot) -> Verdict {
-        let unsettled = || self.debts.unsettled(key);
+        let unsettled = || self.ledger.unsettled(key);
         let (verdict, disagreed) = self.local.adopt(key, limits, call, snapshot, unsettled);
         if disagreed {
             bump(&self.counts.disagreements);
@@ -517,20 +437,12 @@ impl SharedStore {
     }
 
     /// One check-and-count, waited for at most `timeout`. The store ignores it if it runs
-    /// after `deadline` (store time), by when this request will have been answered
+    /// after its deadline (store time), by when its request will have been answered
     /// without it.
-    async fn round_trip(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        call: (u64, Hits),
-        deadline: Option<Timestamp>,
-        timeout: Duration,
-    ) -> Answer {
-        let call = (call.0, Ask::Hits(call.1));
-        match self.call(key, limits, call, deadline, timeout).await {
+    async fn round_trip(&self, args: &CallArgs<'_>, timeout: Duration) -> Answer {
+        match self.call(args, timeout).await {
             Err(trip) => Answer::Pending(trip),
-            Ok(raw) => match self.read(raw, limits) {
+            Ok(raw) => match self.read(raw, args.limits) {
                 Ok(snapshot) => Answer::Ran(snapshot),
                 Err(e) => Answer::Failed(e),
             },
@@ -542,17 +454,11 @@ impl SharedStore {
     /// finish in time.
     async fn call(
         &self,
-        key: &str,
-        limits: &[Limit],
-        call: (u64, Ask),
-        deadline: Option<Timestamp>,
+        args: &CallArgs<'_>,
         timeout: Duration,
     ) -> Result<Result<Vec<i64>, TripError>, Trip> {
         let started = Instant::now();
-        let around = self.local.now();
-        let mut trip = self
-            .backend
-            .check_and_count(key, limits, call, deadline, around);
+        let mut trip = self.backend.check_and_count(args);
         let answer = tokio::time::timeout(timeout, &mut trip).await;
         self.counts.latency.observe(started.elapsed());
         answer.map_err(|_| {

@@ -187,18 +187,18 @@ pub(crate) enum ReplyError {
 
 /// Decodes a raw reply for `limits`: the flag (1 admitted, 0 denied, -1 late), the store's
 /// clock in microseconds, then the state of each limit in order, or no state at all when
-/// the store held no counter (every limit fresh).
+/// the store held no counter (every limit fresh). After every limit's numbers come, per
+/// sliding window in order, the ends of its sub-windows; a counter stored before ends
+/// were kept has none (see [`SlidingWindow::from_ring`]).
 pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError> {
     let Some((&flag, rest)) = raw.split_first() else {
         return Err(ReplyError::Short(0));
     };
-    let mut numbers = rest.iter().map(|&n| u64::try_from(n).map_err(|_| n));
-    let mut next = || match numbers.next() {
-        Some(Ok(n)) => Ok(n),
-        Some(Err(n)) => Err(ReplyError::Negative(n)),
+    let number = |i: usize| match rest.get(i) {
+        Some(&n) => u64::try_from(n).map_err(|_| ReplyError::Negative(n)),
         None => Err(ReplyError::Short(raw.len())),
     };
-    let now = Timestamp::from_micros(next()?);
+    let now = Timestamp::from_micros(number(0)?);
     if flag == -1 {
         return Ok(Reply::Late { now });
     }
@@ -211,20 +211,36 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
             states,
         });
     }
+    let without_ends = 1 + limits.iter().map(stored_numbers).sum::<usize>();
+    let mut at = 1;
+    let mut ends_at = (rest.len() > without_ends).then_some(without_ends);
+    let run = |from: &mut usize, len: usize| {
+        let numbers = (*from..*from + len)
+            .map(number)
+            .collect::<Result<Vec<_>, _>>();
+        *from += len;
+        numbers
+    };
     let mut states = Vec::with_capacity(limits.len());
     for limit in limits {
         states.push(match limit.algorithm {
             Algorithm::SlidingWindow { precision } => {
-                let newest = next()?;
-                let ring = (0..=precision).map(|_| next()).collect::<Result<_, _>>()?;
-                LimitState::Sliding(SlidingWindow::from_ring(newest, ring))
+                let ring = precision as usize + 1;
+                let newest = run(&mut at, 1)?[0];
+                let counts = run(&mut at, ring)?;
+                let ends = match ends_at.as_mut() {
+                    Some(from) => Some(run(from, ring)?),
+                    None => None,
+                };
+                LimitState::Sliding(SlidingWindow::from_ring(newest, counts, ends))
             }
             Algorithm::FixedWindow => {
-                let window = next()?;
-                LimitState::Fixed(FixedWindow::from_parts(window, next()?))
+                let parts = run(&mut at, 2)?;
+                LimitState::Fixed(FixedWindow::from_parts(parts[0], parts[1]))
             }
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                LimitState::Gcra(Gcra::from_tat(Timestamp::from_micros(next()?)))
+                let tat = run(&mut at, 1)?[0];
+                LimitState::Gcra(Gcra::from_tat(Timestamp::from_micros(tat)))
             }
         });
     }
@@ -233,4 +249,13 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
         now,
         states,
     })
+}
+
+/// How many numbers a limit's state takes in a store, before the sliding windows' ends.
+fn stored_numbers(limit: &Limit) -> usize {
+    match limit.algorithm {
+        Algorithm::SlidingWindow { precision } => precision as usize + 2,
+        Algorithm::FixedWindow => 2,
+        Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 1,
+    }
 }

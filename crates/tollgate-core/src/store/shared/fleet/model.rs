@@ -10,7 +10,7 @@
 //!   most [`LEASE_LEEWAY`] of them;
 //! - a refusal by the store or a local view is one the exact counter would make, but for
 //!   [`LEASE_LEEWAY`]: units leased to instances are counted in the store before they
-//!   are admitted (README, "Leases"). A refusal decided per `--on-store-error` is the
+//!   are admitted (docs/STORES.md, "Leases"). A refusal decided per `--on-store-error` is the
 //!   setting's (here: deny) and is not held to it.
 
 use std::sync::Arc;

@@ -107,7 +107,7 @@ async fn a_take_out_counts_every_unit_it_asks_for_in_flight() {
     let (units, _) = until_async(
         "a take in flight",
         Duration::from_secs(2),
-        async || match store.in_flight.units(KEY) {
+        async || match store.ledger.in_flight(KEY) {
             0 => Err("none".into()),
             units => Ok(units),
         },
@@ -144,7 +144,7 @@ async fn a_take_carries_what_the_counter_owes() {
     let owed = (Hits::Consume(95), 0);
     let fallback = store.fall_back(KEY, &limits, owed, now, StoreError::Timeout, |v| {
         let decided = counted(Hits::Consume(95), v.decision.admitted);
-        store.debts.owe(KEY, &limits, decided, now);
+        store.ledger.owe(KEY, &limits, decided, now);
     });
     assert!(fallback.is_ok_and(|v| v.decision.admitted));
     // 98 of 100 are used: whatever leases or the store decide, 2 more at most.

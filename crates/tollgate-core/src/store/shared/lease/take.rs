@@ -5,30 +5,43 @@ use std::sync::Arc;
 
 use tracing::Instrument as _;
 
-use super::{GiveBack, Leases, Miss, PERIOD};
+use super::{GiveBack, Leases, Miss, PERIOD, Spend};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
+use crate::store::shared::ledger::CallArgs;
 use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
 /// it lets the counter take again and the requests waiting for it go on.
 pub(super) struct TakeOut<'a> {
-    pub(super) leases: &'a Leases,
-    pub(super) key: &'a str,
+    leases: &'a Leases,
+    key: &'a str,
+    answered: bool,
 }
 
-impl TakeOut<'_> {
+impl<'a> TakeOut<'a> {
+    /// The take out for counter `key` in `leases`.
+    pub(super) fn new(leases: &'a Leases, key: &'a str) -> Self {
+        Self {
+            leases,
+            key,
+            answered: false,
+        }
+    }
+
     /// The take was answered: `Leases::took` ends it.
-    fn answered(self) {
-        std::mem::forget(self);
+    fn answered(mut self) {
+        self.answered = true;
     }
 }
 
 impl Drop for TakeOut<'_> {
     fn drop(&mut self) {
-        self.leases.failed(self.key);
+        if !self.answered {
+            self.leases.failed(self.key);
+        }
     }
 }
 
@@ -44,8 +57,8 @@ impl SharedStore {
     ) -> Option<Result<Verdict, StoreError>> {
         let sent_local = self.local.local_now();
         let (miss, stale) = match self.leases.spend(key, limits, n, sent_local) {
-            Ok(verdict) => return Some(Ok(verdict)),
-            Err(miss) => miss,
+            Spend::Spent(verdict) => return Some(Ok(verdict)),
+            Spend::Missed { next, stale } => (next, stale),
         };
         if let Some(back) = stale {
             self.send_back(back);
@@ -61,46 +74,36 @@ impl SharedStore {
                 return self.leases.spend_waited(key, n, now).map(Ok);
             }
         };
-        let out = TakeOut {
-            leases: &self.leases,
-            key,
-        };
+        let out = TakeOut::new(&self.leases, key);
         if !self.is_up() {
             return None;
         }
         // Units of this counter in calls not heard from are unknown to the store, which
         // would grant a block past them: such a counter goes the usual way (`apply`).
-        if self.debts.uncertain(key) > 0 {
+        if self.ledger.uncertain(key) > 0 {
             return None;
         }
         let now = self.local.now();
-        // What the counter owes is charged before the block, as a request's call does.
-        let debt = self.debts.take(key, now);
         let deadline = self.local.deadline(now, self.behaviour.timeout);
-        // The store may grant all of `want`: a fallback meanwhile must leave room for it.
-        let _sent = self.in_flight.send(key, Hits::Consume(want));
+        // What the counter owes is charged before the block, as a request's call does, and
+        // the whole block is in flight meanwhile.
         let ask = Ask::Take { need: n, want };
+        let call = self.ledger.open((key, limits), ask, now, deadline);
+        let debt = call.args().debt;
         let timeout = self.behaviour.timeout;
         let span = self.backend.span(limits.len());
         // Counted, measured and read as a request's call is. One not answered in time is
         // dropped (past its deadline the store ignores it), its debt owed again.
-        let Ok(raw) = self
-            .call(key, limits, (debt, ask), deadline, timeout)
-            .instrument(span)
-            .await
-        else {
-            self.debts.restore(key, debt);
+        let Ok(raw) = self.call(call.args(), timeout).instrument(span).await else {
+            call.failed();
             return None;
         };
         let flag = raw.as_ref().ok().and_then(|raw| raw.first().copied());
         let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
-            self.debts.restore(key, debt);
+            call.failed();
             return None;
         };
         bump(&self.counts.round_trips);
-        if debt > 0 {
-            self.debts.landed(key, debt);
-        }
         let granted = u64::try_from(flag).unwrap_or(0);
         let mut after = states.clone();
         if lease_effect(&mut after, limits, now, debt, ask) != granted {
@@ -118,7 +121,7 @@ impl SharedStore {
             now,
             states: after.clone(),
         };
-        let mut verdict = self.adopt(key, limits, (0, Hits::Check), snapshot);
+        let mut verdict = call.ran(|| self.adopt(key, limits, (0, Hits::Check), snapshot));
         let taken = (granted, n.min(granted));
         out.answered();
         if let Some(back) = self
@@ -138,11 +141,11 @@ impl SharedStore {
 
     /// Gives a block back in a task of its own, waiting for the store at most the store
     /// timeout; nothing waits for it.
-    pub(in crate::store::shared) fn send_back(self: &Arc<Self>, (key, limits, ask): GiveBack) {
-        let now = self.local.now();
+    pub(in crate::store::shared) fn send_back(self: &Arc<Self>, back: GiveBack) {
+        let GiveBack { key, limits, ask } = back;
         let trip = self
             .backend
-            .check_and_count(&key, &limits, (0, ask), None, now);
+            .check_and_count(&give_back(&key, &limits, ask, self.now()));
         let timeout = self.behaviour.timeout;
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -162,10 +165,10 @@ impl SharedStore {
             .leases
             .sweep(self.local.local_now(), true)
             .into_iter()
-            .map(|(key, limits, ask)| {
+            .map(|GiveBack { key, limits, ask }| {
                 let trip = self
                     .backend
-                    .check_and_count(&key, &limits, (0, ask), None, now);
+                    .check_and_count(&give_back(&key, &limits, ask, now));
                 async move {
                     if let Ok(Ok(raw)) = tokio::time::timeout(limit, trip).await
                         && let Some(at) = self.gave_back(&key, &limits, ask, &raw)
@@ -188,6 +191,19 @@ impl SharedStore {
         let at = snapshot.now;
         self.adopt(key, limits, (0, Hits::Check), snapshot);
         (units > 0).then_some(at)
+    }
+}
+
+/// A give-back's call: no debt (it is no request's), no deadline (units unspent are
+/// returned whenever it runs), not in flight (it counts nothing).
+fn give_back<'a>(key: &'a str, limits: &'a [Limit], ask: Ask, now: Timestamp) -> CallArgs<'a> {
+    CallArgs {
+        key,
+        limits,
+        debt: 0,
+        ask,
+        deadline: None,
+        around: now,
     }
 }
 

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use std::time::Duration;
 
-use super::{LeasePolicy, Leases, Miss, PERIOD};
+use super::{LeasePolicy, Leases, Miss, PERIOD, Spend};
 use crate::algo::testing::at;
 use crate::algo::{Gcra, Hits, LimitState, mul_div};
 use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO, Timestamp, nanos_of};
@@ -55,11 +55,11 @@ impl Counter {
     pub(super) fn request(&mut self, leases: &Leases, n: u64) -> bool {
         let now = self.clock.now();
         let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
-            Ok(_) => return true,
-            Err(next) => next,
+            Spend::Spent(_) => return true,
+            Spend::Missed { next, stale } => (next, stale),
         };
-        if let Some((_, _, ask)) = stale {
-            self.call(ask);
+        if let Some(back) = stale {
+            self.call(back.ask);
         }
         // Every take here is answered before the next request: none is waited for.
         let Miss::Take(want) = miss else {
@@ -68,16 +68,16 @@ impl Counter {
         let granted = self.call(Ask::Take { need: n, want });
         let after = self.states.clone();
         let taken = (granted, n.min(granted));
-        if let Some((_, _, ask)) = leases.took(KEY, &self.limits, taken, (&after, now, now)) {
-            self.call(ask);
+        if let Some(back) = leases.took(KEY, &self.limits, taken, (&after, now, now)) {
+            self.call(back.ask);
         }
         granted > 0
     }
 
     /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
     pub(super) fn sweep(&mut self, leases: &Leases, all: bool) {
-        for (_, _, ask) in leases.sweep(self.clock.now(), all) {
-            self.call(ask);
+        for back in leases.sweep(self.clock.now(), all) {
+            self.call(back.ask);
         }
     }
 
@@ -409,19 +409,32 @@ fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again()
     one_period(&mut counter, &leases, 100);
     let now = counter.clock.now();
     let spend = || leases.spend(KEY, &counter.limits, 1, now);
-    assert!(matches!(spend(), Err((Miss::Take(_), _))));
-    let Err((Miss::Wait(waiting), _)) = spend() else {
+    assert!(matches!(
+        spend(),
+        Spend::Missed {
+            next: Miss::Take(_),
+            ..
+        }
+    ));
+    let Spend::Missed {
+        next: Miss::Wait(waiting),
+        ..
+    } = spend()
+    else {
         panic!("a second request does not wait for the take");
     };
-    drop(super::take::TakeOut {
-        leases: &leases,
-        key: KEY,
-    });
+    drop(super::take::TakeOut::new(&leases, KEY));
     assert!(
         waiting.now_or_never().is_some(),
         "the waiter is still asleep"
     );
-    assert!(matches!(spend(), Err((Miss::Take(_), _))));
+    assert!(matches!(
+        spend(),
+        Spend::Missed {
+            next: Miss::Take(_),
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -559,7 +572,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
-    /// The README's under-use bound: with steady demand above a fixed window's limit on
+    /// docs/STORES.md's under-use bound: with steady demand above a fixed window's limit on
     /// every instance, each window admits all of its limit but what blocks hold when it
     /// ends, at most one block (`LEASE_MAX_FRACTION` of the limit) per instance.
     #[test]

@@ -1,0 +1,57 @@
+//! What the shared store needs of a store it sits in front of (Redis, PostgreSQL): one
+//! call sent, a reset, an announcement, a subscription to the others' announcements, and
+//! the connection's health. A backend never sees the local view, the ledger or leases.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::announce::Subscribe;
+use super::ledger::CallArgs;
+use super::link::Health;
+
+/// Why one round trip failed, as the store saw it.
+#[derive(Debug)]
+pub(crate) enum TripError {
+    /// Nothing was sent: the store is believed down.
+    NotConnected,
+    /// The store's own time limit cut the call (PostgreSQL's statement timeout): it
+    /// changed nothing.
+    #[cfg(feature = "postgres")]
+    Timeout,
+    /// The connection failed, or the store can no longer write (a former primary): the
+    /// backend has reported the link down.
+    Lost(Arc<dyn std::error::Error + Send + Sync>),
+    /// The store answered with an error.
+    Failed(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+/// One round trip, owning all it needs, so that a call the request stopped waiting for
+/// can still be heard from; the raw reply of `protocol.rs`.
+pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<Vec<i64>, TripError>> + Send>>;
+
+/// A reset or an announcement under way, owning all it needs.
+pub(crate) type Sending = Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>>;
+
+/// A store the shared store talks to. The call behind every request is already boxed
+/// (it may outlive its request), so dispatching through the trait costs one indirect call.
+pub(crate) trait Backend: Send + Sync {
+    /// The supervised connection's health.
+    fn health(&self) -> &Health;
+
+    /// The span of one round trip: a child of the request's span when tracing is on;
+    /// with it off the callsite is disabled and this costs one check.
+    fn span(&self, limits: usize) -> tracing::Span;
+
+    /// One atomic check-and-count of `args`, under way once first polled.
+    fn check_and_count(&self, args: &CallArgs<'_>) -> Trip;
+
+    /// Deletes counter `key` in the store and announces it to every instance.
+    fn reset(&self, key: &str) -> Sending;
+
+    /// Publishes `announced` on the channel every instance listens to.
+    fn announce(&self, announced: String) -> Sending;
+
+    /// How to subscribe to the announcements.
+    fn subscription(&self) -> Subscribe;
+}

@@ -1,0 +1,224 @@
+//! The ledger of one instance's calls to the shared store, and the [`Call`] every
+//! check-and-count is: what the instance owes the store ([`Debts`]), the units in calls
+//! not answered yet ([`InFlight`]), and the calls that outlived their request's wait
+//! (`late.rs`). A call is opened from the ledger, carrying what it owes, and resolved
+//! exactly once: it [`ran`](Call::ran), [`failed`](Call::failed), or
+//! [`outlived`](Call::outlived) its request; dropped unresolved, it failed.
+//!
+//! Lock order: a local view's shard, then the ledger's debts (the view asks the ledger
+//! under its lock, `LocalView::adopt` and `fall_back`); never the other way round.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use super::Trip;
+use super::debts::{DebtStats, Debts, Due};
+use super::in_flight::{InFlight, Sent};
+use super::protocol::Ask;
+use crate::algo::Hits;
+use crate::clock::Timestamp;
+use crate::limit::Limit;
+
+/// Debts, units in flight and calls awaited late, of one instance.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pub(super) debts: Debts,
+    in_flight: InFlight,
+    /// Calls that outlived their request's wait and are still awaited (`late.rs`).
+    pub(super) awaited: AtomicUsize,
+}
+
+/// What one check-and-count asks of the store: the one argument of every backend's call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallArgs<'a> {
+    /// The counter.
+    pub(crate) key: &'a str,
+    pub(crate) limits: &'a [Limit],
+    /// Units owed, charged before the ask (counted even past the limit).
+    pub(crate) debt: u64,
+    pub(crate) ask: Ask,
+    /// Store time after which the store ignores the call (its request has been answered
+    /// without it); none before the store's clock is known.
+    pub(crate) deadline: Option<Timestamp>,
+    /// The store time expected when it runs, which places calendar windows' boundaries.
+    pub(crate) around: Timestamp,
+}
+
+/// One check-and-count, open until resolved.
+#[must_use = "a call is resolved: ran, failed or outlived"]
+pub(crate) struct Call<'a> {
+    ledger: &'a Arc<Ledger>,
+    args: CallArgs<'a>,
+    /// The call's units in flight, counted until it is resolved.
+    sent: Option<Sent<'a>>,
+    open: bool,
+}
+
+impl Ledger {
+    /// A call of `ask` for counter `key` at store time `now`, carrying what the counter
+    /// owes; the units it may count are in flight while it is open.
+    pub(crate) fn open<'a>(
+        self: &'a Arc<Self>,
+        (key, limits): (&'a str, &'a [Limit]),
+        ask: Ask,
+        now: Timestamp,
+        deadline: Option<Timestamp>,
+    ) -> Call<'a> {
+        let debt = self.debts.take(key, now);
+        let in_flight = match ask {
+            Ask::Hits(hits) => hits,
+            // The store may grant all of `want`: a fallback meanwhile leaves room for it.
+            Ask::Take { want, .. } => Hits::Consume(want),
+            Ask::GiveBack { .. } => Hits::Check,
+        };
+        let sent = Some(self.in_flight.send(key, in_flight));
+        let args = CallArgs {
+            key,
+            limits,
+            debt,
+            ask,
+            deadline,
+            around: now,
+        };
+        Call {
+            ledger: self,
+            args,
+            sent,
+            open: true,
+        }
+    }
+
+    /// The call that sends `due`, a debt no request carried, to the store.
+    pub(crate) fn settle<'a>(
+        self: &'a Arc<Self>,
+        due: &'a Due,
+        now: Timestamp,
+        deadline: Option<Timestamp>,
+    ) -> Call<'a> {
+        let args = CallArgs {
+            key: &due.key,
+            limits: &due.limits,
+            debt: due.units,
+            ask: Ask::Hits(Hits::Check),
+            deadline,
+            around: now,
+        };
+        Call {
+            ledger: self,
+            args,
+            sent: None,
+            open: true,
+        }
+    }
+
+    /// A read of counter `key` that counts nothing and carries no debt.
+    pub(crate) fn read<'a>(
+        self: &'a Arc<Self>,
+        (key, limits): (&'a str, &'a [Limit]),
+        now: Timestamp,
+        deadline: Option<Timestamp>,
+    ) -> Call<'a> {
+        let args = CallArgs {
+            key,
+            limits,
+            debt: 0,
+            ask: Ask::Hits(Hits::Check),
+            deadline,
+            around: now,
+        };
+        Call {
+            ledger: self,
+            args,
+            sent: None,
+            open: true,
+        }
+    }
+
+    /// Units of `key` in calls not answered yet.
+    pub(crate) fn in_flight(&self, key: &str) -> u64 {
+        self.in_flight.units(key)
+    }
+
+    /// Units of `key` on their way in calls not heard from: the store cannot decide with
+    /// them in mind.
+    pub(crate) fn uncertain(&self, key: &str) -> u64 {
+        self.debts.uncertain(key)
+    }
+
+    /// Units of `key` not in the store as far as this instance knows.
+    pub(crate) fn unsettled(&self, key: &str) -> u64 {
+        self.debts.unsettled(key)
+    }
+
+    /// Records what a decision made at `now` without the store counted on counter `key`:
+    /// units admitted are owed, units given back cancel owed ones.
+    pub(crate) fn owe(&self, key: &str, limits: &[Limit], units: i64, now: Timestamp) {
+        self.debts.owe(key, limits, units, now);
+    }
+
+    /// Records `units` admitted without the store while the request's own call is out.
+    pub(crate) fn expect(&self, key: &str, limits: &[Limit], units: u64) {
+        self.debts.expect(key, limits, units);
+    }
+
+    /// Whether nothing is owed.
+    pub(crate) fn owes_nothing(&self) -> bool {
+        self.debts.is_empty()
+    }
+
+    /// Up to `max` debts no request carried, for the settler.
+    pub(crate) fn due(&self, now: Timestamp, max: usize) -> Vec<Due> {
+        self.debts.due(now, max)
+    }
+
+    pub(crate) fn stats(&self) -> DebtStats {
+        self.debts.stats()
+    }
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn args(&self) -> &CallArgs<'a> {
+        &self.args
+    }
+
+    /// Units of the counter in other calls not answered yet.
+    pub(crate) fn others_in_flight(&self) -> u64 {
+        self.sent.as_ref().map_or(0, Sent::others)
+    }
+
+    /// The store ran the call: the debt it carried landed, then `adopt` takes its answer
+    /// in while the call's units still count as in flight (so no fallback meanwhile
+    /// misses them from both).
+    pub(crate) fn ran<T>(mut self, adopt: impl FnOnce() -> T) -> T {
+        self.open = false;
+        if self.args.debt > 0 {
+            self.ledger.debts.landed(self.args.key, self.args.debt);
+        }
+        adopt()
+    }
+
+    /// The call did not run, or may not have: its debt is owed again.
+    pub(crate) fn failed(mut self) {
+        self.open = false;
+        self.ledger.debts.restore(self.args.key, self.args.debt);
+    }
+
+    /// The call's request was decided at `now` without it, counting `decided` units
+    /// (negative: given back); the call is awaited in the background (`late.rs`).
+    pub(crate) fn outlived(mut self, trip: Trip, decided: i64, now: Timestamp) {
+        self.open = false;
+        let hits = match self.args.ask {
+            Ask::Hits(hits) => hits,
+            Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
+        };
+        self.ledger.hear_late(trip, &self.args, hits, decided, now);
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.ledger.debts.restore(self.args.key, self.args.debt);
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! `tollgate explain` (and the other admin commands): a request for the HTTP port built
+//! from the command line, sent over plain HTTP/1.1, and the answer printed for a person.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::api::json::request_body;
+use crate::cli::client::request;
+use crate::config::settings::AdminArgs;
+
+/// How long connecting and the whole exchange may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read.
+const MAX_ANSWER_BYTES: u64 = 4 << 20;
+
+/// An HTTP answer: status and body.
+struct Answer {
+    status: u16,
+    body: String,
+}
+
+/// Sends `method path` with a JSON body (and a bearer token) and reads the answer.
+async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Answer> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream
+            .take(MAX_ANSWER_BYTES)
+            .read_to_end(&mut raw)
+            .await
+            .with_context(|| format!("reading the answer of {addr}"))?;
+        parse_answer(&raw)
+    };
+    tokio::time::timeout(TIMEOUT, exchange)
+        .await
+        .map_err(|_| anyhow::anyhow!("{addr} did not answer within {TIMEOUT:?}"))?
+}
+
+/// The status and body of an HTTP/1.1 answer whose connection closed after it.
+fn parse_answer(raw: &[u8]) -> anyhow::Result<Answer> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("the answer is not HTTP: {text:.200}"))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("the answer has no status: {head:.200}"))?;
+    Ok(Answer {
+        status,
+        body: body.to_owned(),
+    })
+}
+
+/// Sends the arguments' request as `method path` and reads the JSON answer of a 200.
+async fn ask(
+    args: &AdminArgs,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Value> {
+    let answer = call(
+        &args.http_addr,
+        method,
+        path,
+        &request_body(&request(&args.request, 0)?),
+        token,
+    )
+    .await?;
+    if answer.status != 200 {
+        anyhow::bail!(
+            "{} answered {}: {}",
+            args.http_addr,
+            answer.status,
+            answer.body.trim()
+        );
+    }
+    serde_json::from_str(&answer.body)
+        .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))
+}
+
+/// `tollgate explain`: prints what the server says of each descriptor.
+pub(crate) async fn explain(args: AdminArgs) -> anyhow::Result<()> {
+    print!("{}", render(&ask(&args, "POST", "/explain", None).await?));
+    Ok(())
+}
+
+/// `tollgate reset`: prints the keys of the counters set back to empty.
+pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
+    let reset = ask(&args, "DELETE", "/counters", Some(token)).await?;
+    let empty = Vec::new();
+    let keys = reset["reset"].as_array().unwrap_or(&empty);
+    if keys.is_empty() {
+        println!("no counter: no descriptor is limited by a rule");
+    }
+    for key in keys {
+        println!("reset {}", str_of(key));
+    }
+    Ok(())
+}
+
+/// The explanation for a person, one block per descriptor.
+fn render(explained: &Value) -> String {
+    let mut out = format!("overall: {}", str_of(&explained["overallCode"]));
+    match explained["error"].as_str() {
+        // What the gRPC status says: `UNKNOWN: no rate limit configuration loaded`.
+        Some(error) => out.push_str(&format!(": {error} (every call gets this error)\n")),
+        None => out.push('\n'),
+    }
+    let empty = Vec::new();
+    let descriptors = explained["descriptors"].as_array().unwrap_or(&empty);
+    for (i, d) in descriptors.iter().enumerate() {
+        let entries = str_of(&d["descriptor"]);
+        let matched = match (&d["rule"], &d["noRule"]) {
+            (_, Value::String(why)) => format!("no rule matched ({why})"),
+            (rule, _) if rule["override"] == true => "the request's own limit".to_owned(),
+            (rule, _) => {
+                let mut text =
+                    format!("rule {}.{}", str_of(&rule["domain"]), str_of(&rule["path"]));
+                if let Some(names) = rule["names"].as_array().filter(|n| !n.is_empty()) {
+                    let names: Vec<&str> = names.iter().map(str_of).collect();
+                    text.push_str(&format!(" ({})", names.join(", ")));
+                }
+                if let Some(origins) = rule["origins"].as_array() {
+                    let origins: Vec<&str> = origins.iter().map(str_of).collect();
+                    text.push_str(&format!(" from {}", origins.join(", ")));
+                }
+                if d["replaced"] == true {
+                    text.push_str(", replaced by another matched rule");
+                }
+                text
+            }
+        };
+        out.push_str(&format!("descriptor {i}: {entries}: {matched}\n"));
+        if let Some(key) = d["key"].as_str() {
+            out.push_str(&format!("  key: {key}\n"));
+        }
+        let shared = !d["store"].is_null() || !d["storeError"].is_null();
+        let local = if shared { "local view" } else { "counter" };
+        for (label, view) in [(local, &d["local"]), ("store", &d["store"])] {
+            for limit in view["limits"].as_array().unwrap_or(&empty) {
+                out.push_str(&format!(
+                    "  {label}: count {} of {} (window {}), remaining {}, reset {}\n",
+                    limit["count"],
+                    str_of(&limit["limit"]),
+                    str_of(&limit["window"]),
+                    limit["remaining"],
+                    str_of(&limit["reset"]),
+                ));
+            }
+        }
+        if let Some(why) = d["storeError"].as_str() {
+            out.push_str(&format!("  store: unreadable ({why})\n"));
+        }
+        let lease = &d["lease"];
+        if !lease.is_null() {
+            let ends = match lease["ends"].as_str() {
+                Some(ends) => format!(" until its window ends in {ends}"),
+                None => String::new(),
+            };
+            out.push_str(&format!(
+                "  lease: {} units left, {} spendable now{ends}\n",
+                lease["left"], lease["spendable"]
+            ));
+        }
+        out.push_str(&format!("  decision: {}\n", str_of(&d["decision"])));
+    }
+    out
+}
+
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_lease_is_shown_under_its_counter() {
+        let explained = json!({"descriptors": [{
+            "descriptor": "hot=one",
+            "rule": {"domain": "rl", "path": "hot"},
+            "key": "rl|hot",
+            "lease": {"left": 30, "spendable": 12, "ends": "59.940s"},
+            "decision": "OK",
+        }]});
+        let text = render(&explained);
+        assert!(
+            text.contains(
+                "  lease: 30 units left, 12 spendable now until its window ends in 59.940s\n"
+            ),
+            "{text}"
+        );
+    }
+}

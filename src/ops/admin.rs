@@ -1,0 +1,96 @@
+//! The HTTP port: health for load balancers and orchestrators, `/json` decisions and the
+//! `/rlconfig` dump of the loaded rules and where they came from.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use tokio::sync::watch;
+use tollgate_core::LogLimit;
+
+use crate::api::json;
+use crate::app::App;
+use crate::ops::{explain, reset};
+
+/// What the admin routes share: the service, whether the server is draining, the
+/// token that allows resets (none: resets are off), and how often refused resets are
+/// logged.
+#[derive(Clone)]
+pub(crate) struct Admin {
+    pub(crate) app: Arc<App>,
+    pub(crate) draining: watch::Receiver<bool>,
+    pub(crate) admin_token: Option<Arc<str>>,
+    pub(crate) refused_resets: Arc<LogLimit>,
+}
+
+impl FromRef<Admin> for Arc<App> {
+    fn from_ref(admin: &Admin) -> Self {
+        admin.app.clone()
+    }
+}
+
+/// The largest `/json` body: a request at every limit on descriptors, entries and text
+/// (64 × 32 × 2 × 4 KiB) would be larger, but such a request is refused anyway, and this
+/// bounds what one HTTP/1 connection makes Tollgate buffer.
+const JSON_MAX_BODY_BYTES: usize = 256 << 10;
+
+/// The admin routes.
+pub(crate) fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/healthcheck", get(health))
+        .route("/healthcheck/store", get(store_health))
+        .route("/metrics", get(metrics))
+        .route("/json", post(json::handler))
+        .route("/explain", post(explain::handler))
+        .route("/counters", delete(reset::handler))
+        .route("/rlconfig", get(rlconfig))
+        .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
+        .with_state(admin)
+}
+
+/// 200 "OK"; 500 while draining for shutdown, while the store is down and its failures
+/// are errors (`--on-store-error error`), so that traffic goes elsewhere, or while the
+/// rules have no domain under HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
+    if *admin.draining.borrow() {
+        (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+    } else if !admin.app.status.readiness().healthy {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no rate limit configuration with a domain loaded",
+        )
+    } else if !admin.app.limiter.store().can_answer() {
+        (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable")
+    } else {
+        (StatusCode::OK, "OK")
+    }
+}
+
+/// Prometheus metrics in the Prometheus text format.
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
+    match app.metrics.encode() {
+        Ok(text) => ([(CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
+    }
+}
+
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// 200 while the counter store answers, 503 while it does not.
+async fn store_health(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+    if app.limiter.store().is_up() {
+        (StatusCode::OK, "OK")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable")
+    }
+}
+
+/// Where the rules came from (`#` lines), then the rules, one line per limit.
+pub(crate) async fn rlconfig(State(app): State<Arc<App>>) -> String {
+    let rules = app.limiter.rules();
+    app.status.describe(&rules) + &rules.dump()
+}

@@ -1,0 +1,14 @@
+//! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain
+//! and reset.
+
+pub(crate) mod admin;
+pub(crate) mod debug_port;
+pub(crate) mod explain;
+pub(crate) mod log_format;
+pub(crate) mod metrics;
+pub(crate) mod reference_stats;
+pub(crate) mod reset;
+pub(crate) mod statsd;
+pub(crate) mod trace;
+pub(crate) mod trim;
+pub(crate) mod unmatched;

@@ -1,0 +1,123 @@
+//! `DELETE /counters`: the counters a request names set back to empty, in the store and
+//! in every instance's local view. Allowed only with `Authorization: Bearer <ADMIN_TOKEN>`
+//! (compared in constant time); with no ADMIN_TOKEN set, resets are off. Every reset is
+//! logged at info with what and from where; refusals at most once a period, since a
+//! client may send them by the thousand.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, State};
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::{Extensions, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tollgate_core::{Clock as _, DecideError, SystemClock};
+
+use crate::api::json::{text, with_request};
+use crate::ops::admin::Admin;
+
+/// At most one log line of refused resets per this period.
+pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// `DELETE /counters`: 200 with the keys reset; 401 without a token, 403 with a wrong
+/// one or with resets off; 400 for a bad body; 503 when the store failed.
+pub(crate) async fn handler(
+    State(admin): State<Admin>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "unknown".to_owned(), |ConnectInfo(p)| p.to_string());
+    if let Err((status, why)) = authorize(admin.admin_token.as_deref(), &headers) {
+        if let Some(held) = admin.refused_resets.admit(SystemClock.now()) {
+            tracing::warn!(
+                %peer,
+                "counter reset refused: {} ({held} more refused since the last such line)",
+                why.trim_end()
+            );
+        }
+        let challenge = [(WWW_AUTHENTICATE, "Bearer")];
+        return match status {
+            StatusCode::UNAUTHORIZED => (status, challenge, why).into_response(),
+            _ => (status, why).into_response(),
+        };
+    }
+    with_request(&body, async |request| {
+        match admin.app.limiter.reset(request).await {
+            Ok(keys) => {
+                let descriptors: Vec<String> = request
+                    .descriptors
+                    .iter()
+                    .map(|d| {
+                        let pairs: Vec<String> =
+                            d.pairs().map(|(k, v)| format!("{k}={v}")).collect();
+                        pairs.join(",")
+                    })
+                    .collect();
+                tracing::info!(
+                    %peer,
+                    domain = %request.domain,
+                    descriptors = ?descriptors,
+                    keys = ?keys,
+                    "counters reset"
+                );
+                Json(json!({ "reset": keys })).into_response()
+            }
+            Err(DecideError::InvalidArgument(why)) => {
+                text(StatusCode::BAD_REQUEST, why.to_string())
+            }
+            Err(DecideError::Store(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    })
+    .await
+}
+
+/// Whether the request carries the admin token; the refusal otherwise.
+fn authorize(token: Option<&str>, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
+    let Some(token) = token else {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "counter resets are off: the server has no ADMIN_TOKEN\n",
+        ));
+    };
+    let given = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        None => Err((
+            StatusCode::UNAUTHORIZED,
+            "counter resets need Authorization: Bearer <ADMIN_TOKEN>\n",
+        )),
+        Some(given) if same(given.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(_) => Err((StatusCode::FORBIDDEN, "wrong admin token\n")),
+    }
+}
+
+/// Equality that takes the same time wherever the first difference is, so that a
+/// client cannot learn the token a byte at a time from how fast it is refused.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let differ = a
+        .iter()
+        .zip(b)
+        .fold(u8::from(a.len() != b.len()), |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(differ) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_token_is_the_same() {
+        assert!(same(b"s3cret", b"s3cret"));
+        assert!(!same(b"s3cret", b"s3creT"));
+        assert!(!same(b"s3cret", b"s3cret!"));
+        assert!(!same(b"", b"x"));
+    }
+}
