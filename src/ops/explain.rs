@@ -87,8 +87,9 @@ fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outco
             out["noRule"] = json!(no_match_reason(&req.domain, &keys.join(","), *why));
         }
     }
-    if let (Some((key, limits)), Some(peek)) = (&e.counter, &e.peek) {
-        out["key"] = json!(peek.stored_key.as_ref().unwrap_or(key));
+    if let (Some(counter), Some(peek)) = (&e.counter, &e.peek) {
+        let limits = counter.limits();
+        out["key"] = json!(peek.stored_key.as_deref().unwrap_or(counter.key()));
         if let Some(local) = &peek.local {
             out["local"] = view_json(local, limits);
         }

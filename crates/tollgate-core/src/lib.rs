@@ -50,13 +50,13 @@ pub use clock::{
     Clock, ManualClock, NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, SystemClock, Timestamp,
     nanos_of,
 };
-pub use counter::{Counter, Found, Reading};
+pub use counter::Counter;
 pub use decision::{Decision, Limited, Outcome};
 pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };
 pub use limiter::{
-    DecideError, Explained, Explanation, Limiter, Matched, NoMatch, Options, Recorder,
+    DecideError, Explained, Explanation, Found, Limiter, Matched, NoMatch, Options, Recorder,
 };
 pub use lock::lock;
 pub use log_limit::LogLimit;
@@ -65,6 +65,6 @@ pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};
 pub use store::{
     Capacity, CounterView, DecidedBy, KeyLayout, LeaseView, LimitView, MemoryStore, OnStoreError,
-    Peek, Store, StoreError, StoreStats,
+    Peek, Reading, Store, StoreError, StoreStats,
 };
 pub use unit::Unit;

@@ -1,28 +1,29 @@
 //! The decision: a [`Request`] in, a [`Decision`] out, against the current rules and a
 //! counter store. Every adapter (gRPC, `/json`, the tower middleware) calls [`Limiter::decide`].
 
-use std::borrow::Cow;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 
-use crate::algo::Hits;
-use crate::algo::Verdict;
+use crate::algo::{Hits, Verdict};
 use crate::clock::Timestamp;
-use crate::counter::write_key;
 use crate::decision::{Decision, Limited, Outcome};
 use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
-use crate::rules::{Defaults, Domain, Policy, Rule, Rules};
+use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
 
 mod explain;
+mod find;
 mod over_limit_log;
 mod reset;
+mod resolve;
 pub use explain::{Explained, Explanation, Matched};
+pub use find::Found;
 use over_limit_log::OverLimitLog;
+use resolve::{Count, Match, Resolved};
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -127,18 +128,12 @@ impl<R: Recorder> std::fmt::Debug for Limiter<R> {
     }
 }
 
-/// One descriptor resolved before counting.
-enum Resolved<'a> {
-    NoLimit,
-    Unlimited,
-    /// Limits from a rule (or a request override), the counter to count them on, and what
-    /// to count: a budget's consumption is a charge.
-    Limited {
-        limits: Cow<'a, [Limit]>,
-        rule: Option<&'a Rule>,
-        key: String,
-        hits: Hits,
-    },
+/// One descriptor through [`Limiter::decide`]: resolved, then answered.
+struct Decided<'a, 'r> {
+    resolved: &'a Resolved<'r>,
+    outcome: Outcome,
+    /// Where the store's verdict came from, when it was asked.
+    source: Option<DecidedBy>,
 }
 
 impl Limiter {
@@ -186,109 +181,123 @@ impl<R: Recorder> Limiter<R> {
     /// are independent counters), and the request is over the limit if a descriptor is —
     /// or, for budgets (`quota_mode`), if every budget of the request is.
     pub async fn decide(&self, req: &Request<'_>) -> Result<Decision, DecideError> {
-        req.validate()?;
         let installed = self.installed.load_full();
-        let domain = installed.rules.domain(&req.domain);
-        let matched = find_rules(domain, req);
-        for (rule, descriptor) in matched.iter().zip(&req.descriptors) {
-            if let Some(why) = no_match(domain, *rule, descriptor) {
-                self.recorder.unmatched(&req.domain, descriptor, why);
+        let matched = resolve::matches(&installed.rules, req)?;
+        for (matched, descriptor) in matched.iter().zip(&req.descriptors) {
+            if let Match::Nothing(why) = matched {
+                self.recorder.unmatched(&req.domain, descriptor, *why);
             }
         }
-        let mut plans = drop_replaced(matched)
-            .into_iter()
-            .zip(&req.descriptors)
-            .enumerate()
-            .map(|(i, (rule, d))| self.plan(&req.domain, (i, d), rule, domain.is_some()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut resolved = self.resolve_matches(req, matched)?;
         let reference = self.store.key_layout() == KeyLayout::Reference;
         if reference && self.options.all_or_nothing {
-            self.hold_back(&mut plans).await?;
+            self.hold_back(&mut resolved).await?;
         }
 
-        let verdicts = join_all(plans.iter().map(|plan| async move {
-            match plan {
-                Resolved::Limited {
-                    limits, key, hits, ..
-                } => Some(self.store.decide(key, limits, *hits).await),
-                Resolved::NoLimit | Resolved::Unlimited => None,
+        let mut decided = self.ask_store(&resolved).await?;
+        if self.options.all_or_nothing && !reference && decided.iter().any(|d| d.outcome.is_over())
+        {
+            self.give_back(&mut decided).await;
+        }
+        self.observe(&installed, req, &decided);
+        let over_limit = !self.options.global_shadow_mode
+            && over(decided.iter().map(|d| (&d.outcome, d.resolved.quota)));
+        // Pushed, not collected: collecting in place would keep the larger allocation and
+        // shrink it, a realloc per request.
+        let mut descriptors = Vec::with_capacity(decided.len());
+        descriptors.extend(decided.into_iter().map(|d| d.outcome));
+        Ok(Decision {
+            over_limit,
+            descriptors,
+        })
+    }
+
+    /// Counts every resolved descriptor that is limited (concurrently), and answers each.
+    async fn ask_store<'a, 'r>(
+        &self,
+        resolved: &'a [Resolved<'r>],
+    ) -> Result<Vec<Decided<'a, 'r>>, StoreError> {
+        let verdicts = join_all(resolved.iter().map(|r| async move {
+            match &r.count {
+                Count::Limited { counter, hits, .. } => {
+                    Some(self.store.decide(counter, *hits).await)
+                }
+                Count::NoLimit | Count::Unlimited => None,
             }
         }))
         .await;
-
-        let mut outcomes = Vec::with_capacity(plans.len());
-        let mut sources = Vec::with_capacity(plans.len());
-        for (plan, verdict) in plans.iter().zip(verdicts) {
-            let verdict = verdict.transpose()?.map(|(verdict, source)| {
-                sources.push(Some(source));
-                verdict
-            });
-            if verdict.is_none() {
-                sources.push(None);
-            }
-            outcomes.push(match (plan, verdict) {
-                (Resolved::Unlimited, _) => Outcome::Unlimited,
+        let mut decided = Vec::with_capacity(resolved.len());
+        for (resolved, verdict) in resolved.iter().zip(verdicts) {
+            let (outcome, source) = match (&resolved.count, verdict.transpose()?) {
+                (Count::Unlimited, _) => (Outcome::Unlimited, None),
                 (
-                    Resolved::Limited {
-                        limits, rule, hits, ..
+                    Count::Limited {
+                        rule,
+                        counter,
+                        hits,
                     },
-                    Some(verdict),
-                ) => outcome(limits, *rule, verdict, hits.counted(), self.is_quota(plan)),
-                (Resolved::NoLimit, _) | (Resolved::Limited { .. }, None) => Outcome::NoLimit,
+                    Some((verdict, source)),
+                ) => {
+                    let limits = counter.limits();
+                    let outcome = outcome(limits, *rule, verdict, hits.counted(), resolved.quota);
+                    (outcome, Some(source))
+                }
+                (Count::NoLimit | Count::Limited { .. }, _) => (Outcome::NoLimit, None),
+            };
+            decided.push(Decided {
+                resolved,
+                outcome,
+                source,
             });
         }
-        if self.options.all_or_nothing && !reference && outcomes.iter().any(Outcome::is_over) {
-            self.give_back(&plans, &mut outcomes).await;
-        }
-        for ((plan, outcome), descriptor) in plans.iter().zip(&outcomes).zip(&req.descriptors) {
+        Ok(decided)
+    }
+
+    /// Tells the recorder of every counted descriptor, and logs each descriptor's decision.
+    fn observe(
+        &self,
+        installed: &Installed<R::Rule>,
+        req: &Request<'_>,
+        decided: &[Decided<'_, '_>],
+    ) {
+        for (d, descriptor) in decided.iter().zip(&req.descriptors) {
             if let (
-                Resolved::Limited {
+                Count::Limited {
                     rule: Some(rule), ..
                 },
                 Outcome::Limited(limited),
-            ) = (plan, outcome)
+            ) = (&d.resolved.count, &d.outcome)
                 && let Some(Some(state)) = installed.prepared.get(rule.id())
             {
                 self.recorder.record(rule, state, descriptor, limited);
             }
         }
         let now = self.store.now();
-        for (((plan, outcome), descriptor), source) in plans
-            .iter()
-            .zip(&outcomes)
-            .zip(&req.descriptors)
-            .zip(&sources)
-        {
-            self.log(&req.domain, descriptor, plan, outcome, *source, now);
+        for (d, descriptor) in decided.iter().zip(&req.descriptors) {
+            self.log(&req.domain, descriptor, d, now);
         }
-        let quota: Vec<bool> = plans.iter().map(|p| self.is_quota(p)).collect();
-        let over_limit = !self.options.global_shadow_mode && over(&outcomes, &quota);
-        Ok(Decision {
-            over_limit,
-            descriptors: outcomes,
-        })
     }
 
     /// Gives back what the admitted descriptors of a request counted, because another of
     /// its descriptors is over (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-    async fn give_back(&self, plans: &[Resolved<'_>], outcomes: &mut [Outcome]) {
-        let refunds = join_all(plans.iter().zip(outcomes.iter()).map(|(plan, outcome)| {
-            let undo = match (plan, outcome) {
-                (Resolved::Limited { limits, key, .. }, Outcome::Limited(l))
+    async fn give_back(&self, decided: &mut [Decided<'_, '_>]) {
+        let refunds = join_all(decided.iter().map(|d| {
+            let undo = match (&d.resolved.count, &d.outcome) {
+                (Count::Limited { counter, .. }, Outcome::Limited(l))
                     if l.admitted && l.hits > 0 =>
                 {
-                    Some((limits, key, l.hits))
+                    Some((counter, l.hits))
                 }
                 _ => None,
             };
             async move {
-                let (limits, key, n) = undo?;
-                self.store.apply(key, limits, Hits::Refund(n)).await.ok()
+                let (counter, n) = undo?;
+                self.store.apply(counter, Hits::Refund(n)).await.ok()
             }
         }))
         .await;
-        for (outcome, refund) in outcomes.iter_mut().zip(refunds) {
-            if let (Outcome::Limited(l), Some(verdict)) = (outcome, refund) {
+        for (d, refund) in decided.iter_mut().zip(refunds) {
+            if let (Outcome::Limited(l), Some(verdict)) = (&mut d.outcome, refund) {
                 l.remaining = verdict.decision.remaining;
                 l.hits = 0;
             }
@@ -298,26 +307,24 @@ impl<R: Recorder> Limiter<R> {
     /// The reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, for its key layout: the
     /// counts before the request decide. If any descriptor would go over its limit, only
     /// the descriptors that would are counted; the others are checked instead.
-    async fn hold_back(&self, plans: &mut [Resolved<'_>]) -> Result<(), DecideError> {
-        let before = join_all(plans.iter().map(|plan| async move {
-            match plan {
-                Resolved::Limited {
-                    limits, key, hits, ..
-                } => {
-                    let verdict = self.store.apply(key, limits, Hits::Check).await?;
+    async fn hold_back(&self, resolved: &mut [Resolved<'_>]) -> Result<(), DecideError> {
+        let before = join_all(resolved.iter().map(|r| async move {
+            match &r.count {
+                Count::Limited { counter, hits, .. } => {
+                    let verdict = self.store.apply(counter, Hits::Check).await?;
                     let over =
                         !verdict.decision.admitted || hits.counted() > verdict.decision.remaining;
                     Ok::<_, StoreError>(over)
                 }
-                Resolved::NoLimit | Resolved::Unlimited => Ok(false),
+                Count::NoLimit | Count::Unlimited => Ok(false),
             }
         }))
         .await
         .into_iter()
         .collect::<Result<Vec<bool>, _>>()?;
         if before.contains(&true) {
-            for (plan, over) in plans.iter_mut().zip(before) {
-                if let (Resolved::Limited { hits, .. }, false) = (plan, over) {
+            for (r, over) in resolved.iter_mut().zip(before) {
+                if let (Count::Limited { hits, .. }, false) = (&mut r.count, over) {
                     *hits = Hits::Check;
                 }
             }
@@ -330,17 +337,16 @@ impl<R: Recorder> Limiter<R> {
         &self,
         domain: &str,
         descriptor: &Descriptor<'_>,
-        plan: &Resolved<'_>,
-        outcome: &Outcome,
-        source: Option<DecidedBy>,
+        decided: &Decided<'_, '_>,
         now: Timestamp,
     ) {
         let entries = Entries(descriptor);
-        let (rule, key) = match plan {
-            Resolved::Limited { rule, key, .. } => (RuleName(*rule), key.as_str()),
-            Resolved::NoLimit | Resolved::Unlimited => (RuleName(None), ""),
+        let (rule, key) = match &decided.resolved.count {
+            Count::Limited { rule, counter, .. } => (RuleName(*rule), counter.key()),
+            Count::NoLimit | Count::Unlimited => (RuleName(None), ""),
         };
-        let Outcome::Limited(limited) = outcome else {
+        let Outcome::Limited(limited) = &decided.outcome else {
+            let outcome = &decided.outcome;
             let decision = match outcome {
                 Outcome::Unlimited => "OK (unlimited rule)",
                 _ => "OK (no rule matched)",
@@ -350,7 +356,7 @@ impl<R: Recorder> Limiter<R> {
         };
         let limit = limited.limit.requests_per_unit();
         let used = u64::from(limit).saturating_sub(limited.remaining);
-        let decided_by = source.map_or("", DecidedBy::as_str);
+        let decided_by = decided.source.map_or("", DecidedBy::as_str);
         let decision = match (limited.admitted, limited.shadow) {
             (true, _) => "OK",
             (false, true) => "OVER_LIMIT (shadow mode: admitted)",
@@ -379,12 +385,6 @@ impl<R: Recorder> Limiter<R> {
         }
     }
 
-    /// Whether a descriptor counts as a budget for the request's overall answer.
-    fn is_quota(&self, plan: &Resolved<'_>) -> bool {
-        self.options.quota_mode
-            || matches!(plan, Resolved::Limited { rule: Some(rule), .. } if rule.quota_mode)
-    }
-
     /// Counts `hits` against each of `descriptors` of `domain` and answers whether they fit:
     /// the plain API for callers that are not HTTP services.
     pub async fn check<'a>(
@@ -395,86 +395,6 @@ impl<R: Recorder> Limiter<R> {
     ) -> Result<Decision, DecideError> {
         let descriptors = descriptors.into_iter().map(|d| d.with_hits(hits)).collect();
         self.decide(&Request::new(domain, descriptors)).await
-    }
-
-    /// Resolves one descriptor: its matched rule, or the limit the request sent instead.
-    fn plan<'a>(
-        &self,
-        domain: &str,
-        (index, descriptor): (usize, &Descriptor<'_>),
-        rule: Option<&'a Rule>,
-        domain_known: bool,
-    ) -> Result<Resolved<'a>, InvalidRequest> {
-        let limits: Cow<'a, [Limit]>;
-        let shape: Cow<'a, str>;
-        if let Some(requested) = descriptor.limit.filter(|_| domain_known) {
-            let limit = self
-                .options
-                .defaults
-                .limit(requested.requests_per_unit, requested.unit)
-                .map_err(|reason| InvalidRequest::BadOverride {
-                    descriptor: index,
-                    reason,
-                })?;
-            let own = [limit];
-            shape = Limit::shape_of(&own).into();
-            limits = Cow::Owned(own.into());
-        } else {
-            match rule.map(Rule::policy) {
-                None => return Ok(Resolved::NoLimit),
-                Some(Policy::Unlimited { .. }) => return Ok(Resolved::Unlimited),
-                Some(Policy::Limited {
-                    limits: l,
-                    shape: s,
-                }) => {
-                    limits = Cow::Borrowed(l);
-                    shape = Cow::Borrowed(s);
-                }
-            }
-        }
-        let mut key = String::new();
-        let layout = self.store.key_layout();
-        write_key(&mut key, layout, domain, descriptor.pairs(), rule, &shape);
-        let charged = self.options.quota_mode || rule.is_some_and(|r| r.charged);
-        let hits = match descriptor.hits {
-            Hits::Consume(n) if charged => Hits::Charge(n),
-            other => other,
-        };
-        Ok(Resolved::Limited {
-            limits,
-            rule,
-            key,
-            hits,
-        })
-    }
-}
-
-/// The rule each descriptor of `req` matches in `domain`, before `replaces` is applied.
-fn find_rules<'r>(domain: Option<&'r Domain>, req: &Request<'_>) -> Vec<Option<&'r Rule>> {
-    // A request's own limit stands in for the rule, whole: none of the rule's shadow mode,
-    // replaces or quota mode apply to it, as in the reference.
-    req.descriptors
-        .iter()
-        .map(|d| match (domain, d.limit) {
-            (Some(_), Some(_)) | (None, _) => None,
-            (Some(dom), None) => dom.find(d.pairs()),
-        })
-        .collect()
-}
-
-/// Why `descriptor` is not limited, if nothing limits it: no `rule` matched and it
-/// brings no limit of its own that the (known) domain would count.
-fn no_match(
-    domain: Option<&Domain>,
-    rule: Option<&Rule>,
-    descriptor: &Descriptor<'_>,
-) -> Option<NoMatch> {
-    let overridden = domain.is_some() && descriptor.limit.is_some();
-    match (domain, rule) {
-        (_, Some(_)) => None,
-        _ if overridden => None,
-        (None, None) => Some(NoMatch::NoDomain),
-        (Some(_), None) => Some(NoMatch::NoRule),
     }
 }
 
@@ -547,11 +467,12 @@ fn install<R: Recorder>(recorder: &R, rules: Rules) -> Installed<R::Rule> {
     }
 }
 
-/// The overall answer: over if a descriptor that is not a budget is over, or if the request
-/// has budgets and every one of them is over (the reference's quota mode).
-fn over(outcomes: &[Outcome], quota: &[bool]) -> bool {
+/// The overall answer, from each descriptor's outcome and whether it is a budget: over if
+/// a descriptor that is not a budget is over, or if the request has budgets and every one
+/// of them is over (the reference's quota mode).
+fn over<'a>(outcomes: impl Iterator<Item = (&'a Outcome, bool)>) -> bool {
     let (mut budgets, mut budgets_over) = (0, 0);
-    for (outcome, &is_quota) in outcomes.iter().zip(quota) {
+    for (outcome, is_quota) in outcomes {
         match (is_quota, outcome.is_over()) {
             (false, true) => return true,
             (true, over) => {
@@ -562,28 +483,6 @@ fn over(outcomes: &[Outcome], quota: &[bool]) -> bool {
         }
     }
     budgets > 0 && budgets_over == budgets
-}
-
-/// Drops matched rules whose limit another matched rule `replaces`, as the reference does
-/// (which keeps answering an unlimited rule as unlimited, replaced or not).
-fn drop_replaced(mut matched: Vec<Option<&Rule>>) -> Vec<Option<&Rule>> {
-    let replaced: Vec<&str> = matched
-        .iter()
-        .flatten()
-        .flat_map(|r| r.replaces.iter().map(String::as_str))
-        .collect();
-    if !replaced.is_empty() {
-        for slot in &mut matched {
-            let dropped = slot.is_some_and(|r| {
-                !matches!(r.policy, Policy::Unlimited { .. })
-                    && replaced.iter().any(|name| r.is_named(name))
-            });
-            if dropped {
-                *slot = None;
-            }
-        }
-    }
-    matched
 }
 
 #[cfg(test)]

@@ -2,11 +2,10 @@
 //! that matched (or why none did), the counter's key, what every holder of the counter
 //! says of it, and the decision it would get.
 
-use super::{
-    Limiter, NoMatch, Recorder, Resolved, drop_replaced, find_rules, no_match, outcome, over,
-};
+use super::resolve::{Count, Match};
+use super::{Limiter, NoMatch, Recorder, outcome, over};
+use crate::counter::Counter;
 use crate::decision::{Decision, Outcome};
-use crate::limit::Limit;
 use crate::request::{InvalidRequest, Request};
 use crate::rules::Rule;
 use crate::store::{CounterView, Peek};
@@ -34,8 +33,8 @@ pub enum Matched {
 pub struct Explained {
     /// What it matched.
     pub matched: Matched,
-    /// The counter's key and limits, when something is counted.
-    pub counter: Option<(String, Vec<Limit>)>,
+    /// The counter, when something is counted.
+    pub counter: Option<Counter>,
     /// What the counter's holders say of it.
     pub peek: Option<Peek>,
 }
@@ -52,62 +51,55 @@ pub struct Explanation {
 impl<R: Recorder> Limiter<R> {
     /// Explains `req` as [`Limiter::decide`] would decide it, changing no counter.
     pub async fn explain(&self, req: &Request<'_>) -> Result<Explanation, InvalidRequest> {
-        req.validate()?;
         let installed = self.installed.load_full();
-        let domain = installed.rules.domain(&req.domain);
-        let matched = find_rules(domain, req);
-        let kept = drop_replaced(matched.clone());
-        let origins = domain.map(|d| d.origins().to_vec()).unwrap_or_default();
-        let mut descriptors = Vec::with_capacity(req.descriptors.len());
-        let mut outcomes = Vec::with_capacity(req.descriptors.len());
-        let mut quota = Vec::with_capacity(req.descriptors.len());
-        let pairs = req.descriptors.iter().zip(&matched).zip(kept).enumerate();
-        for (i, ((descriptor, found), rule)) in pairs {
-            let plan = self.plan(&req.domain, (i, descriptor), rule, domain.is_some())?;
-            quota.push(self.is_quota(&plan));
-            let what = match (found, rule, no_match(domain, *found, descriptor)) {
-                (_, _, Some(why)) => Matched::Nothing(why),
-                _ if domain.is_some() && descriptor.limit.is_some() => Matched::Override,
-                (Some(found), Some(_), _) => Matched::Rule {
-                    rule: (*found).clone(),
-                    origins: origins.clone(),
+        let resolved = self.resolve(&installed.rules, req)?;
+        let origins = installed.rules.domain(&req.domain).map(|d| d.origins());
+        let mut descriptors = Vec::with_capacity(resolved.len());
+        let mut outcomes = Vec::with_capacity(resolved.len());
+        for r in &resolved {
+            let matched = match r.matched {
+                Match::Rule(rule) => Matched::Rule {
+                    rule: rule.clone(),
+                    origins: origins.unwrap_or_default().to_vec(),
                 },
-                (Some(found), None, _) => Matched::Replaced((*found).clone()),
-                (None, _, None) => Matched::Override,
+                Match::Replaced(rule) => Matched::Replaced(rule.clone()),
+                Match::Override(_) => Matched::Override,
+                Match::Nothing(why) => Matched::Nothing(why),
             };
-            let Resolved::Limited {
-                limits,
+            let Count::Limited {
                 rule,
-                key,
+                counter,
                 hits,
-            } = plan
+            } = &r.count
             else {
-                outcomes.push(match plan {
-                    Resolved::Unlimited => Outcome::Unlimited,
+                outcomes.push(match r.count {
+                    Count::Unlimited => Outcome::Unlimited,
                     _ => Outcome::NoLimit,
                 });
                 descriptors.push(Explained {
-                    matched: what,
+                    matched,
                     counter: None,
                     peek: None,
                 });
                 continue;
             };
-            let peek = self.store.peek(&key, &limits, hits.counted()).await;
+            let limits = counter.limits();
+            let peek = self.store.peek(counter, hits.counted()).await;
             let would = match (&peek.shared, &peek.local) {
                 (Some(Ok(shared)), _) => shared.would,
                 (_, Some(local)) => local.would,
                 // Reference mode, Redis unreadable: what a fresh counter would get.
-                (_, None) => CounterView::of(None, &limits, self.store.now(), hits.counted()).would,
+                (_, None) => CounterView::of(None, limits, self.store.now(), hits.counted()).would,
             };
-            outcomes.push(outcome(&limits, rule, would, 0, quota[i]));
+            outcomes.push(outcome(limits, *rule, would, 0, r.quota));
             descriptors.push(Explained {
-                matched: what,
-                counter: Some((key, limits.into_owned())),
+                matched,
+                counter: Some(counter.clone()),
                 peek: Some(peek),
             });
         }
-        let over_limit = !self.options.global_shadow_mode && over(&outcomes, &quota);
+        let quota = resolved.iter().map(|r| r.quota);
+        let over_limit = !self.options.global_shadow_mode && over(outcomes.iter().zip(quota));
         Ok(Explanation {
             descriptors,
             decision: Decision {

@@ -522,9 +522,9 @@ async fn explain_names_the_rule_the_counter_and_the_decision_without_counting() 
             }
             other => panic!("{other:?}"),
         }
-        let (key, limits) = user.counter.as_ref().expect("a counter");
-        assert!(key.starts_with("d|user=ann#"), "{key}");
-        assert_eq!(limits[0].requests_per_unit(), 3);
+        let counter = user.counter.as_ref().expect("a counter");
+        assert!(counter.key().starts_with("d|user=ann#"), "{counter:?}");
+        assert_eq!(counter.limits()[0].requests_per_unit(), 3);
         let peek = user.peek.as_ref().expect("peeked");
         let local = peek.local.as_ref().expect("a local counter");
         assert!(local.held && peek.shared.is_none());
@@ -547,4 +547,19 @@ async fn explain_names_the_rule_the_counter_and_the_decision_without_counting() 
         Matched::Nothing(NoMatch::NoDomain)
     ));
     assert!(!unknown.decision.over_limit);
+}
+
+#[tokio::test]
+async fn reset_leaves_alone_the_counter_of_a_replaced_rule() {
+    let (l, _) = limiter();
+    assert!(limited(&l, one("broad", "x")).await.admitted);
+    assert!(limited(&l, one("broad", "x")).await.is_over());
+    let both = Request::new("d", vec![one("broad", "x"), one("narrow", "x")]);
+    let keys = l.reset(&both).await.expect("resets");
+    let [narrow] = &keys[..] else {
+        panic!("only the counter the request is counted on: {keys:?}");
+    };
+    assert!(narrow.starts_with("d|narrow=x#"), "{narrow}");
+    // Not counted by this request, the broad counter is not its to empty.
+    assert!(limited(&l, one("broad", "x")).await.is_over());
 }

@@ -61,7 +61,7 @@ fn dump_rule(out: &mut String, path: &str, rule: &Rule) {
             write_flags(out, rule);
         }
         Policy::Limited { limits, .. } => {
-            for limit in limits {
+            for limit in limits.iter() {
                 out.push_str(path);
                 out.push_str(": ");
                 write_limit(out, limit);

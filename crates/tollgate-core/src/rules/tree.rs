@@ -308,8 +308,8 @@ pub enum Policy {
     },
     /// Counted against every limit; admitted only if all admit.
     Limited {
-        /// The limits, in file order.
-        limits: Box<[Limit]>,
+        /// The limits, in file order (shared by the counters they are counted on).
+        limits: Arc<[Limit]>,
         /// The limits' part of the counter key, computed once here.
         shape: Box<str>,
     },

@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::decreases::Decreases;
 use super::memory::Capacity;
 use super::peek::CounterView;
-use super::shards::{Counter, Entry, ShardStats, Shards};
+use super::shards::{CounterState, ShardStats, ShardValue, Shards};
 use super::shared::protocol::effect;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
 use crate::clock::{Clock, Timestamp};
@@ -45,7 +45,7 @@ pub(crate) enum Fallback {
 /// One counter's view; `refreshing` is set while a background read of it is queued.
 #[derive(Debug)]
 struct View {
-    counter: Counter,
+    counter: CounterState,
     shared: bool,
     refreshing: bool,
     /// The counter went down since this view began (a refund, here or announced): the
@@ -58,8 +58,8 @@ struct View {
     stamp: Timestamp,
 }
 
-impl Entry for View {
-    fn counter(&self) -> &Counter {
+impl ShardValue for View {
+    fn state(&self) -> &CounterState {
         &self.counter
     }
 }
@@ -210,7 +210,7 @@ impl LocalView {
         let now = snapshot.now;
         self.learn_time(now);
 
-        let mut counter = Counter::from_states(snapshot.states);
+        let mut counter = CounterState::from_states(snapshot.states);
         let mut verdict = effect(counter.states.as_mut_slice(), limits, now, debt, hits);
         let compared = !matches!(hits, Hits::Refund(_));
         let disagreed = compared && verdict.decision.admitted != snapshot.admitted;
@@ -285,7 +285,7 @@ impl LocalView {
         let states = match slot.get() {
             Some(view) => view.counter.states.as_slice(),
             None => {
-                fresh = Counter::new(limits);
+                fresh = CounterState::new(limits);
                 fresh.states.as_slice()
             }
         };
@@ -309,7 +309,7 @@ impl LocalView {
         }
         // Decide as the memory store would; the view then holds hits the store never saw.
         let mut view = slot.remove().unwrap_or_else(|| View {
-            counter: Counter::new(limits),
+            counter: CounterState::new(limits),
             shared: false,
             refreshing: false,
             decreased: false,

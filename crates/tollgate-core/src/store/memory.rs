@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::StoreStats;
 use super::peek::CounterView;
-use super::shards::{Counter, Shards};
+use super::shards::{CounterState, Shards};
 use crate::algo::{Hits, Verdict, apply};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::limit::Limit;
@@ -33,7 +33,7 @@ impl Default for Capacity {
 /// The memory store; cheap to clone (shared inside).
 #[derive(Clone)]
 pub struct MemoryStore {
-    counters: Arc<Shards<Counter>>,
+    counters: Arc<Shards<CounterState>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -71,7 +71,7 @@ impl MemoryStore {
             counter.touch(limits, &outcome);
             return outcome;
         }
-        let mut counter = Counter::new(limits);
+        let mut counter = CounterState::new(limits);
         let outcome = apply(counter.states.as_mut_slice(), limits, now, hits);
         // Only counted units need remembering; a check or refund of nothing leaves no trace.
         let counted = match hits {

@@ -2,6 +2,7 @@
 //! by instances, with a local view that denies without a round trip). A closed enum keeps
 //! the request path statically dispatched.
 
+mod counting;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod decreases;
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -19,6 +20,7 @@ mod shards;
 mod shared;
 mod table;
 
+pub use counting::Reading;
 pub use memory::{Capacity, MemoryStore};
 pub use peek::{CounterView, LeaseView, LimitView, Peek};
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -30,7 +32,7 @@ use std::sync::Arc;
 
 use crate::algo::{Hits, MAX_UNITS, Verdict};
 use crate::clock::Timestamp;
-use crate::limit::Limit;
+use crate::counter::Counter;
 use crate::limit::UnknownName;
 use crate::stats::HistogramSnapshot;
 
@@ -209,26 +211,19 @@ pub struct SharedStats {
 }
 
 impl Store {
-    /// Applies `hits` to the counter `key` under `limits` (all or nothing).
-    pub(crate) async fn apply(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        hits: Hits,
-    ) -> Result<Verdict, StoreError> {
-        self.decide(key, limits, hits)
-            .await
-            .map(|(verdict, _)| verdict)
+    /// Applies `hits` to `counter` under its limits (all or nothing).
+    pub(crate) async fn apply(&self, counter: &Counter, hits: Hits) -> Result<Verdict, StoreError> {
+        self.decide(counter, hits).await.map(|(verdict, _)| verdict)
     }
 
     /// [`Store::apply`], and where the verdict came from. Units past [`MAX_UNITS`] are
     /// held at it, on every store alike.
     pub(crate) async fn decide(
         &self,
-        key: &str,
-        limits: &[Limit],
+        counter: &Counter,
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        let (key, limits) = (counter.key(), counter.limits());
         let hits = hits.saturated();
         match self {
             Self::Memory(m) => Ok((m.apply(key, limits, hits), DecidedBy::Memory)),
@@ -248,9 +243,10 @@ impl Store {
         }
     }
 
-    /// What every holder of counter `key` says of it, and what `hits` more would get,
-    /// changing nothing (a shared store is asked with a check, which counts nothing).
-    pub async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+    /// What every holder of `counter` says of it, and what `hits` more would get, changing
+    /// nothing (a shared store is asked with a check, which counts nothing).
+    pub async fn peek(&self, counter: &Counter, hits: u64) -> Peek {
+        let (key, limits) = (counter.key(), counter.limits());
         let hits = hits.min(MAX_UNITS);
         match self {
             Self::Memory(m) => Peek {
@@ -266,20 +262,19 @@ impl Store {
         }
     }
 
-    /// Sets counter `key` back to empty: in memory, or in the shared store and in the
-    /// local view of every instance listening to it.
-    // Only reference mode's keys need the limits (they name the window's start).
-    #[cfg_attr(not(feature = "redis"), expect(unused_variables))]
-    pub async fn reset(&self, key: &str, limits: &[Limit]) -> Result<(), StoreError> {
+    /// Sets `counter` back to empty: in memory, or in the shared store and in the local
+    /// view of every instance listening to it (reference mode's keys need its limits: they
+    /// name the window's start).
+    pub async fn reset(&self, counter: &Counter) -> Result<(), StoreError> {
         match self {
             Self::Memory(m) => {
-                m.reset(key);
+                m.reset(counter.key());
                 Ok(())
             }
             #[cfg(any(feature = "redis", feature = "postgres"))]
-            Self::Shared(r) => r.reset(key).await,
+            Self::Shared(r) => r.reset(counter.key()).await,
             #[cfg(feature = "redis")]
-            Self::Reference(r) => r.reset(key, limits).await,
+            Self::Reference(r) => r.reset(counter.key(), counter.limits()).await,
         }
     }
 

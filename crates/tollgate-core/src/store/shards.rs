@@ -29,7 +29,7 @@ const MIN_PER_SHARD: usize = 16;
 /// The limit states of one counter, when they stop mattering, and how much of its limits
 /// they hold (what dropping the counter would forgive).
 #[derive(Debug, Clone)]
-pub(crate) struct Counter {
+pub(crate) struct CounterState {
     pub(crate) states: States,
     /// Seconds since the epoch, rounded up.
     expires_at_s: u32,
@@ -60,7 +60,7 @@ impl States {
     }
 }
 
-impl Counter {
+impl CounterState {
     /// Fresh states for `limits`.
     pub(crate) fn new(limits: &[Limit]) -> Self {
         Self::from_states(limits.iter().map(LimitState::new).collect())
@@ -121,13 +121,13 @@ impl Counter {
 }
 
 /// What the map needs of its values.
-pub(crate) trait Entry {
-    /// The counter the value holds.
-    fn counter(&self) -> &Counter;
+pub(crate) trait ShardValue {
+    /// The counter state the value holds.
+    fn state(&self) -> &CounterState;
 }
 
-impl Entry for Counter {
-    fn counter(&self) -> &Counter {
+impl ShardValue for CounterState {
+    fn state(&self) -> &CounterState {
         self
     }
 }
@@ -165,7 +165,7 @@ pub(crate) struct Locked<'a, V> {
     owner: &'a Shards<V>,
 }
 
-impl<V: Entry> Shards<V> {
+impl<V: ShardValue> Shards<V> {
     /// A map holding at most about `max_entries` entries and `max_bytes` bytes.
     pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
@@ -216,9 +216,9 @@ impl<V: Entry> Shards<V> {
             let mut shard = lock(shard);
             let mut freed = 0;
             let removed = shard.table.retain(|v| {
-                let expired = v.counter().expired(now);
+                let expired = v.state().expired(now);
                 if expired {
-                    freed += v.counter().heap_bytes();
+                    freed += v.state().heap_bytes();
                 }
                 !expired
             });
@@ -253,7 +253,7 @@ impl<V: Entry> Shards<V> {
     }
 }
 
-impl<V: Entry> Locked<'_, V> {
+impl<V: ShardValue> Locked<'_, V> {
     pub(crate) fn get(&self) -> Option<&V> {
         self.shard.table.get(&self.key)
     }
@@ -264,7 +264,7 @@ impl<V: Entry> Locked<'_, V> {
 
     pub(crate) fn remove(&mut self) -> Option<V> {
         let removed = self.shard.table.remove(&self.key)?;
-        self.shard.heap_bytes -= removed.counter().heap_bytes();
+        self.shard.heap_bytes -= removed.state().heap_bytes();
         Some(removed)
     }
 
@@ -272,9 +272,9 @@ impl<V: Entry> Locked<'_, V> {
     /// exceed its entries or bytes: expired ones first, else the least-used of a random
     /// sample (dropping it forgives the fewest units), soonest-expiring on a tie.
     pub(crate) fn insert(&mut self, value: V, now: Timestamp) {
-        let heap = value.counter().heap_bytes();
+        let heap = value.state().heap_bytes();
         if let Some(entry) = self.shard.table.get_mut(&self.key) {
-            let held = entry.counter().heap_bytes();
+            let held = entry.state().heap_bytes();
             if heap <= held {
                 // Replaced in place: nothing grows, so nothing else need make room (and
                 // the table is spared a removal's shifting and a second probe).
@@ -312,7 +312,7 @@ impl<V: Entry> Locked<'_, V> {
             let Some((key, value)) = shard.table.sample(shard.rng) else {
                 return;
             };
-            let c = value.counter();
+            let c = value.state();
             let rank = (!c.expired(now), c.pressure, c.expires_at_s);
             if victim.is_none_or(|(_, best)| rank < best) {
                 victim = Some((key, rank));
@@ -321,13 +321,13 @@ impl<V: Entry> Locked<'_, V> {
         if let Some((key, _)) = victim
             && let Some(gone) = shard.table.remove(&key)
         {
-            shard.heap_bytes -= gone.counter().heap_bytes();
+            shard.heap_bytes -= gone.state().heap_bytes();
             self.owner.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-impl<V: Entry + Send + 'static> Shards<V> {
+impl<V: ShardValue + Send + 'static> Shards<V> {
     /// Sweeps every `period` until the map is dropped.
     pub(crate) fn spawn_sweeper(self: &Arc<Self>, clock: Arc<dyn Clock>, period: Duration) {
         let weak: Weak<Self> = Arc::downgrade(self);

@@ -17,8 +17,9 @@ const MAX_LOAD: (usize, usize) = (7, 8);
 /// The smallest array a table allocates.
 const MIN_SLOTS: usize = 16;
 
+/// A value and the hash of its key, as a slot holds them.
 #[derive(Debug)]
-struct Entry<V> {
+struct Keyed<V> {
     key: Key,
     value: V,
 }
@@ -28,7 +29,7 @@ struct Entry<V> {
 pub(crate) struct Table<V> {
     /// Per slot: 0 when empty, else [`tag`] of its key.
     tags: Vec<u8>,
-    slots: Vec<Option<Entry<V>>>,
+    slots: Vec<Option<Keyed<V>>>,
     len: usize,
 }
 
@@ -59,7 +60,7 @@ impl<V> Table<V> {
 
     /// Bytes an array of `slots` slots takes.
     pub(crate) fn bytes_for(slots: usize) -> usize {
-        slots.saturating_mul(std::mem::size_of::<Option<Entry<V>>>() + 1)
+        slots.saturating_mul(std::mem::size_of::<Option<Keyed<V>>>() + 1)
     }
 
     /// The array size the next insert needs, if it needs the table to grow.
@@ -109,17 +110,17 @@ impl<V> Table<V> {
     /// Inserts or replaces; grows the array first if it is full.
     pub(crate) fn insert(&mut self, key: Key, value: V) {
         if let Some(i) = self.find(&key) {
-            self.slots[i] = Some(Entry { key, value });
+            self.slots[i] = Some(Keyed { key, value });
             return;
         }
         if let Some(slots) = self.growth_needed() {
             self.resize(slots);
         }
-        self.place(Entry { key, value });
+        self.place(Keyed { key, value });
     }
 
     /// Puts an absent entry in the first empty slot from its home.
-    fn place(&mut self, entry: Entry<V>) {
+    fn place(&mut self, entry: Keyed<V>) {
         let mut i = self.home(&entry.key);
         while self.tags[i] != 0 {
             i = self.next(i);

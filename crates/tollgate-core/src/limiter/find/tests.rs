@@ -1,13 +1,15 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::{ManualClock, Timestamp};
 use crate::limit::{Algorithm, Limit};
 use crate::request::{Descriptor, Request};
 use crate::rules::Rules;
-use crate::store::{Capacity, MemoryStore};
+use crate::store::{Capacity, MemoryStore, Reading, Store, StoreError};
 use crate::unit::Unit;
 
 use super::*;
+use crate::counter::Counter;
 
 const S: u64 = crate::clock::NANOS_PER_SECOND;
 const RULES: &str = r#"

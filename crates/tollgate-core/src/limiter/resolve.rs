@@ -1,0 +1,216 @@
+//! A request resolved once, the same way for deciding, explaining and resetting it: per
+//! descriptor, the rule it matched (or why none), and what it asks of which counter.
+
+use std::sync::Arc;
+
+use super::{Limiter, NoMatch, Recorder};
+use crate::algo::Hits;
+use crate::counter::Counter;
+use crate::key::{write_counter_key, write_reference_key};
+use crate::limit::Limit;
+use crate::request::{Descriptor, InvalidRequest, LimitOverride, Request};
+use crate::rules::{Domain, Policy, Rule, Rules};
+use crate::store::KeyLayout;
+
+/// What one descriptor matched.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Match<'r> {
+    /// A rule: its limits are counted (or it is unlimited).
+    Rule(&'r Rule),
+    /// A rule whose limit another matched rule `replaces`: nothing is counted.
+    Replaced(&'r Rule),
+    /// No rule: the request's own limit is counted.
+    Override(LimitOverride),
+    /// Nothing: the descriptor is not limited.
+    Nothing(NoMatch),
+}
+
+/// What one descriptor asks of the store.
+#[derive(Debug)]
+pub(super) enum Count<'r> {
+    /// Nothing: no rule matched, or the rule was replaced.
+    NoLimit,
+    /// Nothing: the rule is unlimited.
+    Unlimited,
+    /// `hits` on `counter`, under the limits of `rule` (none: the request's own limit); a
+    /// budget's consumption is a charge.
+    Limited {
+        rule: Option<&'r Rule>,
+        counter: Counter,
+        hits: Hits,
+    },
+}
+
+/// One descriptor of a request, resolved.
+#[derive(Debug)]
+pub(super) struct Resolved<'r> {
+    /// What it matched, or why nothing.
+    pub(super) matched: Match<'r>,
+    /// What it asks of the store.
+    pub(super) count: Count<'r>,
+    /// Whether it is a budget for the request's overall answer (quota mode).
+    pub(super) quota: bool,
+}
+
+impl<R: Recorder> Limiter<R> {
+    /// Resolves every descriptor of `req` under `rules`; refused if the request is
+    /// malformed or brings a limit of its own that the defaults do not allow.
+    pub(super) fn resolve<'r>(
+        &self,
+        rules: &'r Rules,
+        req: &Request<'_>,
+    ) -> Result<Vec<Resolved<'r>>, InvalidRequest> {
+        let matched = matches(rules, req)?;
+        self.resolve_matches(req, matched)
+    }
+
+    /// The second half of [`Limiter::resolve`]: the counter of each descriptor of `req`
+    /// that `matched` limits.
+    pub(super) fn resolve_matches<'r>(
+        &self,
+        req: &Request<'_>,
+        matched: Vec<Match<'r>>,
+    ) -> Result<Vec<Resolved<'r>>, InvalidRequest> {
+        matched
+            .into_iter()
+            .zip(&req.descriptors)
+            .enumerate()
+            .map(|(index, (matched, descriptor))| {
+                let count = self.count_of(&req.domain, (index, descriptor), matched)?;
+                let quota = self.options.quota_mode
+                    || matches!(count, Count::Limited { rule: Some(rule), .. } if rule.quota_mode);
+                Ok(Resolved {
+                    matched,
+                    count,
+                    quota,
+                })
+            })
+            .collect()
+    }
+
+    /// What one descriptor asks: its matched rule's limits, or the limit the request sent
+    /// instead, on the counter they name.
+    fn count_of<'r>(
+        &self,
+        domain: &str,
+        (index, descriptor): (usize, &Descriptor<'_>),
+        matched: Match<'r>,
+    ) -> Result<Count<'r>, InvalidRequest> {
+        let layout = self.store.key_layout();
+        let (rule, counter) = match matched {
+            Match::Nothing(_) | Match::Replaced(_) => return Ok(Count::NoLimit),
+            Match::Rule(rule) => match rule_counter(layout, domain, descriptor.pairs(), rule) {
+                Some(counter) => (Some(rule), counter),
+                None => return Ok(Count::Unlimited),
+            },
+            Match::Override(requested) => {
+                let limit = self
+                    .options
+                    .defaults
+                    .limit(requested.requests_per_unit, requested.unit)
+                    .map_err(|reason| InvalidRequest::BadOverride {
+                        descriptor: index,
+                        reason,
+                    })?;
+                let own = [limit];
+                let mut key = String::new();
+                let shape = Limit::shape_of(&own);
+                write_key(&mut key, layout, domain, descriptor.pairs(), None, &shape);
+                (None, Counter::new(key, Arc::from(own)))
+            }
+        };
+        let charged = self.options.quota_mode || rule.is_some_and(|r| r.charged);
+        let hits = match descriptor.hits {
+            Hits::Consume(n) if charged => Hits::Charge(n),
+            other => other,
+        };
+        Ok(Count::Limited {
+            rule,
+            counter,
+            hits,
+        })
+    }
+}
+
+/// What each descriptor of `req` matches under `rules`, `replaces` applied.
+pub(super) fn matches<'r>(
+    rules: &'r Rules,
+    req: &Request<'_>,
+) -> Result<Vec<Match<'r>>, InvalidRequest> {
+    req.validate()?;
+    let domain = rules.domain(&req.domain);
+    let found = find_rules(domain, req);
+    let replaced: Vec<&str> = found
+        .iter()
+        .flatten()
+        .flat_map(|r| r.replaces.iter().map(String::as_str))
+        .collect();
+    let matched =
+        found
+            .into_iter()
+            .zip(&req.descriptors)
+            .map(|(rule, d)| match (rule, d.limit, domain) {
+                (Some(rule), _, _) if is_replaced(rule, &replaced) => Match::Replaced(rule),
+                (Some(rule), _, _) => Match::Rule(rule),
+                (None, Some(own), Some(_)) => Match::Override(own),
+                (None, _, None) => Match::Nothing(NoMatch::NoDomain),
+                (None, None, Some(_)) => Match::Nothing(NoMatch::NoRule),
+            });
+    Ok(matched.collect())
+}
+
+/// The rule each descriptor of `req` matches in `domain`, before `replaces` is applied.
+fn find_rules<'r>(domain: Option<&'r Domain>, req: &Request<'_>) -> Vec<Option<&'r Rule>> {
+    // A request's own limit stands in for the rule, whole: none of the rule's shadow mode,
+    // replaces or quota mode apply to it, as in the reference.
+    req.descriptors
+        .iter()
+        .map(|d| match (domain, d.limit) {
+            (Some(_), Some(_)) | (None, _) => None,
+            (Some(dom), None) => dom.find(d.pairs()),
+        })
+        .collect()
+}
+
+/// Whether another matched rule `replaces` the limit of `rule`, as the reference drops it
+/// (which keeps answering an unlimited rule as unlimited, replaced or not).
+fn is_replaced(rule: &Rule, replaced: &[&str]) -> bool {
+    !matches!(rule.policy, Policy::Unlimited { .. })
+        && replaced.iter().any(|name| rule.is_named(name))
+}
+
+/// The counter the limits of `rule` are counted on for `entries` (in the descriptor's
+/// order) in `domain`; none for an unlimited rule.
+pub(super) fn rule_counter<'a>(
+    layout: KeyLayout,
+    domain: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+    rule: &'a Rule,
+) -> Option<Counter> {
+    let Policy::Limited { limits, shape } = &rule.policy else {
+        return None;
+    };
+    let mut key = String::new();
+    write_key(&mut key, layout, domain, entries, Some(rule), shape);
+    Some(Counter::new(key, Arc::clone(limits)))
+}
+
+/// Writes the key of the counter of `entries` (in the descriptor's order) in `domain` into
+/// `out`: `rule` (when one matched) may count every value of a wildcard on one counter;
+/// `shape` is its limits' shape.
+fn write_key<'a>(
+    out: &mut String,
+    layout: KeyLayout,
+    domain: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+    rule: Option<&'a Rule>,
+    shape: &str,
+) {
+    let entries = entries
+        .enumerate()
+        .map(|(i, (k, v))| (k, rule.map_or(v, |r| r.key_value(i, v))));
+    match layout {
+        KeyLayout::Tollgate => write_counter_key(out, domain, entries, shape),
+        KeyLayout::Reference => write_reference_key(out, domain, entries),
+    }
+}
