@@ -7,7 +7,7 @@
 //! the count a true count of admitted units, which several limits per counter and the
 //! shared-store local view both rely on.
 
-use super::{Decision, MAX_UNITS};
+use super::{LimitVerdict, MAX_UNITS};
 use crate::clock::{NANOS_PER_MICRO, Timestamp};
 use crate::limit::Limit;
 
@@ -52,13 +52,13 @@ impl FixedWindow {
         if window <= self.window { self.count } else { 0 }
     }
 
-    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> LimitVerdict {
         let window = Self::window_of(limit, now);
         let count = self.count_at(window);
         let limit_units = u64::from(limit.requests_per_unit);
         let after = count.saturating_add(hits);
         let window_end = Self::end_of(limit, window.max(self.window));
-        Decision {
+        LimitVerdict {
             admitted: after <= limit_units,
             remaining: if after <= limit_units {
                 limit_units - after

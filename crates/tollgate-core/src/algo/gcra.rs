@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Decision, mul_div};
+use super::{LimitVerdict, mul_div};
 use crate::clock::{NANOS_PER_MICRO, Timestamp, nanos_of};
 use crate::limit::Limit;
 
@@ -54,9 +54,9 @@ impl Gcra {
         self.tat
     }
 
-    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> LimitVerdict {
         if limit.requests_per_unit == 0 {
-            return Decision {
+            return LimitVerdict {
                 admitted: false,
                 remaining: 0,
                 reset: limit.window,
@@ -68,7 +68,7 @@ impl Gcra {
         let used = self.tat.since(now);
         let after = saturate(used + Self::span(limit, hits));
         if after <= tolerance {
-            return Decision {
+            return LimitVerdict {
                 admitted: true,
                 remaining: Self::units(limit, tolerance - after),
                 reset: after,
@@ -81,7 +81,7 @@ impl Gcra {
             // whole bucket's refill time, or until it is full again if that is later.
             used.max(tolerance)
         };
-        Decision {
+        LimitVerdict {
             admitted: false,
             remaining: Self::units(limit, tolerance.saturating_sub(used)),
             reset,
@@ -115,7 +115,7 @@ mod tests {
 
     const DAY: u64 = 86_400 * SECOND;
 
-    fn offer(g: &mut Gcra, l: &Limit, now: u64, hits: u64) -> Decision {
+    fn offer(g: &mut Gcra, l: &Limit, now: u64, hits: u64) -> LimitVerdict {
         let d = g.evaluate(l, at(now), hits);
         if d.admitted {
             g.record(l, at(now), hits);

@@ -1,4 +1,4 @@
-//! Rate-limit algorithms as pure functions of (state, now, hits, limit) → decision.
+//! Rate-limit algorithms as pure functions of (state, now, hits, limit) → verdict.
 //!
 //! Stores own the states and call [`apply`]; nothing here does I/O or reads the clock.
 
@@ -58,9 +58,9 @@ impl Hits {
     }
 }
 
-/// The answer of one limit at one instant.
+/// The verdict of one limit at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Decision {
+pub(crate) struct LimitVerdict {
     /// Whether the units fit.
     pub(crate) admitted: bool,
     /// Units left after this request (for a denial: left now).
@@ -90,7 +90,7 @@ impl LimitState {
     }
 
     /// Whether `hits` units would be admitted now; changes nothing.
-    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> LimitVerdict {
         match self {
             Self::Sliding(s) => s.evaluate(limit, now, hits),
             Self::Fixed(s) => s.evaluate(limit, now, hits),
@@ -145,13 +145,13 @@ impl LimitState {
     }
 }
 
-/// The decision reported for a counter with several limits, and the limit it came from.
+/// The verdict of a counter with several limits: its tightest limit's, and which that is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verdict {
     /// Index of the reported limit among the counter's limits.
     pub(crate) limit_index: usize,
-    /// That limit's decision.
-    pub(crate) decision: Decision,
+    /// That limit's verdict.
+    pub(crate) decision: LimitVerdict,
 }
 
 /// Applies `hits` to the states of all `limits` of one counter, all or nothing: consumed
@@ -211,7 +211,7 @@ pub(crate) fn evaluate(
     // A counter always has at least one limit; an empty list admits, as no limit would.
     best.unwrap_or(Verdict {
         limit_index: 0,
-        decision: Decision {
+        decision: LimitVerdict {
             admitted: true,
             remaining: u64::MAX,
             reset: Duration::ZERO,
@@ -219,7 +219,7 @@ pub(crate) fn evaluate(
     })
 }
 
-fn tighter(a: &Decision, b: &Decision) -> bool {
+fn tighter(a: &LimitVerdict, b: &LimitVerdict) -> bool {
     match (a.admitted, b.admitted) {
         (false, true) => true,
         (true, false) => false,

@@ -25,7 +25,7 @@
 //! at most u32::MAX. The comparison c × (end − max(f, start)) ≤ room × (end − start) then
 //! stays below 2^53, so the Redis script computes exactly the same answer in Lua's floats.
 
-use super::{Decision, mul_div};
+use super::{LimitVerdict, mul_div};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 
@@ -35,6 +35,7 @@ const FINE: u64 = 1 << 16;
 const COARSE: u64 = 1 << 8;
 /// The end of a sub-window whose last hit is not known (stored by a version that did not
 /// record it): its hits count until the sub-window has almost left the window.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 const UNKNOWN_END: u16 = u16::MAX;
 
 /// Counts of the last N+1 sub-windows of one limit, in a ring indexed by sub-window number.
@@ -245,7 +246,7 @@ impl SlidingWindow {
         (limit.window_nanos() / self.precision()).max(1)
     }
 
-    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> Decision {
+    pub(crate) fn evaluate(&self, limit: &Limit, now: Timestamp, hits: u64) -> LimitVerdict {
         let at = self.at(limit, now);
         let (used, scale) = self.count(at);
         let capacity = u128::from(limit.requests_per_unit) * scale;
@@ -254,7 +255,7 @@ impl SlidingWindow {
             // These hits are the last counted: everything is forgotten when they are (a
             // window from now, less the rounding of `at`; a clock stepped back is told
             // the window).
-            return Decision {
+            return LimitVerdict {
                 admitted: true,
                 remaining: to_u64((capacity - after) / scale),
                 reset: self.forgotten_at(at).since(now).min(limit.window),
@@ -263,7 +264,7 @@ impl SlidingWindow {
         let wait_until = self
             .admitted_at(at, limit, hits)
             .unwrap_or_else(|| self.forgotten_at(at));
-        Decision {
+        LimitVerdict {
             admitted: false,
             remaining: to_u64(capacity.saturating_sub(used) / scale),
             reset: wait_until.since(now),
@@ -406,7 +407,7 @@ mod tests {
     }
 
     /// Offers one request; records it if admitted.
-    fn offer(state: &mut SlidingWindow, l: &Limit, now: u64, hits: u64) -> Decision {
+    fn offer(state: &mut SlidingWindow, l: &Limit, now: u64, hits: u64) -> LimitVerdict {
         let d = state.evaluate(l, at(now), hits);
         if d.admitted {
             state.record(l, at(now), hits);

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::connect::{Conn, RedisConnector, RedisTarget, RedisTls};
-use crate::algo::{Decision, Hits, Verdict};
+use crate::algo::{Hits, LimitVerdict, Verdict};
 use crate::clock::{Clock, NANOS_PER_SECOND, Timestamp};
 use crate::limit::Limit;
 use crate::lock::lock;
@@ -182,7 +182,7 @@ impl ReferenceStore {
                 }],
                 would: Verdict {
                     limit_index: 0,
-                    decision: Decision {
+                    decision: LimitVerdict {
                         admitted: count.saturating_add(hits) <= allowed,
                         remaining: remaining.saturating_sub(hits),
                         reset,
@@ -239,7 +239,7 @@ impl ReferenceStore {
         let allowed = u64::from(limit.requests_per_unit());
         let over = |remaining| Verdict {
             limit_index: 0,
-            decision: Decision {
+            decision: LimitVerdict {
                 admitted: false,
                 remaining,
                 reset,
@@ -280,7 +280,7 @@ impl ReferenceStore {
         }
         Ok(Verdict {
             limit_index: 0,
-            decision: Decision {
+            decision: LimitVerdict {
                 admitted: true,
                 remaining: allowed - count,
                 reset,
@@ -354,7 +354,7 @@ impl ReferenceStore {
         };
         Ok(Verdict {
             limit_index: 0,
-            decision: Decision {
+            decision: LimitVerdict {
                 admitted,
                 remaining: if admitted { allowed } else { 0 },
                 reset,
@@ -420,7 +420,7 @@ impl Window {
 fn unlimited() -> Verdict {
     Verdict {
         limit_index: 0,
-        decision: Decision {
+        decision: LimitVerdict {
             admitted: true,
             remaining: u64::MAX,
             reset: Duration::ZERO,
