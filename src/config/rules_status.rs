@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use tokio::sync::watch;
 use tollgate_core::Rules;
+use tollgate_core::lock;
 
 /// Where a rule set came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +54,7 @@ impl RulesStatus {
     /// Rules with `domains` domains from `source` are in force. With the health setting,
     /// a load without any domain makes the service unhealthy, as in the reference.
     pub(crate) fn record(&self, source: Source, domains: usize) {
-        *self.source.lock().unwrap_or_else(|p| p.into_inner()) = Some(source);
+        *lock(&self.source) = Some(source);
         let healthy = !self.require_domain || domains > 0;
         self.readiness.send_replace(Readiness {
             loaded: true,
@@ -73,11 +74,7 @@ impl RulesStatus {
     /// Comment lines for `/rlconfig` saying where `rules` came from: the source, then each
     /// domain with the files or resources that define it.
     pub(crate) fn describe(&self, rules: &Rules) -> String {
-        let source = self
-            .source
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let source = lock(&self.source).clone();
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = match &source {

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{Descriptor, NoMatch};
 
 use crate::ops::metrics::types::PlainCounter;
+use tollgate_core::lock;
 
 /// Domains the rules lack that get a label of their own; the rest share `other`.
 const MAX_UNKNOWN_DOMAINS: usize = 64;
@@ -64,7 +65,7 @@ impl Unmatched {
         }
         let combination = hasher.finish();
         // Updates under this lock are plain inserts: a poisoned lock is still usable.
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = lock(&self.seen);
         self.count(&mut seen, domain, why);
         if seen.logged.contains(&combination) {
             return;

@@ -42,6 +42,7 @@ use plan::{Plan, Plans};
 use report::{BucketKey, Usage};
 pub(crate) use table::Strategy;
 use table::{Action, Allowance, Departures, Message, StreamId, Table, TooManyBuckets};
+use tollgate_core::lock;
 
 /// Answers queued for one stream; a client that reads none loses pushes, not memory (its
 /// next report is answered afresh).
@@ -123,7 +124,7 @@ impl Rlqs {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     fn lock_for(&self, bucket: &BucketKey) -> &tokio::sync::Mutex<()> {
@@ -249,7 +250,7 @@ impl Rlqs {
                 None => by_stream.push((send.stream, actions)),
             }
         }
-        let outboxes = self.outboxes.lock().unwrap_or_else(|p| p.into_inner());
+        let outboxes = lock(&self.outboxes);
         for (stream, actions) in by_stream {
             if let Some(outbox) = outboxes.get(&stream) {
                 let response = RateLimitQuotaResponse {
@@ -275,10 +276,7 @@ impl Rlqs {
 
     /// A stream ended: its buckets are divided among the others.
     async fn close(&self, stream: StreamId) {
-        self.outboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&stream);
+        lock(&self.outboxes).remove(&stream);
         let departures = self.table().close(stream);
         self.depart(departures).await;
     }
@@ -378,10 +376,7 @@ impl RateLimitQuotaService for RlqsService {
         let rlqs = self.0.clone();
         let stream = rlqs.next_stream.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        rlqs.outboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(stream, tx.clone());
+        lock(&rlqs.outboxes).insert(stream, tx.clone());
         rlqs.table().open(stream);
         rlqs.update_gauges();
         let inbound = request.into_inner();

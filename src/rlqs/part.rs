@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tollgate_core::lock;
 use tollgate_core::{Capacity, Clock, Counter, Limit, MemoryStore, Store, StoreError, Unit};
 
 /// Demand is counted over this many seconds: four of Envoy's 5 s reporting intervals, so
@@ -134,7 +135,7 @@ impl Parts {
     }
 
     fn gathered(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Counter, u64)>> {
-        self.gathered.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.gathered)
     }
 }
 

@@ -11,6 +11,7 @@ use tollgate_core::{Counter, Found, Limit, Limiter, Recorder, Rule};
 
 use super::report::BucketKey;
 use super::table::Strategy;
+use tollgate_core::lock;
 
 /// Plans kept at most; past this the cache starts again (buckets are bounded per stream,
 /// not overall).
@@ -124,7 +125,7 @@ impl Plans {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 }
 

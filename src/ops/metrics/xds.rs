@@ -7,6 +7,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tollgate_core::lock;
 
 /// The xDS stream as the client sees it, updated by the client and read at scrape time.
 #[derive(Debug, Default)]
@@ -32,7 +33,7 @@ impl XdsStats {
     }
 
     pub(crate) fn acked(&self, version: &str, at: Instant) {
-        *self.acked.lock().unwrap_or_else(|p| p.into_inner()) = Some((version.to_owned(), at));
+        *lock(&self.acked) = Some((version.to_owned(), at));
     }
 }
 
@@ -65,7 +66,7 @@ impl prometheus_client::collector::Collector for XdsCollector {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             encode_plain_counter(value.load(Ordering::Relaxed), metric)?;
         }
-        let acked = s.acked.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let acked = lock(&s.acked).clone();
         let Some((version, at)) = acked else {
             return Ok(());
         };
