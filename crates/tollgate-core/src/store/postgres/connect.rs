@@ -10,13 +10,15 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::ApplyArgs;
+use super::apply::ApplyArgs;
 use super::describe::describe;
 use super::schema::{self, SchemaError};
+use super::target_error::TargetError;
 use super::tls::{PgTls, SslMode, TlsError, client_config};
 use crate::clock::Timestamp;
+use crate::store::shared::backend::probe_call;
 use crate::store::shared::link::Connector;
-use crate::store::shared::protocol::{Ask, PROBE_CALL, PROBE_KEY, probe_limits};
+use crate::store::shared::protocol::{PROBE_KEY, probe_limits};
 
 /// Where PostgreSQL is: a `postgres://` URL, its TLS part (`sslmode`, `sslrootcert`,
 /// `sslcert`, `sslkey`) taken out and read here, since libpq's checks are not all in the
@@ -68,23 +70,6 @@ impl std::fmt::Display for PgTarget {
             .unwrap_or("");
         write!(f, "{}/{database}", hosts.join(","))
     }
-}
-
-/// Why a PostgreSQL URL cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TargetError {
-    /// Not a PostgreSQL URL at all.
-    #[error("POSTGRES_URL must be a postgres:// or postgresql:// URL")]
-    Scheme,
-    /// An `sslmode` libpq does not have.
-    #[error("sslmode={0} is not one of disable, allow, prefer, require, verify-ca, verify-full")]
-    SslMode(String),
-    /// A client certificate without its key, or a key without its certificate.
-    #[error("POSTGRES_URL: sslcert and sslkey go together; give both")]
-    HalfClientCert,
-    /// The driver does not take the rest of the URL.
-    #[error("POSTGRES_URL: {0}")]
-    Driver(#[source] tokio_postgres::Error),
 }
 
 impl PgTarget {
@@ -340,17 +325,9 @@ impl Connector for PgConnector {
 
     async fn probe_calls(&self, pool: &Pool) -> Result<(), PgError> {
         let limits = probe_limits();
-        let (debt, hits) = PROBE_CALL;
-        let call = (debt, Ask::Hits(hits));
-        let args = ApplyArgs::new(
-            &self.key_prefix,
-            PROBE_KEY,
-            &limits,
-            call,
-            (None, Timestamp::default()),
-        );
+        let args = ApplyArgs::new(&self.key_prefix, &probe_call(&limits));
         let conn = pool.pick();
-        let probed = match args.run(conn).await {
+        let probed = match args.run(&conn.client, &conn.check).await {
             // The probe leaves no row behind: one row per counter, and none that is not.
             Ok(_) => conn
                 .client

@@ -8,7 +8,8 @@ use proptest::prelude::*;
 use tokio_postgres::{Client, NoTls};
 use tollgate_testkit::postgres::PostgresServer;
 
-use super::{limit_arrays, mode, schema, signed};
+use super::apply::{LimitArrays, limit_arrays, signed};
+use super::schema;
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -16,6 +17,7 @@ use crate::store::shared::differential::{
     YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
 };
 use crate::store::shared::protocol::Ask;
+use crate::store::shared::protocol::mode;
 
 /// One PostgreSQL for every case of this test binary.
 fn postgres() -> &'static PostgresServer {
@@ -92,7 +94,13 @@ async fn call_around(
     (now, around): (Timestamp, Timestamp),
 ) -> Result<Vec<i64>, tokio_postgres::Error> {
     let (mode, n, extra) = mode(ask);
-    let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around);
+    let LimitArrays {
+        kinds,
+        windows,
+        params,
+        rpus,
+        bounds,
+    } = limit_arrays(limits, around);
     let row = client
         .query_one(
             "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",

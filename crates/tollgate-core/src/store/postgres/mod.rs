@@ -3,16 +3,19 @@
 //! local, as with Redis). For teams that run PostgreSQL and would rather not run Redis
 //! for rate limits alone.
 
+mod apply;
 mod connect;
 mod describe;
 #[cfg(test)]
 mod differential;
 mod listen;
 mod schema;
+mod target_error;
 mod tls;
 
-pub use connect::{PgError, PgTarget, TargetError};
+pub use connect::{PgError, PgTarget};
 pub use schema::{SCHEMA_VERSION, SchemaError};
+pub use target_error::TargetError;
 pub use tls::{PgTls, SslMode, TlsError};
 
 use std::sync::Arc;
@@ -21,16 +24,13 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use self::connect::{PgConnector, PooledConn};
+use self::apply::ApplyArgs;
+use self::connect::PgConnector;
 use self::describe::describe;
 use super::shared::SharedBehaviour;
 use super::shared::announce::{Subscribe, announcement};
-use super::shared::backend::{Backend, Sending, Trip, TripError};
-use super::shared::ledger::CallArgs;
+use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
-use super::shared::protocol::{Ask, limit_args, mode, units};
-use crate::clock::Timestamp;
-use crate::limit::Limit;
 
 /// How a PostgreSQL store is set up.
 #[derive(Debug, Clone)]
@@ -124,17 +124,12 @@ impl Backend for PgBackend {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
-        let args = ApplyArgs::new(
-            &self.key_prefix,
-            args.key,
-            args.limits,
-            (args.debt, args.ask),
-            (args.deadline, args.around),
-        );
+        let args = ApplyArgs::new(&self.key_prefix, args);
         let link = self.link.clone();
         Box::pin(async move {
+            let conn = pool.pick();
             let row = args
-                .run(pool.pick())
+                .run(&conn.client, &conn.check)
                 .await
                 .map_err(|e| classify(&link, e))?;
             row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
@@ -187,73 +182,6 @@ impl Backend for PgBackend {
     }
 }
 
-/// The arguments of one `tollgate_apply`, owned, so that a call can outlive its request.
-struct ApplyArgs {
-    key: String,
-    mode: &'static str,
-    units: i64,
-    extra: i64,
-    debt: i64,
-    deadline_us: i64,
-    kinds: String,
-    windows: Vec<i64>,
-    params: Vec<i64>,
-    rpus: Vec<i64>,
-    bounds: Vec<i64>,
-}
-
-impl ApplyArgs {
-    /// `debt` then `ask` under `limits` on counter `key` (after `prefix`); nothing
-    /// changes if the database runs it after `deadline`, if there is one; `around` is the
-    /// database time expected, which places calendar windows' boundaries.
-    fn new(
-        prefix: &str,
-        key: &str,
-        limits: &[Limit],
-        (debt, ask): (u64, Ask),
-        (deadline, around): (Option<Timestamp>, Timestamp),
-    ) -> Self {
-        let (mode, n, extra) = mode(ask);
-        let (kinds, windows, params, rpus, bounds) = limit_arrays(limits, around);
-        Self {
-            key: format!("{prefix}{key}"),
-            mode,
-            units: signed(n),
-            extra: signed(extra),
-            debt: signed(units(debt)),
-            // The function's zero is "none": it never runs at the epoch.
-            deadline_us: signed(deadline.map_or(0, Timestamp::as_micros)),
-            kinds,
-            windows,
-            params,
-            rpus,
-            bounds,
-        }
-    }
-
-    /// The call on `conn`: its one row.
-    async fn run(&self, conn: &PooledConn) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
-        conn.client
-            .query_one(
-                &conn.check,
-                &[
-                    &self.key,
-                    &self.mode,
-                    &self.units,
-                    &self.debt,
-                    &self.deadline_us,
-                    &self.kinds,
-                    &self.windows,
-                    &self.params,
-                    &self.rpus,
-                    &self.bounds,
-                    &self.extra,
-                ],
-            )
-            .await
-    }
-}
-
 fn classify(link: &Link<PgConnector>, e: tokio_postgres::Error) -> TripError {
     let lost = match e.code() {
         Some(code) if *code == SqlState::QUERY_CANCELED => return TripError::Timeout,
@@ -277,32 +205,6 @@ fn classify(link: &Link<PgConnector>, e: tokio_postgres::Error) -> TripError {
     } else {
         TripError::Failed(Arc::new(e))
     }
-}
-
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// The limits as the function's arrays (see `limit_args`).
-type LimitArrays = (String, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
-
-/// The limits as the function's arrays: kind letters, windows, params, limits, and three
-/// calendar boundaries per limit, placed around the store time `around`.
-fn limit_arrays(limits: &[Limit], around: Timestamp) -> LimitArrays {
-    let mut kinds = String::with_capacity(limits.len());
-    let mut windows = Vec::with_capacity(limits.len());
-    let mut params = Vec::with_capacity(limits.len());
-    let mut rpus = Vec::with_capacity(limits.len());
-    let mut bounds = Vec::with_capacity(3 * limits.len());
-    for limit in limits {
-        let (kind, window_us, param, rpu, bounds_us) = limit_args(limit, around);
-        kinds.push_str(kind);
-        windows.push(signed(window_us));
-        params.push(i64::from(param));
-        rpus.push(i64::from(rpu));
-        bounds.extend(bounds_us.map(signed));
-    }
-    (kinds, windows, params, rpus, bounds)
 }
 
 /// Deletes expired counters every `interval`, in batches, while PostgreSQL answers.

@@ -14,7 +14,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
-use super::connect::TargetError;
+use super::target_error::TargetError;
 
 /// libpq's `sslmode`, in increasing order of what is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

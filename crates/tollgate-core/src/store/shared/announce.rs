@@ -22,7 +22,6 @@ use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-use super::{SharedStore, bump};
 use crate::clock::Timestamp;
 
 /// The longest key announced as itself (PostgreSQL's NOTIFY takes under 8000 bytes).
@@ -100,17 +99,25 @@ pub(crate) fn hear(announced: &str) -> Heard<'_> {
     }
 }
 
-/// Listens for announcements while the store lives, subscribing again after each loss.
-pub(super) fn spawn(store: Weak<SharedStore>, subscribe: Subscribe) {
+/// Listens for announcements while `store` lives, telling each to `hear`, subscribing
+/// again after each loss.
+pub(super) fn spawn<S: Send + Sync + 'static>(
+    store: Weak<S>,
+    hear: fn(&S, Heard<'_>),
+    subscribe: Subscribe,
+) {
+    // False once the store is gone.
+    let tell = move |heard: Heard<'_>| store.upgrade().map(|store| hear(&store, heard)).is_some();
     tokio::spawn(async move {
-        while store.strong_count() > 0 {
+        loop {
             match subscribe().await {
                 Ok(mut announcements) => {
-                    if !apply(&store, Heard::All) {
+                    // A fresh subscription may have missed announcements.
+                    if !tell(Heard::All) {
                         return;
                     }
                     while let Some(announced) = announcements.next().await {
-                        if !apply(&store, hear(&announced)) {
+                        if !tell(self::hear(&announced)) {
                             return;
                         }
                     }
@@ -121,26 +128,6 @@ pub(super) fn spawn(store: Weak<SharedStore>, subscribe: Subscribe) {
             tokio::time::sleep(RETRY).await;
         }
     });
-}
-
-/// Drops the views `heard` names; false once the store is gone.
-fn apply(store: &Weak<SharedStore>, heard: Heard<'_>) -> bool {
-    let Some(store) = store.upgrade() else {
-        return false;
-    };
-    match heard {
-        Heard::All => {
-            store.local.forget_all();
-            store.leases.forget(None);
-        }
-        Heard::Reset(key) => {
-            store.local.forget(key);
-            store.leases.forget(Some(key));
-        }
-        Heard::Decrease { key, at } => store.local.decreased(key, at),
-    }
-    bump(&store.counts.announcements_heard);
-    true
 }
 
 #[cfg(test)]

@@ -7,8 +7,39 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::announce::Subscribe;
-use super::ledger::CallArgs;
 use super::link::Health;
+use super::protocol::{Ask, PROBE_CALL, PROBE_KEY};
+use crate::clock::Timestamp;
+use crate::limit::Limit;
+
+/// What one check-and-count asks of the store: the one argument of every backend's call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallArgs<'a> {
+    /// The counter.
+    pub(crate) key: &'a str,
+    pub(crate) limits: &'a [Limit],
+    /// Units owed, charged before the ask (counted even past the limit).
+    pub(crate) debt: u64,
+    pub(crate) ask: Ask,
+    /// Store time after which the store ignores the call (its request has been answered
+    /// without it); none before the store's clock is known.
+    pub(crate) deadline: Option<Timestamp>,
+    /// The store time expected when it runs, which places calendar windows' boundaries.
+    pub(crate) around: Timestamp,
+}
+
+/// The health probe's call on its own counter, under `limits` (`probe_limits`).
+pub(crate) fn probe_call(limits: &[Limit]) -> CallArgs<'_> {
+    let (debt, hits) = PROBE_CALL;
+    CallArgs {
+        key: PROBE_KEY,
+        limits,
+        debt,
+        ask: Ask::Hits(hits),
+        deadline: None,
+        around: Timestamp::default(),
+    }
+}
 
 /// Why one round trip failed, as the store saw it.
 #[derive(Debug)]

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::ledger::{CallArgs, Ledger};
+use super::backend::{CallArgs, Trip};
+use super::counted;
+use super::ledger::Ledger;
 use super::protocol::{self, Reply};
-use super::{Trip, counted};
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;

@@ -463,9 +463,7 @@ fn decay(after: &[LimitState], limits: &[Limit]) -> Vec<Decay> {
         .collect()
 }
 
-mod take;
-
-pub(super) use self::take::spawn_sweeper;
+pub(super) mod take;
 
 #[cfg(all(test, feature = "redis"))]
 mod on_redis;

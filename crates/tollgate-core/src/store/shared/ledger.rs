@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use super::Trip;
+use super::backend::{CallArgs, Trip};
 use super::debts::{DebtStats, Debts, Due};
 use super::in_flight::{InFlight, Sent};
 use super::protocol::Ask;
@@ -26,22 +26,6 @@ pub(crate) struct Ledger {
     in_flight: InFlight,
     /// Calls that outlived their request's wait and are still awaited (`late.rs`).
     pub(super) awaited: AtomicUsize,
-}
-
-/// What one check-and-count asks of the store: the one argument of every backend's call.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CallArgs<'a> {
-    /// The counter.
-    pub(crate) key: &'a str,
-    pub(crate) limits: &'a [Limit],
-    /// Units owed, charged before the ask (counted even past the limit).
-    pub(crate) debt: u64,
-    pub(crate) ask: Ask,
-    /// Store time after which the store ignores the call (its request has been answered
-    /// without it); none before the store's clock is known.
-    pub(crate) deadline: Option<Timestamp>,
-    /// The store time expected when it runs, which places calendar windows' boundaries.
-    pub(crate) around: Timestamp,
 }
 
 /// One check-and-count, open until resolved.

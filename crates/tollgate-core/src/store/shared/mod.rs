@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-pub(crate) use self::backend::{Backend, Trip, TripError};
-use self::ledger::{CallArgs, Ledger};
+pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
+use self::ledger::Ledger;
 use self::link::TimeSink;
 use self::protocol::{Ask, Reply};
 use super::local::{Fallback, LocalView, Snapshot};
@@ -161,9 +161,30 @@ impl SharedStore {
             }
         });
         background::spawn(&store, refresh_rx);
-        announce::spawn(Arc::downgrade(&store), store.backend.subscription());
-        lease::spawn_sweeper(&store);
+        announce::spawn(
+            Arc::downgrade(&store),
+            Self::hear,
+            store.backend.subscription(),
+        );
+        lease::take::spawn_sweeper(&store);
         store
+    }
+
+    /// What an announcement heard asks of this instance: views (and leases) dropped, or
+    /// a counter's view deferring to the store after a decrease.
+    fn hear(&self, heard: announce::Heard<'_>) {
+        match heard {
+            announce::Heard::All => {
+                self.local.forget_all();
+                self.leases.forget(None);
+            }
+            announce::Heard::Reset(key) => {
+                self.local.forget(key);
+                self.leases.forget(Some(key));
+            }
+            announce::Heard::Decrease { key, at } => self.local.decreased(key, at),
+        }
+        bump(&self.counts.announcements_heard);
     }
 
     /// Whether the store answers.

@@ -9,7 +9,7 @@ use super::{GiveBack, Leases, Miss, PERIOD, Spend};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::ledger::CallArgs;
+use crate::store::shared::backend::CallArgs;
 use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
