@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_core::headers::HeaderStyle;
-use tollgate_core::{DecideError, Limiter, Options, Rules, Store};
+use tollgate_core::{DecideError, Limiter, Options, Rules, Store, StoreError};
 
 use crate::api::proto::{self, HeaderNames};
 use crate::config::rules_status::{RulesStatus, Source};
@@ -38,6 +38,12 @@ pub(crate) enum RlsError {
 }
 
 impl App {
+    /// What a request gets told of a store error: the error and the store it came from
+    /// (its address, never a password).
+    pub(crate) fn store_error(&self, error: &StoreError) -> String {
+        format!("{error} ({})", self.limiter.store().name())
+    }
+
     /// The application on `store`, with its metrics (and the xDS stream's, if any), and no
     /// rules yet.
     pub(crate) fn new(args: &ServeArgs, store: Store, xds: Option<Arc<XdsStats>>) -> Self {

@@ -134,7 +134,7 @@ async fn answer(app: &App, req: &RateLimitRequest) -> Result<Response<RateLimitR
             RlsError::Decide(DecideError::InvalidArgument(why)) => {
                 Status::invalid_argument(why.to_string())
             }
-            RlsError::Decide(DecideError::Store(e)) => Status::unavailable(e.to_string()),
+            RlsError::Decide(DecideError::Store(e)) => Status::unavailable(app.store_error(&e)),
         })
 }
 

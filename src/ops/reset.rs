@@ -71,7 +71,9 @@ pub(crate) async fn handler(
             Err(DecideError::InvalidArgument(why)) => {
                 text(StatusCode::BAD_REQUEST, why.to_string())
             }
-            Err(DecideError::Store(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            Err(DecideError::Store(e)) => {
+                text(StatusCode::SERVICE_UNAVAILABLE, admin.app.store_error(&e))
+            }
         }
     })
     .await

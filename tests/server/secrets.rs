@@ -116,3 +116,24 @@ fn an_unreachable_store_is_named_by_its_address_without_the_password() {
     }
     assert_no_password(&finished);
 }
+
+/// A request the unreachable store cannot answer (`--on-store-error error`) is told which
+/// store failed, by its address, without its password.
+#[tokio::test]
+async fn a_store_error_answer_names_the_store_without_the_password() {
+    let port = free_port();
+    let server = Serve::rules(RULES)
+        .redis("single", &format!("redis://:{PASSWORD}@127.0.0.1:{port}"))
+        .args(["--on-store-error", "error"])
+        .start_without_store();
+    let mut rls = server.client().await;
+    let request = tollgate_testkit::grpc::request("sec", &[&[("k", "ann")]]);
+    let status = rls.call(request).await.expect_err("no store to answer");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let message = status.message();
+    assert!(
+        message.contains(&format!("redis 127.0.0.1:{port} (single)")),
+        "{message}"
+    );
+    assert!(!message.contains(PASSWORD), "{message}");
+}

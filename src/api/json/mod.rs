@@ -62,7 +62,7 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, body: Bytes) -> Respons
             text(StatusCode::BAD_REQUEST, why.to_string())
         }
         Err(RlsError::Decide(DecideError::Store(e))) => {
-            text(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            text(StatusCode::SERVICE_UNAVAILABLE, app.store_error(&e))
         }
     }
 }

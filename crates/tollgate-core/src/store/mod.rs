@@ -289,6 +289,18 @@ impl Store {
         }
     }
 
+    /// The store as logs name it: `memory`, or a shared store's kind and address
+    /// (`redis 127.0.0.1:6379 (single)`, password never shown).
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Memory(_) => "memory",
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.name(),
+            #[cfg(feature = "redis")]
+            Self::Reference(r) => r.name(),
+        }
+    }
+
     /// Whether the store can currently answer (the memory store always can).
     pub fn is_up(&self) -> bool {
         match self {

@@ -136,6 +136,11 @@ impl ReferenceStore {
         self.config.on_error
     }
 
+    /// The store's kind and address, as logs name it.
+    pub fn name(&self) -> &str {
+        self.health().name()
+    }
+
     fn health(&self) -> &Health {
         &self.link.health
     }

@@ -198,6 +198,11 @@ impl SharedStore {
         self.backend.health().wait_up(limit).await
     }
 
+    /// The store's kind and address, as logs name it.
+    pub fn name(&self) -> &str {
+        self.backend.health().name()
+    }
+
     /// Why the store last failed (a refused connection, a wrong password), if it has.
     pub fn last_error(&self) -> Option<String> {
         self.backend.health().last_error()
