@@ -10,7 +10,6 @@
 //! Synchronous and free of I/O: the shared store calls it around its round trips.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use super::decreases::Decreases;
@@ -18,6 +17,7 @@ use super::memory::Capacity;
 use super::peek::CounterView;
 use super::shards::{CounterState, ShardStats, ShardValue, Shards};
 use super::shared::protocol::effect;
+use super::store_clock::StoreClock;
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -68,10 +68,8 @@ impl ShardValue for View {
 pub(crate) struct LocalView {
     views: Arc<Shards<View>>,
     clock: Arc<dyn Clock>,
-    /// The shared store's time minus local time in nanoseconds, learned from every answer.
-    offset_ns: AtomicI64,
-    /// Whether an answer has taught the offset yet.
-    synced: AtomicBool,
+    /// The shared store's clock, learned from every answer and probe.
+    store_clock: Arc<StoreClock>,
     /// Decreases heard from other instances: answers older than one are not adopted.
     decreases: Decreases,
 }
@@ -82,8 +80,7 @@ impl LocalView {
         Self {
             views: Arc::new(Shards::new(capacity.counters, capacity.bytes)),
             clock,
-            offset_ns: AtomicI64::new(0),
-            synced: AtomicBool::new(false),
+            store_clock: Arc::default(),
             decreases: Decreases::default(),
         }
     }
@@ -100,24 +97,25 @@ impl LocalView {
 
     /// Local time moved onto the shared store's clock.
     pub(crate) fn now(&self) -> Timestamp {
-        let offset = self.offset_ns.load(Ordering::Relaxed);
-        Timestamp::from_nanos(self.clock.now().as_nanos().saturating_add_signed(offset))
+        self.store_clock.shift(self.clock.now())
     }
 
     /// Learns the shared store's clock from an answer it gave at `store_now`.
     pub(crate) fn learn_time(&self, store_now: Timestamp) {
-        let offset = i128::from(store_now.as_nanos()) - i128::from(self.clock.now().as_nanos());
-        self.offset_ns.store(
-            offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
-            Ordering::Relaxed,
-        );
-        self.synced.store(true, Ordering::Relaxed);
+        self.store_clock.learn(store_now, self.clock.now());
+    }
+
+    /// Where a health probe tells the store's clock: the view learns it even from a probe
+    /// that reads it before the store that holds the view is fully built.
+    pub(crate) fn time_sink(&self) -> Box<dyn Fn(Timestamp) + Send + Sync> {
+        let (store_clock, clock) = (self.store_clock.clone(), self.clock.clone());
+        Box::new(move |store_now| store_clock.learn(store_now, clock.now()))
     }
 
     /// The instant on the shared store's clock after which a request started at `now`
     /// has been answered without it; none while the store's clock is not known yet.
     pub(crate) fn deadline(&self, now: Timestamp, timeout: Duration) -> Option<Timestamp> {
-        self.synced.load(Ordering::Relaxed).then(|| now + timeout)
+        self.store_clock.synced().then(|| now + timeout)
     }
 
     /// The view of counter `key` at `now`, and what `hits` more would get.
@@ -509,6 +507,20 @@ mod tests {
                 .is_none()
         );
         assert_eq!(v.stats().entries, 0);
+    }
+
+    #[test]
+    fn the_probes_time_sink_teaches_the_view_the_store_clock() {
+        let (v, _) = view();
+        assert_eq!(v.deadline(at(T0), Duration::from_millis(10)), None);
+        // The link's probe may report before anything else holds the view.
+        let sink = v.time_sink();
+        sink(at(T0 + 5 * SECOND));
+        assert_eq!(v.now(), at(T0 + 5 * SECOND));
+        assert_eq!(
+            v.deadline(v.now(), Duration::from_millis(10)),
+            Some(at(T0 + 5 * SECOND + 10_000_000))
+        );
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub mod redis;
 mod shards;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod shared;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod store_clock;
 mod table;
 
 pub use counting::Reading;

@@ -142,23 +142,18 @@ impl SharedStore {
         let local = LocalView::new(behaviour.local_capacity, clock);
         local.spawn_sweeper(sweep_period);
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::channel(background::REFRESH_QUEUE);
-        let store = Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
-            let me = me.clone();
-            // From the first probe on, every request carries a deadline in store time.
-            let learn = move |now| {
-                if let Some(store) = me.upgrade() {
-                    store.local.learn_time(now);
-                }
-            };
-            Self {
-                backend: backend(Box::new(learn)),
-                local,
-                behaviour,
-                refresh_tx,
-                counts: Counts::default(),
-                ledger: Arc::default(),
-                leases: lease::Leases::new(behaviour.leases),
-            }
+        // From the first probe on, every request carries a deadline in store time: the
+        // probe may read the store's clock before this store is built, so the view's own
+        // clock learns it, not the store (a weak reference to it would not hold yet).
+        let backend = backend(local.time_sink());
+        let store = Arc::new(Self {
+            backend,
+            local,
+            behaviour,
+            refresh_tx,
+            counts: Counts::default(),
+            ledger: Arc::default(),
+            leases: lease::Leases::new(behaviour.leases),
         });
         background::spawn(&store, refresh_rx);
         announce::spawn(
