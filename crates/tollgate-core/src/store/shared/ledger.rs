@@ -79,33 +79,32 @@ impl Ledger {
         now: Timestamp,
         deadline: Option<Timestamp>,
     ) -> Call<'a> {
-        let args = CallArgs {
-            key: &due.key,
-            limits: &due.limits,
-            debt: due.units,
-            ask: Ask::Hits(Hits::Check),
-            deadline,
-            around: now,
-        };
-        Call {
-            ledger: self,
-            args,
-            sent: None,
-            open: true,
-        }
+        self.check((&due.key, &due.limits), due.units, now, deadline)
     }
 
     /// A read of counter `key` that counts nothing and carries no debt.
     pub(crate) fn read<'a>(
         self: &'a Arc<Self>,
+        counter: (&'a str, &'a [Limit]),
+        now: Timestamp,
+        deadline: Option<Timestamp>,
+    ) -> Call<'a> {
+        self.check(counter, 0, now, deadline)
+    }
+
+    /// A check of counter `key` carrying `debt`: it counts nothing of its own, so nothing
+    /// of it is in flight.
+    fn check<'a>(
+        self: &'a Arc<Self>,
         (key, limits): (&'a str, &'a [Limit]),
+        debt: u64,
         now: Timestamp,
         deadline: Option<Timestamp>,
     ) -> Call<'a> {
         let args = CallArgs {
             key,
             limits,
-            debt: 0,
+            debt,
             ask: Ask::Hits(Hits::Check),
             deadline,
             around: now,

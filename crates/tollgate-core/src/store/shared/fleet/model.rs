@@ -291,14 +291,23 @@ async fn run(shared: Shared<'_>, seeds: std::ops::Range<u64>) {
     }
 }
 
+/// Seeds 1 to `default`, or to `FLEET_MODEL_SEEDS` for a longer search by hand.
+fn seeds(default: u64) -> std::ops::Range<u64> {
+    let count = std::env::var("FLEET_MODEL_SEEDS").map_or(default, |n| {
+        n.parse()
+            .unwrap_or_else(|_| panic!("FLEET_MODEL_SEEDS={n}: not a number of seeds"))
+    });
+    1..count + 1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_on_redis_decides_as_one_exact_counter() {
     let redis = RedisServer::start();
-    run(Shared::Redis(&redis), 1..5).await;
+    run(Shared::Redis(&redis), seeds(4)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_on_postgres_decides_as_one_exact_counter() {
     let pg = PostgresServer::start();
-    run(Shared::Postgres(&pg), 1..4).await;
+    run(Shared::Postgres(&pg), seeds(3)).await;
 }
