@@ -423,12 +423,11 @@ impl Connector for RedisConnector {
 
     async fn probe_calls(&self, conn: &Conn) -> Result<(), LinkError> {
         let limits = probe_limits();
-        let (debt, hits) = PROBE_CALL;
         let check = script::Check {
             key: PROBE_KEY,
             limits: &limits,
-            ask: Ask::Hits(hits),
-            debt,
+            ask: Ask::Hits(PROBE_CALL.hits),
+            debt: PROBE_CALL.debt,
             deadline: None,
             now: None,
             around: Timestamp::default(),

@@ -30,12 +30,11 @@ pub(crate) struct CallArgs<'a> {
 
 /// The health probe's call on its own counter, under `limits` (`probe_limits`).
 pub(crate) fn probe_call(limits: &[Limit]) -> CallArgs<'_> {
-    let (debt, hits) = PROBE_CALL;
     CallArgs {
         key: PROBE_KEY,
         limits,
-        debt,
-        ask: Ask::Hits(hits),
+        debt: PROBE_CALL.debt,
+        ask: Ask::Hits(PROBE_CALL.hits),
         deadline: None,
         around: Timestamp::default(),
     }

@@ -35,8 +35,8 @@ use tracing::Instrument as _;
 pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
 use self::ledger::Ledger;
 use self::link::TimeSink;
-use self::protocol::{Ask, Reply};
-use super::local::{Fallback, LocalView, Snapshot};
+use self::protocol::{Ask, Counted, Reply};
+use super::local::{Adopted, Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
 use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
@@ -374,7 +374,8 @@ impl SharedStore {
                 bump(&self.counts.round_trips);
                 let ran_at = snapshot.now;
                 let debt = call.args().debt;
-                let verdict = call.ran(|| self.adopt(key, limits, (debt, hits), snapshot));
+                let verdict =
+                    call.ran(|| self.adopt(key, limits, Counted { debt, hits }, snapshot));
                 if let Hits::Refund(1..) = hits {
                     // Answered once every instance may know: the next request anywhere
                     // is decided on the count the refund left.
@@ -444,9 +445,10 @@ impl SharedStore {
 
     /// The store's answer to `call` as the verdict and the counter's new view, which also
     /// holds what this instance admitted that the store has not counted yet.
-    fn adopt(&self, key: &str, limits: &[Limit], call: (u64, Hits), snapshot: Snapshot) -> Verdict {
+    fn adopt(&self, key: &str, limits: &[Limit], counted: Counted, snapshot: Snapshot) -> Verdict {
         let unsettled = || self.ledger.unsettled(key);
-        let (verdict, disagreed) = self.local.adopt(key, limits, call, snapshot, unsettled);
+        let Adopted { verdict, disagreed } =
+            self.local.adopt(key, limits, counted, snapshot, unsettled);
         if disagreed {
             bump(&self.counts.disagreements);
             tracing::debug!(

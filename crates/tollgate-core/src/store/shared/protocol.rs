@@ -16,7 +16,25 @@ use crate::limit::{Algorithm, Limit};
 /// dropped, a read-only replica): no counter's key, since every counter key has a `#`.
 pub(crate) const PROBE_KEY: &str = "tollgate-health-probe";
 /// The probe's call: one unit, so that the store writes, as a request's would.
-pub(crate) const PROBE_CALL: (u64, Hits) = (0, Hits::Consume(1));
+pub(crate) const PROBE_CALL: Counted = Counted::of(Hits::Consume(1));
+
+/// What one call counts on a counter: `debt` units charged (counted even past the limit),
+/// then `hits`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counted {
+    pub(crate) debt: u64,
+    pub(crate) hits: Hits,
+}
+
+impl Counted {
+    /// A read: nothing owed, nothing counted.
+    pub(crate) const READ: Counted = Counted::of(Hits::Check);
+
+    /// `hits` with nothing owed.
+    pub(crate) const fn of(hits: Hits) -> Self {
+        Self { debt: 0, hits }
+    }
+}
 
 /// The probe's limit: never reached, and a window of a second, so its counter expires.
 pub(crate) fn probe_limits() -> [Limit; 1] {

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use tracing::Instrument as _;
 
-use super::{GiveBack, Leases, Miss, PERIOD, Spend};
+use super::{GiveBack, Leases, Miss, PERIOD, Spend, Taken};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::backend::CallArgs;
-use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
+use crate::store::shared::protocol::{Ask, Counted, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -121,13 +121,16 @@ impl SharedStore {
             now,
             states: after.clone(),
         };
-        let mut verdict = call.ran(|| self.adopt(key, limits, (0, Hits::Check), snapshot));
-        let taken = (granted, n.min(granted));
+        let mut verdict = call.ran(|| self.adopt(key, limits, Counted::READ, snapshot));
+        let taken = Taken {
+            granted,
+            to_request: n.min(granted),
+            after: &after,
+            now,
+            sent_local,
+        };
         out.answered();
-        if let Some(back) = self
-            .leases
-            .took(key, limits, taken, (&after, now, sent_local))
-        {
+        if let Some(back) = self.leases.took(key, limits, taken) {
             self.send_back(back);
         }
         verdict.decision.admitted = granted > 0;
@@ -189,7 +192,7 @@ impl SharedStore {
         let (units, snapshot) = given_back(raw, limits, ask)?;
         self.leases.returned(units);
         let at = snapshot.now;
-        self.adopt(key, limits, (0, Hits::Check), snapshot);
+        self.adopt(key, limits, Counted::READ, snapshot);
         (units > 0).then_some(at)
     }
 }
