@@ -66,9 +66,10 @@ fn run(
     script: &redis::Script,
     check: &Check<'_>,
 ) -> Result<Vec<i64>, String> {
-    let reply: ScriptReply = script::call(script, "differential", check)
+    let replies: Vec<ScriptReply> = script::call(script, "differential", check)
         .query(conn)
         .map_err(|e| e.to_string())?;
+    let reply = script::only(replies).map_err(|e| e.to_string())?;
     script::numbers(reply).map_err(|e| e.to_string())
 }
 
@@ -106,9 +107,12 @@ fn huge_charges_still_deny() {
                 now: Some(now),
                 around: now,
             };
-            let reply: Result<ScriptReply, _> =
+            let replies: Result<Vec<ScriptReply>, _> =
                 script::call(&script, "differential", &check).query(&mut conn);
-            reply.map(|(flag, _, _, _)| flag).map_err(|e| e.to_string())
+            let reply = replies.map_err(|e| e.to_string())?;
+            script::only(reply)
+                .map(|r| r.flag)
+                .map_err(|e| e.to_string())
         };
         // Counted, though far over the limit.
         assert!(flag(Hits::Charge(1 << 50), now).is_ok(), "{algorithm:?}");

@@ -42,7 +42,7 @@ pub(crate) fn probe_call(limits: &[Limit]) -> CallArgs<'_> {
 }
 
 /// Why one round trip failed, as the store saw it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum TripError {
     /// Nothing was sent: the store is believed down.
     NotConnected,
