@@ -441,7 +441,7 @@ impl Connector for RedisConnector {
             .eval(&call, &self.script)
             .await
             .map_err(LinkError::Call)?;
-        script::numbers(script::only(replies)?)?;
+        script::raw(script::only(replies)?)?;
         // The probe leaves no key behind: one key per counter, and none that is not.
         let mut del = redis::cmd("DEL");
         del.arg(script::redis_key(&self.key_prefix, PROBE_KEY));

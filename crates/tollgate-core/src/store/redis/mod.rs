@@ -123,7 +123,7 @@ impl Backend for RedisBackend {
                     reply.foreign
                 );
             }
-            script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+            script::raw(reply).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

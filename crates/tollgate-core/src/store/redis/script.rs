@@ -4,7 +4,7 @@
 
 use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, limit_args, mode, units};
+use crate::store::shared::protocol::{Ask, RawReply, limit_args, mode, units};
 
 /// Ends every counter's key: the version of the layout the script keeps there. A build
 /// with another layout (hashes, before this one) counts in other keys instead of failing
@@ -46,16 +46,16 @@ impl redis::FromRedisValue for ScriptReply {
 #[error("the script replied with a state that is not MessagePack integers (at byte {0})")]
 pub(super) struct BadState(usize);
 
-/// `reply` as the numbers of [`crate::store::shared::protocol::decode`].
-pub(super) fn numbers(reply: ScriptReply) -> Result<Vec<i64>, BadState> {
+/// `reply` as [`crate::store::shared::protocol::decode`] reads it: the stored state as
+/// numbers.
+pub(super) fn raw(reply: ScriptReply) -> Result<RawReply, BadState> {
     let ScriptReply {
         flag,
         now_us,
         state,
         ..
     } = reply;
-    let mut numbers = Vec::with_capacity(2 + state.len());
-    numbers.extend([flag, now_us]);
+    let mut numbers = Vec::with_capacity(state.len());
     let mut at = 0;
     while let Some(&marker) = state.get(at) {
         let width = match marker {
@@ -74,7 +74,11 @@ pub(super) fn numbers(reply: ScriptReply) -> Result<Vec<i64>, BadState> {
         numbers.push(i64::try_from(value).map_err(|_| BadState(at))?);
         at += 1 + width;
     }
-    Ok(numbers)
+    Ok(RawReply {
+        flag,
+        now_us,
+        state: numbers,
+    })
 }
 
 /// One check-and-count: `debt` charged, then `ask` (hits, or a lease's block) under `limits` on counter `key`; Redis
@@ -245,10 +249,8 @@ mod tests {
         for n in edges {
             packed.number(n);
         }
-        let read = numbers(reply(0, packed.0)).ok();
-        let mut expected = vec![0, 7];
-        expected.extend(edges.map(|n| n as i64));
-        assert_eq!(read, Some(expected));
+        let read = raw(reply(0, packed.0)).ok().map(|r| r.state);
+        assert_eq!(read, Some(edges.map(|n| n as i64).to_vec()));
 
         let mut packed = Values(Vec::new());
         packed.letter("s");
@@ -262,10 +264,17 @@ mod tests {
             0, 0, 0, 0,
         ];
         assert_eq!(
-            numbers(reply(1, state)).ok(),
-            Some(vec![1, 7, 5, 200, 300, 100_000, 1 << 32])
+            raw(reply(1, state)).ok(),
+            Some(RawReply {
+                flag: 1,
+                now_us: 7,
+                state: vec![5, 200, 300, 100_000, 1 << 32]
+            })
         );
-        assert_eq!(numbers(reply(0, Vec::new())).ok(), Some(vec![0, 7]));
+        assert_eq!(
+            raw(reply(0, Vec::new())).ok().map(|r| r.state),
+            Some(vec![])
+        );
         // A negative number, a float, a cut-off integer, a number past i64.
         for state in [
             vec![0xff],
@@ -273,7 +282,7 @@ mod tests {
             vec![0x01, 0xcd, 0x01],
             vec![0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0],
         ] {
-            assert!(numbers(reply(1, state.clone())).is_err(), "{state:?}");
+            assert!(raw(reply(1, state.clone())).is_err(), "{state:?}");
         }
     }
 }

@@ -35,7 +35,7 @@ use tracing::Instrument as _;
 pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
 use self::ledger::Ledger;
 use self::link::TimeSink;
-use self::protocol::{Ask, Reply};
+use self::protocol::{Ask, RawReply, Reply};
 use super::local::{Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
@@ -477,7 +477,7 @@ impl SharedStore {
         &self,
         args: &CallArgs<'_>,
         timeout: Duration,
-    ) -> Result<Result<Vec<i64>, TripError>, Trip> {
+    ) -> Result<Result<RawReply, TripError>, Trip> {
         let started = Instant::now();
         let mut trip = self.backend.check_and_count(args);
         let answer = tokio::time::timeout(timeout, &mut trip).await;
@@ -492,7 +492,7 @@ impl SharedStore {
     /// What a finished round trip says, counted by kind when it failed.
     fn read(
         &self,
-        raw: Result<Vec<i64>, TripError>,
+        raw: Result<RawReply, TripError>,
         limits: &[Limit],
     ) -> Result<Snapshot, StoreError> {
         let raw = match raw {
