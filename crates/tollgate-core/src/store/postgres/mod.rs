@@ -31,6 +31,7 @@ use super::shared::SharedBehaviour;
 use super::shared::announce::{Subscribe, announcement};
 use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
+use super::shared::protocol::RawReply;
 
 /// How a PostgreSQL store is set up.
 #[derive(Debug, Clone)]
@@ -132,7 +133,8 @@ impl Backend for PgBackend {
                 .run(&conn.client, &conn.check)
                 .await
                 .map_err(|e| classify(&link, e))?;
-            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
+            let numbers = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;
+            RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

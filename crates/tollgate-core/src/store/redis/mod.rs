@@ -1,6 +1,7 @@
 //! The Redis store: counters in Redis (single node, Cluster or Sentinel), checked and
 //! counted by one script call, behind the local view of [`super::shared`].
 
+mod batch;
 mod connect;
 #[cfg(test)]
 mod differential;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 
+use self::batch::Batcher;
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::SharedBehaviour;
 use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
@@ -39,10 +41,11 @@ pub struct RedisConfig {
 /// Counter keys found holding another type are logged at most once per this period.
 const FOREIGN_KEY_LOG_PERIOD: Duration = Duration::from_secs(60);
 
-/// One script call per round trip over the supervised connection.
+/// Script calls over the supervised connection, the calls of concurrent requests
+/// batched into one.
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
-    script: Arc<redis::Script>,
+    batcher: Batcher,
     key_prefix: String,
     /// The channel resets are announced on, named from the key prefix.
     resets: String,
@@ -63,9 +66,10 @@ impl RedisBackend {
             script: script.clone(),
             key_prefix: config.key_prefix.clone(),
         };
+        let link = Link::start(connector, time);
         Self {
-            link: Link::start(connector, time),
-            script,
+            batcher: Batcher::start(link.clone(), script, config.behaviour.timeout),
+            link,
             resets: format!("{}tollgate-reset", config.key_prefix),
             key_prefix: config.key_prefix,
             foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
@@ -88,13 +92,12 @@ impl Backend for RedisBackend {
         tracing::debug_span!("Redis round trip", limits)
     }
 
-    /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline`
-    /// (Redis time).
+    /// One call in the next batch's EVALSHA, owning all it needs; Redis ignores it if it
+    /// runs after `deadline` (Redis time).
     fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
-        let Some(conn) = self.link.conn() else {
+        if self.link.conn().is_none() {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
-        };
-        let mut conn: Conn = (*conn).clone();
+        }
         let check = script::Check {
             key: args.key,
             limits: args.limits,
@@ -104,25 +107,23 @@ impl Backend for RedisBackend {
             now: None,
             around: args.around,
         };
-        let call = script::call(&self.script, &self.key_prefix, &check);
-        let (script, link) = (self.script.clone(), self.link.clone());
+        let call = script::pack(&self.key_prefix, &check);
+        let batcher = self.batcher.clone();
         let foreign_keys = self.foreign_keys.clone();
         Box::pin(async move {
-            let reply: script::ScriptReply = conn
-                .eval(&call, &script)
-                .await
-                .map_err(|e| classify(&link, e))?;
-            let (_, now_us, _, held) = &reply;
-            if !held.is_empty()
-                && let Some(more) =
-                    foreign_keys.admit(Timestamp::from_micros(u64::try_from(*now_us).unwrap_or(0)))
+            let reply = batcher.call(call).await?;
+            if !reply.foreign.is_empty()
+                && let Some(more) = foreign_keys.admit(Timestamp::from_micros(
+                    u64::try_from(reply.now_us).unwrap_or(0),
+                ))
             {
                 tracing::warn!(
-                    "redis counter {held}, not a counter: read as an empty counter and \
-                     overwritten when counted ({more} more such since the last line)"
+                    "redis counter {}, not a counter: read as an empty counter and \
+                     overwritten when counted ({more} more such since the last line)",
+                    reply.foreign
                 );
             }
-            script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+            script::raw(reply).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::announce::Subscribe;
 use super::link::Health;
-use super::protocol::{Ask, PROBE_CALL, PROBE_KEY};
+use super::protocol::{Ask, PROBE_CALL, PROBE_KEY, RawReply};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 
@@ -41,7 +41,7 @@ pub(crate) fn probe_call(limits: &[Limit]) -> CallArgs<'_> {
 }
 
 /// Why one round trip failed, as the store saw it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum TripError {
     /// Nothing was sent: the store is believed down.
     NotConnected,
@@ -57,8 +57,8 @@ pub(crate) enum TripError {
 }
 
 /// One round trip, owning all it needs, so that a call the request stopped waiting for
-/// can still be heard from; the raw reply of `protocol.rs`.
-pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<Vec<i64>, TripError>> + Send>>;
+/// can still be heard from.
+pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<RawReply, TripError>> + Send>>;
 
 /// A reset or an announcement under way, owning all it needs.
 pub(crate) type Sending = Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>>;

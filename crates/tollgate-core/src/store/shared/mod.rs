@@ -35,7 +35,7 @@ use tracing::Instrument as _;
 pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
 use self::ledger::Ledger;
 use self::link::TimeSink;
-use self::protocol::{Ask, Counted, Reply};
+use self::protocol::{Ask, Counted, RawReply, Reply};
 use super::local::{Adopted, Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
@@ -479,7 +479,7 @@ impl SharedStore {
         &self,
         args: &CallArgs<'_>,
         timeout: Duration,
-    ) -> Result<Result<Vec<i64>, TripError>, Trip> {
+    ) -> Result<Result<RawReply, TripError>, Trip> {
         let started = Instant::now();
         let mut trip = self.backend.check_and_count(args);
         let answer = tokio::time::timeout(timeout, &mut trip).await;
@@ -494,7 +494,7 @@ impl SharedStore {
     /// What a finished round trip says, counted by kind when it failed.
     fn read(
         &self,
-        raw: Result<Vec<i64>, TripError>,
+        raw: Result<RawReply, TripError>,
         limits: &[Limit],
     ) -> Result<Snapshot, StoreError> {
         let raw = match raw {
