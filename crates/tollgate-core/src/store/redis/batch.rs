@@ -1,13 +1,15 @@
 //! Coalescing: the check-and-count calls of concurrent requests ride one script call per
-//! turn of the connection. A call that finds nothing out goes at once; what arrives
-//! while a batch is out rides the next one. Redis then reads, runs and answers one
-//! command for many calls, which is most of what a call cost it.
+//! turn of the connection. A call that finds fewer than [`MAX_OUT`] batches out goes at
+//! once; what arrives while they are out rides the next one. Redis then reads, runs and
+//! answers one command for many calls, which is most of what a call cost it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use redis::cluster_routing::Slot;
 use tokio::sync::{mpsc, oneshot};
 
@@ -20,6 +22,10 @@ use crate::store::shared::link::Link;
 /// Calls in one script call at most: Redis runs a script alone, so a long one delays
 /// every other client (64 calls take it about 0.5 ms).
 const MAX_BATCH: usize = 64;
+
+/// Batches out at once: a call that finds fewer out goes at once, so a batch is never
+/// held up behind a slow one, while what arrives meanwhile still rides together.
+const MAX_OUT: usize = 4;
 
 /// Calls waiting for a batch at most. A request that finds the queue full waits for
 /// room, within its own `STORE_TIMEOUT`.
@@ -72,31 +78,52 @@ impl Batcher {
     }
 }
 
-/// Sends batches, one at a time, until every [`Batcher`] is gone.
+/// Sends batches, at most [`MAX_OUT`] at a time, until every [`Batcher`] is gone.
 async fn run(
     mut calls: mpsc::Receiver<Queued>,
     link: Arc<Link<RedisConnector>>,
     script: Arc<redis::Script>,
     give_up: Duration,
 ) {
+    let mut out = FuturesUnordered::new();
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while calls.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        // A caller that stopped listening (its request dropped) asks nothing more.
-        batch.retain(|q: &Queued| !q.answer.is_closed());
-        let Some(conn) = link.conn() else {
-            answer_all(batch.drain(..), &Err(TripError::NotConnected));
-            continue;
-        };
-        let groups = match &*conn {
-            Conn::Single(_) => vec![std::mem::take(&mut batch)],
-            Conn::Cluster(_) => by_slot(batch.drain(..)),
-        };
-        let sent = groups
-            .into_iter()
-            .filter(|group| !group.is_empty())
-            .map(|group| send(&link, &script, (*conn).clone(), group, give_up));
-        join_all(sent).await;
+    loop {
+        tokio::select! {
+            received = calls.recv_many(&mut batch, MAX_BATCH), if out.len() < MAX_OUT => {
+                if received == 0 {
+                    break;
+                }
+                let groups = std::mem::take(&mut batch);
+                out.push(send_all(link.clone(), script.clone(), groups, give_up));
+            }
+            Some(()) = out.next(), if !out.is_empty() => {}
+        }
     }
+    while out.next().await.is_some() {}
+}
+
+/// The calls of `batch` still waited for, one script call per Cluster slot.
+async fn send_all(
+    link: Arc<Link<RedisConnector>>,
+    script: Arc<redis::Script>,
+    mut batch: Vec<Queued>,
+    give_up: Duration,
+) {
+    // A caller that stopped listening (its request dropped) asks nothing more.
+    batch.retain(|q: &Queued| !q.answer.is_closed());
+    let Some(conn) = link.conn() else {
+        answer_all(batch.into_iter(), &Err(TripError::NotConnected));
+        return;
+    };
+    let groups = match &*conn {
+        Conn::Single(_) => vec![batch],
+        Conn::Cluster(_) => by_slot(batch.into_iter()),
+    };
+    let sent = groups
+        .into_iter()
+        .filter(|group| !group.is_empty())
+        .map(|group| send(&link, &script, (*conn).clone(), group, give_up));
+    join_all(sent).await;
 }
 
 /// `calls` grouped by Cluster slot: one script call touches one slot.
