@@ -490,3 +490,5 @@ mod tests;
 
 #[cfg(test)]
 mod calendar_tests;
+#[cfg(test)]
+mod slots_tests;

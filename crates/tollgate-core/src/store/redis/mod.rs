@@ -6,6 +6,7 @@ mod connect;
 mod differential;
 mod reference;
 mod script;
+mod slots;
 
 pub use connect::{Credentials, RedisKind, RedisTarget, RedisTls, TargetError};
 pub use reference::{ReferenceConfig, ReferenceStore};
@@ -20,6 +21,7 @@ use super::shared::SharedBehaviour;
 use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
 use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
+use super::shared::slots::SlotCall;
 use crate::clock::Timestamp;
 use crate::log_limit::LogLimit;
 
@@ -43,6 +45,8 @@ const FOREIGN_KEY_LOG_PERIOD: Duration = Duration::from_secs(60);
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
     script: Arc<redis::Script>,
+    /// The in-flight counters' script.
+    slots: Arc<redis::Script>,
     key_prefix: String,
     /// The channel resets are announced on, named from the key prefix.
     resets: String,
@@ -66,6 +70,7 @@ impl RedisBackend {
         Self {
             link: Link::start(connector, time),
             script,
+            slots: Arc::new(slots::script()),
             resets: format!("{}tollgate-reset", config.key_prefix),
             key_prefix: config.key_prefix,
             foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
@@ -123,6 +128,21 @@ impl Backend for RedisBackend {
                 );
             }
             script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
+    }
+
+    /// One EVALSHA of the slots script.
+    fn slots(&self, call: SlotCall) -> Trip {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let cmd = slots::call(&self.slots, &self.key_prefix, &call);
+        let (script, link) = (self.slots.clone(), self.link.clone());
+        Box::pin(async move {
+            conn.eval::<Vec<i64>>(&cmd, &script)
+                .await
+                .map_err(|e| classify(&link, e))
         })
     }
 

@@ -148,6 +148,8 @@ pub(crate) fn limit_args(
         Algorithm::FixedWindow if limit.calendar.is_some() => ("c", 1),
         Algorithm::FixedWindow => ("f", 1),
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => ("g", burst),
+        // Never sent: in-flight counters have calls of their own (`slots.rs`).
+        Algorithm::Slots => ("i", 1),
     };
     let bounds = limit
         .calendar
@@ -242,6 +244,7 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
                 let tat = run(&mut at, 1)?[0];
                 LimitState::Gcra(Gcra::from_tat(Timestamp::from_micros(tat)))
             }
+            Algorithm::Slots => LimitState::new(limit),
         });
     }
     Ok(Reply::Ran {
@@ -257,5 +260,6 @@ fn stored_numbers(limit: &Limit) -> usize {
         Algorithm::SlidingWindow { precision } => precision as usize + 2,
         Algorithm::FixedWindow => 2,
         Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 1,
+        Algorithm::Slots => 0,
     }
 }
