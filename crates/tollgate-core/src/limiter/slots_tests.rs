@@ -27,15 +27,7 @@ fn limiter() -> (Limiter, ManualClock) {
 }
 
 async fn hit(l: &Limiter, hits: Hits) -> Limited {
-    let request = Request::new(
-        "d",
-        vec![Descriptor::new([("user", "ann")]).with_hits(hits)],
-    );
-    let decision = l.decide(&request).await.expect("decides");
-    decision.descriptors[0]
-        .limited()
-        .cloned()
-        .expect("a counted descriptor")
+    super::tests::limited_on(l, "d", ("user", "ann"), hits).await
 }
 
 #[tokio::test]

@@ -68,6 +68,21 @@ async fn limited(l: &Limiter, d: Descriptor<'_>) -> Limited {
     }
 }
 
+/// What `hits` on the one descriptor `entry` of `domain` get, from the rule limiting it.
+pub(super) async fn limited_on(
+    l: &Limiter,
+    domain: &str,
+    entry: (&str, &str),
+    hits: Hits,
+) -> Limited {
+    let request = Request::new(domain, vec![Descriptor::new([entry]).with_hits(hits)]);
+    let decision = l.decide(&request).await.expect("decides");
+    decision.descriptors[0]
+        .limited()
+        .cloned()
+        .expect("a counted descriptor")
+}
+
 #[tokio::test]
 async fn a_check_counts_nothing_and_says_whether_the_counter_is_within_its_limit() {
     let (l, _) = limiter();
