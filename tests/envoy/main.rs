@@ -8,6 +8,7 @@
 //! without them these tests fail, they do not skip.
 
 mod budgets;
+mod in_flight;
 mod memory;
 mod redis;
 mod rlqs;
