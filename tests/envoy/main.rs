@@ -11,6 +11,7 @@ mod budgets;
 mod in_flight;
 mod memory;
 mod redis;
+mod reservations;
 mod rlqs;
 mod support;
 mod tls;

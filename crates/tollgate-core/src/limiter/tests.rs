@@ -103,6 +103,29 @@ async fn a_check_counts_nothing_and_says_whether_the_counter_is_within_its_limit
 }
 
 #[tokio::test]
+async fn a_requests_refunds_are_counted_before_its_hits() {
+    let (l, _) = limiter();
+    let used = limited(&l, one("user", "ann").with_hits(Hits::Consume(3))).await;
+    assert_eq!(used.remaining, 0);
+    // A settlement: the usage listed before the refund of the reservation.
+    let settle = Request::new(
+        "d",
+        vec![
+            one("user", "ann").with_hits(Hits::Consume(2)),
+            one("user", "ann").with_hits(Hits::Refund(3)),
+        ],
+    );
+    let decision = l.decide(&settle).await.expect("decides");
+    assert!(!decision.over_limit, "{decision:?}");
+    assert_eq!(
+        limited(&l, one("user", "ann").with_hits(Hits::Check))
+            .await
+            .remaining,
+        1
+    );
+}
+
+#[tokio::test]
 async fn refunds_give_units_back() {
     let (l, _) = limiter();
     let three = limited(&l, one("user", "ann").with_hits(Hits::Consume(3))).await;
