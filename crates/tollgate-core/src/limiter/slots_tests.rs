@@ -16,13 +16,17 @@ descriptors:
 "#;
 
 fn limiter() -> (Limiter, ManualClock) {
+    limiter_with(Options::default())
+}
+
+fn limiter_with(options: Options) -> (Limiter, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000_000));
     let rules = Rules::from_yaml("rules.yaml", RULES).expect("rules load");
     let store = Store::Memory(MemoryStore::new(
         crate::Capacity::default(),
         Arc::new(clock.clone()),
     ));
-    let limiter = Limiter::with_recorder(rules, store, Options::default(), ());
+    let limiter = Limiter::with_recorder(rules, store, options, ());
     (limiter, clock)
 }
 
@@ -77,6 +81,24 @@ async fn a_slot_never_released_frees_itself_after_expire_after() {
         "the oldest freed itself"
     );
     assert!(!hit(&l, Hits::Consume(1)).await.admitted);
+}
+
+#[tokio::test]
+async fn quota_mode_never_takes_a_slot_past_max() {
+    let (l, _) = limiter_with(Options {
+        quota_mode: true,
+        ..Options::default()
+    });
+    for _ in 0..3 {
+        hit(&l, Hits::Consume(1)).await;
+    }
+    assert_eq!(hit(&l, Hits::Check).await.remaining, 0);
+    hit(&l, Hits::Refund(1)).await;
+    assert_eq!(
+        hit(&l, Hits::Check).await.remaining,
+        1,
+        "two were taken, not three"
+    );
 }
 
 #[tokio::test]

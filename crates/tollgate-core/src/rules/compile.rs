@@ -191,7 +191,7 @@ impl Context<'_> {
         };
         // A slot is taken only if it fits, in a budget domain too.
         let charged = (spec.quota_mode || spec.budget || self.budget_domain)
-            && !matches!(&policy, Some(Policy::Limited { limits, .. }) if limits[0].algorithm == Algorithm::Slots);
+            && !policy.as_ref().is_some_and(Policy::in_flight);
         let rule = {
             policy.map(|policy| {
                 self.next_id += 1;
