@@ -111,7 +111,7 @@ async fn the_schema_is_versioned_and_the_pool_has_its_size() {
     let postgres = PostgresServer::start();
     let _server = connected(&postgres, &["--postgres-pool-size", "3"]).await;
     let version = blocking(|| postgres.psql("SELECT version FROM tollgate_schema"));
-    assert_eq!(version, "6");
+    assert_eq!(version, "7");
     let connections = blocking(|| {
         postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tollgate'")
     });
