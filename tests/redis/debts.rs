@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use tollgate_testkit::grpc::{Code, Rls, code};
-use tollgate_testkit::load::{Load, assert_admitted_within};
+use tollgate_testkit::load::{Load, assert_admitted_within, timed_check};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::wait::until_async;
@@ -20,6 +21,21 @@ async fn admitted(rls: &mut Rls, value: &str, n: usize) -> usize {
         }
     }
     admitted
+}
+
+/// Waits until `server` owes Redis nothing: its debts charged by the settler, or counted
+/// by the calls that timed out if Redis ran them within their deadlines after all (then
+/// they owe nothing).
+async fn await_settled(server: &Server) {
+    until_async(
+        "the debts are settled in Redis",
+        Duration::from_secs(10),
+        async || match server.metric("tollgate_store_debt_units").await {
+            Some(n) if n <= 0.0 => Ok(()),
+            other => Err(format!("units owed: {other:?}")),
+        },
+    )
+    .await;
 }
 
 async fn connected(redis: &RedisServer) -> Server {
@@ -104,20 +120,69 @@ async fn a_debt_reaches_redis_for_every_instance() {
     );
     blocking(|| redis.thaw());
     first.await_store_health(200, Duration::from_secs(10)).await;
-    // Settled: charged by the settler, or counted by the call that timed out if Redis
-    // ran it within its deadline after all (then it owes nothing).
-    until_async(
-        "the debt is settled in Redis",
-        Duration::from_secs(10),
-        async || match first.metric("tollgate_store_debt_units").await {
-            Some(n) if n <= 0.0 => Ok(()),
-            other => Err(format!("units owed: {other:?}")),
-        },
-    )
-    .await;
+    await_settled(&first).await;
     assert_eq!(
         admitted(&mut other, "fresh", 2).await,
         0,
         "the other instance sees the debt in Redis"
     );
+}
+
+/// Script calls Redis has run (EVALSHA, from `INFO commandstats`).
+fn script_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.connection_as(None))
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Concurrent requests on fresh counters while Redis is frozen: their calls ride one
+/// batch behind the call already out, and that batch's script call misses the store
+/// timeout. Every request in it falls back (admitted from the local view), and once
+/// Redis is back each admission is charged once: a second instance that never saw the
+/// outage admits the rest of each counter's limit and no more. The batches are few:
+/// far fewer script calls than requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
+    const REQUESTS: usize = 32;
+    let mut redis = RedisServer::start();
+    let first = connected(&redis).await;
+    let second = connected(&redis).await;
+    let rls = first.client().await;
+    let mut other = second.client().await;
+    let values: Vec<String> = (0..REQUESTS).map(|i| format!("batched-{i}")).collect();
+
+    let calls_before = script_calls(&redis);
+    blocking(|| redis.freeze());
+    let answers = join_all(values.iter().map(|value| {
+        let mut rls = rls.clone();
+        async move { timed_check(&mut rls, DOMAIN, &[("yearly", value)]).await }
+    }))
+    .await;
+    blocking(|| redis.thaw());
+    for answer in &answers {
+        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
+    }
+    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
+    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
+
+    first.await_store_health(200, Duration::from_secs(10)).await;
+    await_settled(&first).await;
+    let calls = script_calls(&redis) - calls_before;
+    assert!(
+        calls < REQUESTS as u64 / 2,
+        "{calls} script calls for {REQUESTS} requests and their debts"
+    );
+    for value in &values {
+        assert_eq!(
+            admitted(&mut other, value, YEARLY_LIMIT).await,
+            YEARLY_LIMIT - 1,
+            "{value}: the fallback's admission is charged once"
+        );
+    }
 }

@@ -54,8 +54,9 @@ impl InProcess {
         self
     }
 
-    pub fn args<'a>(mut self, args: impl IntoIterator<Item = &'a str>) -> Self {
-        self.args.extend(args.into_iter().map(str::to_owned));
+    pub fn args<S: AsRef<str>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
         self
     }
 

@@ -8,7 +8,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate_testkit::grpc::{Code, code, request};
 use tollgate_testkit::raw_grpc::{RawGrpc, SHOULD_RATE_LIMIT, frame, frame_head};
-use tollgate_testkit::tollgate::Serve;
+
+use crate::in_process::InProcess;
 
 const RULES: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
@@ -22,7 +23,7 @@ const DEADLINE: Duration = Duration::from_secs(15);
 
 #[tokio::test]
 async fn undecodable_requests_are_invalid_argument() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut grpc = RawGrpc::connect(server.grpc_addr()).await;
     let valid = request("d", &[&[("k", "v")]]).encode_to_vec();
     let ended = grpc.call(SHOULD_RATE_LIMIT, frame(&valid), true).await;
@@ -49,7 +50,7 @@ async fn undecodable_requests_are_invalid_argument() {
 
 #[tokio::test]
 async fn a_message_over_the_size_limit_is_refused_before_it_arrives() {
-    let server = Serve::rules(RULES)
+    let server = InProcess::rules(RULES)
         .args(["--grpc-max-message-bytes", "2048"])
         .start();
     let mut grpc = RawGrpc::connect(server.grpc_addr()).await;
@@ -81,7 +82,7 @@ async fn the_grpc_port_advertises_its_stream_limit() {
         (&[][..], 128),
         (&["--grpc-max-concurrent-streams", "3"][..], 3),
     ] {
-        let server = Serve::rules(RULES).args(args).start();
+        let server = InProcess::rules(RULES).args(args).start();
         let mut grpc = RawGrpc::connect(server.grpc_addr()).await;
         let valid = request("d", &[&[("k", "v")]]).encode_to_vec();
         // A completed call has brought the server's settings in.
@@ -112,7 +113,7 @@ async fn closed_by_server(conn: &mut TcpStream) -> Result<(), String> {
 
 #[tokio::test]
 async fn idle_and_slow_connections_are_closed_and_free_their_slots() {
-    let server = Serve::rules(RULES)
+    let server = InProcess::rules(RULES)
         .args([
             "--max-connections",
             "2",
@@ -163,7 +164,7 @@ async fn idle_and_slow_connections_are_closed_and_free_their_slots() {
 #[tokio::test]
 async fn silent_connections_are_closed_after_the_first_request_timeout() {
     const FIRST_REQUEST: Duration = Duration::from_secs(2);
-    let server = Serve::rules(RULES)
+    let server = InProcess::rules(RULES)
         .args(["--max-connections", "20"])
         .args(["--connection-first-request-timeout", "2s"])
         .start();

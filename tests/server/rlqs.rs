@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::raw_grpc::{RawGrpc, STREAM_RATE_LIMIT_QUOTAS, frame};
-use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
+use tollgate_testkit::tollgate::{ConfigDir, Listening, Serve};
+
+use crate::in_process::{InProcess, Running};
 use tonic::Streaming;
 
 const RULES: &str = r#"
@@ -41,7 +43,7 @@ pub(crate) struct QuotaStream {
 }
 
 impl QuotaStream {
-    pub(crate) async fn open(server: &Server) -> Self {
+    pub(crate) async fn open(server: &Listening) -> Self {
         let mut client = RateLimitQuotaServiceClient::new(server.channel().await);
         let (tx, reports) = mpsc::channel(16);
         let rx = client
@@ -179,8 +181,8 @@ fn about(rate: f64, want: f64) -> bool {
 
 /// A server that admitted `n` requests of `user` through `ShouldRateLimit`, the client
 /// that sent them, and a quota stream opened after.
-async fn admitted_then_streamed(user: &str, n: usize) -> (Server, Rls, QuotaStream) {
-    let server = Serve::rules(RULES).start();
+async fn admitted_then_streamed(user: &str, n: usize) -> (Running, Rls, QuotaStream) {
+    let server = InProcess::rules(RULES).start();
     let mut client = server.client().await;
     for _ in 0..n {
         assert_eq!(
@@ -198,7 +200,7 @@ fn blanket(rule: BlanketRule) -> Strategy {
 
 #[tokio::test]
 async fn the_first_report_subscribes_and_is_answered_with_a_token_bucket_and_a_ttl() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "ann")], 1, 0).await;
     let response = stream.next().await.expect("an assignment");
@@ -255,7 +257,7 @@ async fn envoys_are_given_the_rate_should_rate_limit_callers_leave() {
 
 #[tokio::test]
 async fn zero_limits_deny_all_and_unlimited_or_unmatched_buckets_allow_all() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut stream = QuotaStream::open(&server).await;
     for (bucket, want) in [
         (("blocked", "x"), BlanketRule::DenyAll),
@@ -265,7 +267,7 @@ async fn zero_limits_deny_all_and_unlimited_or_unmatched_buckets_allow_all() {
         stream.report("quota", &[bucket], 1, 0).await;
         assert_eq!(stream.strategy().await, blanket(want), "bucket {bucket:?}");
     }
-    let strict = Serve::rules(RULES)
+    let strict = InProcess::rules(RULES)
         .env("RLQS_NO_RULE_ACTION", "deny")
         .start();
     let mut stream = QuotaStream::open(&strict).await;
@@ -277,7 +279,7 @@ async fn zero_limits_deny_all_and_unlimited_or_unmatched_buckets_allow_all() {
 /// through RLQS either: every bucket is allowed, and its usage is still counted.
 #[tokio::test]
 async fn shadow_mode_allows_every_bucket_and_still_counts() {
-    let server = Serve::rules(RULES).env("SHADOW_MODE", "true").start();
+    let server = InProcess::rules(RULES).env("SHADOW_MODE", "true").start();
     let mut stream = QuotaStream::open(&server).await;
     for bucket in [("blocked", "x"), ("user", "ann"), ("nothing", "x")] {
         stream.report("quota", &[bucket], 15, 0).await;
@@ -294,7 +296,7 @@ async fn shadow_mode_allows_every_bucket_and_still_counts() {
         "rate_limit: {unit: hour, requests_per_unit: 0}",
         "shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 0}",
     );
-    let server = Serve::rules(&shadowed_rule).start();
+    let server = InProcess::rules(&shadowed_rule).start();
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("blocked", "x")], 1, 0).await;
     assert_eq!(stream.strategy().await, blanket(BlanketRule::AllowAll));
@@ -305,7 +307,7 @@ async fn shadow_mode_allows_every_bucket_and_still_counts() {
 
 #[tokio::test]
 async fn two_streams_divide_one_limit_and_more_room_is_pushed() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let mut a = QuotaStream::open(&server).await;
     let mut b = QuotaStream::open(&server).await;
     let whole = 10.0 / 60.0;
@@ -328,7 +330,7 @@ async fn two_streams_divide_one_limit_and_more_room_is_pushed() {
 
 #[tokio::test]
 async fn idle_buckets_are_abandoned() {
-    let server = Serve::rules(RULES)
+    let server = InProcess::rules(RULES)
         .env("RLQS_BUCKET_IDLE_TIMEOUT", "1s")
         .start();
     let mut stream = QuotaStream::open(&server).await;
@@ -350,7 +352,7 @@ async fn idle_buckets_are_abandoned() {
 async fn a_rule_reload_pushes_new_assignments_to_open_streams() {
     let config = ConfigDir::with_file("rules.yaml", RULES);
     let file = config.file("rules.yaml");
-    let server = Serve::path(&file).keep(config).start();
+    let server = InProcess::path(&file).keep(config).start();
     let mut stream = QuotaStream::open(&server).await;
     stream.report("quota", &[("user", "eve")], 1, 0).await;
     assert!(matches!(stream.strategy().await, Strategy::TokenBucket(_)));
@@ -362,7 +364,7 @@ async fn a_rule_reload_pushes_new_assignments_to_open_streams() {
 
 #[tokio::test]
 async fn malformed_reports_end_the_stream_with_invalid_argument_and_a_reason() {
-    let server = Serve::rules(RULES).start();
+    let server = InProcess::rules(RULES).start();
     let no_domain = usage_report("", &[&[("user", "x")]], 1, 0);
     let empty_id = usage_report("quota", &[&[]], 1, 0);
     let empty_key = usage_report("quota", &[&[("", "x")]], 1, 0);

@@ -16,8 +16,8 @@ use super::decreases::Decreases;
 use super::memory::Capacity;
 use super::peek::CounterView;
 use super::shards::{CounterState, ShardStats, ShardValue, Shards};
-use super::shared::protocol::effect;
-use super::store_clock::StoreClock;
+use super::shared::protocol::{Counted, effect};
+use super::store_clock::{LocalTime, StoreClock};
 use crate::algo::{Hits, LimitState, Verdict, apply, evaluate};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -64,6 +64,14 @@ impl ShardValue for View {
     }
 }
 
+/// A store answer adopted: the verdict, and whether the local algorithm decided otherwise
+/// on the same state (the store's decision wins).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Adopted {
+    pub(crate) verdict: Verdict,
+    pub(crate) disagreed: bool,
+}
+
 /// The views of every counter this instance has seen lately.
 pub(crate) struct LocalView {
     views: Arc<Shards<View>>,
@@ -91,25 +99,25 @@ impl LocalView {
     }
 
     /// Local time, unshifted (a lease measures time elapsed since its take on it).
-    pub(crate) fn local_now(&self) -> Timestamp {
-        self.clock.now()
+    pub(crate) fn local_now(&self) -> LocalTime {
+        LocalTime::read(self.clock.now())
     }
 
     /// Local time moved onto the shared store's clock.
     pub(crate) fn now(&self) -> Timestamp {
-        self.store_clock.shift(self.clock.now())
+        self.store_clock.shift(self.local_now())
     }
 
     /// Learns the shared store's clock from an answer it gave at `store_now`.
     pub(crate) fn learn_time(&self, store_now: Timestamp) {
-        self.store_clock.learn(store_now, self.clock.now());
+        self.store_clock.learn(store_now, self.local_now());
     }
 
     /// Where a health probe tells the store's clock: the view learns it even from a probe
     /// that reads it before the store that holds the view is fully built.
     pub(crate) fn time_sink(&self) -> Box<dyn Fn(Timestamp) + Send + Sync> {
         let (store_clock, clock) = (self.store_clock.clone(), self.clock.clone());
-        Box::new(move |store_now| store_clock.learn(store_now, clock.now()))
+        Box::new(move |store_now| store_clock.learn(store_now, LocalTime::read(clock.now())))
     }
 
     /// The instant on the shared store's clock after which a request started at `now`
@@ -191,20 +199,19 @@ impl LocalView {
         Some(verdict)
     }
 
-    /// Turns the shared store's answer to a call of `debt` and `hits` into the verdict and
-    /// the counter's new view, which also holds the units this instance admitted that the
+    /// Turns the shared store's answer to a call that `counted` into the verdict and the
+    /// counter's new view, which also holds the units this instance admitted that the
     /// store has not counted yet (`unsettled`, asked under the view's lock, so that no
-    /// fallback decided meanwhile is lost from the view). The flag tells whether the
-    /// store's decision differed from the local algorithm's on the same state (the
-    /// store's wins).
+    /// fallback decided meanwhile is lost from the view).
     pub(crate) fn adopt(
         &self,
         key: &str,
         limits: &[Limit],
-        (debt, hits): (u64, Hits),
+        counted: Counted,
         snapshot: Snapshot,
         unsettled: impl FnOnce() -> u64,
-    ) -> (Verdict, bool) {
+    ) -> Adopted {
+        let Counted { debt, hits } = counted;
         let now = snapshot.now;
         self.learn_time(now);
 
@@ -228,11 +235,11 @@ impl LocalView {
         }
         let mut slot = self.views.lock(key);
         if slot.get().is_some_and(|view| view.stamp > now) {
-            return (verdict, disagreed);
+            return Adopted { verdict, disagreed };
         }
         if self.decreases.predates(key, now) {
             // The counter went down after this call ran: its count is too high to deny on.
-            return (verdict, disagreed);
+            return Adopted { verdict, disagreed };
         }
         let decreased =
             matches!(hits, Hits::Refund(_)) || slot.get().is_some_and(|view| view.decreased);
@@ -258,7 +265,7 @@ impl LocalView {
             // Nothing counted any more (a full refund, say): an old view must not outlive it.
             slot.remove();
         }
-        (verdict, disagreed)
+        Adopted { verdict, disagreed }
     }
 
     /// The verdict when the shared store could not answer, decided `how`; `decided` is
@@ -373,10 +380,13 @@ mod tests {
     fn a_full_counter_is_denied_locally_and_refreshed_once() {
         let (v, _) = view();
         let limits = [limit(FIXED, 3, 60 * SECOND)];
-        let (admitted, disagreed) = v.adopt(
+        let Adopted {
+            verdict: admitted,
+            disagreed,
+        } = v.adopt(
             "k",
             &limits,
-            (0, Hits::Consume(1)),
+            Counted::of(Hits::Consume(1)),
             snapshot(&limits, 2, T0, true),
             || 0,
         );
@@ -423,8 +433,8 @@ mod tests {
         // The store ran call B after call A; B's answer arrives first.
         let b = snapshot(&limits, 3, T0 + 2_000, true);
         let a = snapshot(&limits, 2, T0 + 1_000, true);
-        v.adopt("k", &limits, (0, Hits::Consume(1)), b, || 0);
-        let (verdict, _) = v.adopt("k", &limits, (0, Hits::Consume(1)), a, || 0);
+        v.adopt("k", &limits, Counted::of(Hits::Consume(1)), b, || 0);
+        let Adopted { verdict, .. } = v.adopt("k", &limits, Counted::of(Hits::Consume(1)), a, || 0);
         assert_eq!(verdict.decision.remaining, 2, "A's own answer");
         // The view still holds B's four units: one more request fits, two do not.
         assert!(
@@ -444,7 +454,7 @@ mod tests {
         v.adopt(
             "k",
             &limits,
-            (0, Hits::Consume(4)),
+            Counted::of(Hits::Consume(4)),
             snapshot(&limits, 0, T0, true),
             || 0,
         );
@@ -464,10 +474,10 @@ mod tests {
         let limits = [limit(FIXED, 5, 60 * SECOND)];
         // The store denied what the local algorithm would admit: the store wins, nothing
         // is counted, and the disagreement is reported.
-        let (verdict, disagreed) = v.adopt(
+        let Adopted { verdict, disagreed } = v.adopt(
             "k",
             &limits,
-            (0, Hits::Consume(1)),
+            Counted::of(Hits::Consume(1)),
             snapshot(&limits, 0, T0, false),
             || 0,
         );
@@ -485,7 +495,7 @@ mod tests {
         v.adopt(
             "k",
             &limits,
-            (0, Hits::Consume(5)),
+            Counted::of(Hits::Consume(5)),
             snapshot(&limits, 0, T0, true),
             || 0,
         );
@@ -494,10 +504,12 @@ mod tests {
                 .is_some()
         );
         // The store gives all five back and its key is gone: the view must follow.
-        let (refunded, _) = v.adopt(
+        let Adopted {
+            verdict: refunded, ..
+        } = v.adopt(
             "k",
             &limits,
-            (0, Hits::Refund(5)),
+            Counted::of(Hits::Refund(5)),
             snapshot(&limits, 5, T0, true),
             || 0,
         );
@@ -531,7 +543,7 @@ mod tests {
             v.adopt(
                 "k",
                 &limits,
-                (0, Hits::Consume(1)),
+                Counted::of(Hits::Consume(1)),
                 snapshot(&limits, 9, stamp, true),
                 || 0,
             )
@@ -563,7 +575,7 @@ mod tests {
         v.adopt(
             "j",
             &limits,
-            (0, Hits::Consume(1)),
+            Counted::of(Hits::Consume(1)),
             snapshot(&limits, 9, T0 + 1_000, true),
             || 0,
         );
@@ -583,7 +595,7 @@ mod tests {
         v.adopt(
             "k",
             &limits,
-            (0, Hits::Consume(1)),
+            Counted::of(Hits::Consume(1)),
             snapshot(&limits, 0, store_now, true),
             || 0,
         );
@@ -622,7 +634,7 @@ mod tests {
             v.adopt(
                 key,
                 limits,
-                (0, Hits::Consume(1)),
+                Counted::of(Hits::Consume(1)),
                 snapshot(limits, used, T0, true),
                 || 0,
             );

@@ -16,8 +16,8 @@ use crate::limit::Limit;
 use crate::store::shared::differential::{
     YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
 };
-use crate::store::shared::protocol::Ask;
 use crate::store::shared::protocol::mode;
+use crate::store::shared::protocol::{Ask, RawReply};
 
 /// One PostgreSQL for every case of this test binary.
 fn postgres() -> &'static PostgresServer {
@@ -79,7 +79,7 @@ async fn call(
     call: (u64, Hits),
     deadline: Option<Timestamp>,
     now: Timestamp,
-) -> Result<Vec<i64>, tokio_postgres::Error> {
+) -> Result<RawReply, String> {
     let call = (call.0, Ask::Hits(call.1));
     call_around(client, key, limits, call, deadline, (now, now)).await
 }
@@ -92,7 +92,7 @@ async fn call_around(
     (debt, ask): (u64, Ask),
     deadline: Option<Timestamp>,
     (now, around): (Timestamp, Timestamp),
-) -> Result<Vec<i64>, tokio_postgres::Error> {
+) -> Result<RawReply, String> {
     let (mode, n, extra) = mode(ask);
     let LimitArrays {
         kinds,
@@ -119,8 +119,10 @@ async fn call_around(
                 &signed(extra),
             ],
         )
-        .await?;
-    row.try_get(0)
+        .await
+        .map_err(|e| e.to_string())?;
+    let numbers = row.try_get(0).map_err(|e| e.to_string())?;
+    RawReply::from_numbers(numbers).map_err(|e| e.to_string())
 }
 
 proptest! {
@@ -137,7 +139,6 @@ proptest! {
         let key = format!("differential:{}", fresh_key());
         replay(&limits, &history, phase_us, |debt, ask, now, around| {
             rt.block_on(call_around(&client, &key, &limits, (debt, ask), None, (now, around)))
-                .map_err(|e| e.to_string())
         })?;
     }
 }
@@ -160,7 +161,6 @@ fn a_row_stored_before_ends_were_kept_still_counts() {
     assert!(stored.is_ok(), "{stored:?}");
     let read = read_after_upgrade(at, |hits, now| {
         rt.block_on(call(&client, &key, &limits, (0, hits), None, now))
-            .map_err(|e| e.to_string())
     });
     assert_eq!(read, Ok(()));
 }
@@ -186,12 +186,19 @@ fn a_late_call_changes_nothing_and_denials_leave_no_row() {
         )
         .await
         .expect("a late call");
-        assert_eq!(late, vec![-1, 1_790_000_000_000_000]);
+        assert_eq!(
+            late,
+            RawReply {
+                flag: -1,
+                now_us: 1_790_000_000_000_000,
+                state: vec![]
+            }
+        );
         // Denied (6 > 5): nothing stored, not even the empty row the lock needed.
         let denied = call(&client, &key, &limits, (0, Hits::Consume(6)), None, now)
             .await
             .expect("a denied call");
-        assert_eq!(denied[0], 0);
+        assert_eq!(denied.flag, 0);
         let rows: i64 = client
             .query_one(
                 "SELECT count(*) FROM tollgate_counters WHERE key = $1",

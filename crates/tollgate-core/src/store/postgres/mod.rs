@@ -31,6 +31,7 @@ use super::shared::SharedBehaviour;
 use super::shared::announce::{Subscribe, announcement};
 use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
+use super::shared::protocol::RawReply;
 use super::shared::slots::SlotCall;
 
 /// How a PostgreSQL store is set up.
@@ -133,7 +134,8 @@ impl Backend for PgBackend {
                 .run(&conn.client, &conn.check)
                 .await
                 .map_err(|e| classify(&link, e))?;
-            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
+            let numbers = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;
+            RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 
@@ -157,7 +159,8 @@ impl Backend for PgBackend {
                 .query_one(&conn.slots, &[&key, &call.mode, n, max, expire, deadline])
                 .await
                 .map_err(|e| classify(&link, e))?;
-            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
+            let numbers: Vec<i64> = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;
+            RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

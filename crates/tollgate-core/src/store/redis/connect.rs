@@ -390,6 +390,8 @@ pub(super) enum LinkError {
     /// The probe's counter call replied with something else than counters.
     #[error(transparent)]
     Reply(#[from] script::BadState),
+    #[error(transparent)]
+    Batch(#[from] script::BadBatch),
     /// The probe's key could not be deleted.
     #[error("DEL of the probe's key: {0}")]
     Delete(#[source] redis::RedisError),
@@ -423,23 +425,22 @@ impl Connector for RedisConnector {
 
     async fn probe_calls(&self, conn: &Conn) -> Result<(), LinkError> {
         let limits = probe_limits();
-        let (debt, hits) = PROBE_CALL;
         let check = script::Check {
             key: PROBE_KEY,
             limits: &limits,
-            ask: Ask::Hits(hits),
-            debt,
+            ask: Ask::Hits(PROBE_CALL.hits),
+            debt: PROBE_CALL.debt,
             deadline: None,
             now: None,
             around: Timestamp::default(),
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let mut conn = conn.clone();
-        let reply: script::ScriptReply = conn
+        let replies: Vec<script::ScriptReply> = conn
             .eval(&call, &self.script)
             .await
             .map_err(LinkError::Call)?;
-        script::numbers(reply)?;
+        script::raw(script::only(replies)?)?;
         // The probe leaves no key behind: one key per counter, and none that is not.
         let mut del = redis::cmd("DEL");
         del.arg(script::redis_key(&self.key_prefix, PROBE_KEY));

@@ -12,7 +12,7 @@ use crate::limit::Limit;
 use crate::store::shared::differential::{
     YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
 };
-use crate::store::shared::protocol::Ask;
+use crate::store::shared::protocol::{Ask, RawReply};
 
 /// One redis-server for every case of this test binary.
 fn redis() -> &'static RedisServer {
@@ -47,7 +47,7 @@ fn call_at(
     (key, limits): (&str, &[Limit]),
     ask: Ask,
     now: Timestamp,
-) -> Result<Vec<i64>, String> {
+) -> Result<RawReply, String> {
     let check = Check {
         key,
         limits,
@@ -65,11 +65,12 @@ fn run(
     conn: &mut redis::Connection,
     script: &redis::Script,
     check: &Check<'_>,
-) -> Result<Vec<i64>, String> {
-    let reply: ScriptReply = script::call(script, "differential", check)
+) -> Result<RawReply, String> {
+    let replies: Vec<ScriptReply> = script::call(script, "differential", check)
         .query(conn)
         .map_err(|e| e.to_string())?;
-    script::numbers(reply).map_err(|e| e.to_string())
+    let reply = script::only(replies).map_err(|e| e.to_string())?;
+    script::raw(reply).map_err(|e| e.to_string())
 }
 
 /// Charges far past any limit (usage reported after the fact) leave a counter that still
@@ -106,9 +107,12 @@ fn huge_charges_still_deny() {
                 now: Some(now),
                 around: now,
             };
-            let reply: Result<ScriptReply, _> =
+            let replies: Result<Vec<ScriptReply>, _> =
                 script::call(&script, "differential", &check).query(&mut conn);
-            reply.map(|(flag, _, _, _)| flag).map_err(|e| e.to_string())
+            let reply = replies.map_err(|e| e.to_string())?;
+            script::only(reply)
+                .map(|r| r.flag)
+                .map_err(|e| e.to_string())
         };
         // Counted, though far over the limit.
         assert!(flag(Hits::Charge(1 << 50), now).is_ok(), "{algorithm:?}");

@@ -1,6 +1,7 @@
 //! The Redis store: counters in Redis (single node, Cluster or Sentinel), checked and
 //! counted by one script call, behind the local view of [`super::shared`].
 
+mod batch;
 mod connect;
 #[cfg(test)]
 mod differential;
@@ -16,11 +17,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 
+use self::batch::Batcher;
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::SharedBehaviour;
 use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
 use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
+use super::shared::protocol::RawReply;
 use super::shared::slots::SlotCall;
 use crate::clock::Timestamp;
 use crate::log_limit::LogLimit;
@@ -41,10 +44,11 @@ pub struct RedisConfig {
 /// Counter keys found holding another type are logged at most once per this period.
 const FOREIGN_KEY_LOG_PERIOD: Duration = Duration::from_secs(60);
 
-/// One script call per round trip over the supervised connection.
+/// Script calls over the supervised connection, the calls of concurrent requests
+/// batched into one.
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
-    script: Arc<redis::Script>,
+    batcher: Batcher,
     /// The in-flight counters' script.
     slots: Arc<redis::Script>,
     key_prefix: String,
@@ -67,9 +71,10 @@ impl RedisBackend {
             script: script.clone(),
             key_prefix: config.key_prefix.clone(),
         };
+        let link = Link::start(connector, time);
         Self {
-            link: Link::start(connector, time),
-            script,
+            batcher: Batcher::start(link.clone(), script, config.behaviour.timeout),
+            link,
             slots: Arc::new(slots::script()),
             resets: format!("{}tollgate-reset", config.key_prefix),
             key_prefix: config.key_prefix,
@@ -93,13 +98,12 @@ impl Backend for RedisBackend {
         tracing::debug_span!("Redis round trip", limits)
     }
 
-    /// One EVALSHA, owning all it needs; Redis ignores it if it runs after `deadline`
-    /// (Redis time).
+    /// One call in the next batch's EVALSHA, owning all it needs; Redis ignores it if it
+    /// runs after `deadline` (Redis time).
     fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
-        let Some(conn) = self.link.conn() else {
+        if self.link.conn().is_none() {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
-        };
-        let mut conn: Conn = (*conn).clone();
+        }
         let check = script::Check {
             key: args.key,
             limits: args.limits,
@@ -109,25 +113,23 @@ impl Backend for RedisBackend {
             now: None,
             around: args.around,
         };
-        let call = script::call(&self.script, &self.key_prefix, &check);
-        let (script, link) = (self.script.clone(), self.link.clone());
+        let call = script::pack(&self.key_prefix, &check);
+        let batcher = self.batcher.clone();
         let foreign_keys = self.foreign_keys.clone();
         Box::pin(async move {
-            let reply: script::ScriptReply = conn
-                .eval(&call, &script)
-                .await
-                .map_err(|e| classify(&link, e))?;
-            let (_, now_us, _, held) = &reply;
-            if !held.is_empty()
-                && let Some(more) =
-                    foreign_keys.admit(Timestamp::from_micros(u64::try_from(*now_us).unwrap_or(0)))
+            let reply = batcher.call(call).await?;
+            if !reply.foreign.is_empty()
+                && let Some(more) = foreign_keys.admit(Timestamp::from_micros(
+                    u64::try_from(reply.now_us).unwrap_or(0),
+                ))
             {
                 tracing::warn!(
-                    "redis counter {held}, not a counter: read as an empty counter and \
-                     overwritten when counted ({more} more such since the last line)"
+                    "redis counter {}, not a counter: read as an empty counter and \
+                     overwritten when counted ({more} more such since the last line)",
+                    reply.foreign
                 );
             }
-            script::numbers(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+            script::raw(reply).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 
@@ -140,9 +142,11 @@ impl Backend for RedisBackend {
         let cmd = slots::call(&self.slots, &self.key_prefix, &call);
         let (script, link) = (self.slots.clone(), self.link.clone());
         Box::pin(async move {
-            conn.eval::<Vec<i64>>(&cmd, &script)
+            let numbers = conn
+                .eval::<Vec<i64>>(&cmd, &script)
                 .await
-                .map_err(|e| classify(&link, e))
+                .map_err(|e| classify(&link, e))?;
+            RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

@@ -2,11 +2,9 @@
 //! counter's layout lives only in `check_and_count.lua`; its reply carries the state as
 //! the script stored it.
 
-use redis::RedisWrite as _;
-
 use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::protocol::{Ask, limit_args, mode, units};
+use crate::store::shared::protocol::{Ask, RawReply, limit_args, mode, units};
 
 /// Ends every counter's key: the version of the layout the script keeps there. A build
 /// with another layout (hashes, before this one) counts in other keys instead of failing
@@ -18,20 +16,46 @@ pub(super) fn script() -> redis::Script {
     redis::Script::new(include_str!("check_and_count.lua"))
 }
 
-/// The script's reply: the flag, Redis' clock in microseconds, the state as stored
-/// (MessagePack integers; empty for a new counter), and "KEY held a TYPE" when the key
-/// held another type than a string (empty otherwise).
-pub(super) type ScriptReply = (i64, i64, Vec<u8>, String);
+/// The script's reply to one call of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ScriptReply {
+    /// 1 admitted, 0 denied; a take's units; -1 when it ran after its deadline.
+    pub(super) flag: i64,
+    /// Redis' clock in microseconds.
+    pub(super) now_us: i64,
+    /// The counter's state as stored (MessagePack integers; empty for a new counter).
+    pub(super) state: Vec<u8>,
+    /// "KEY held a TYPE" when the key held another type than a string; empty otherwise.
+    pub(super) foreign: String,
+}
+
+impl redis::FromRedisValue for ScriptReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (flag, now_us, state, foreign) = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(Self {
+            flag,
+            now_us,
+            state,
+            foreign,
+        })
+    }
+}
 
 /// A stored state that is not a run of MessagePack unsigned integers below 2^63.
 #[derive(Debug, thiserror::Error)]
 #[error("the script replied with a state that is not MessagePack integers (at byte {0})")]
 pub(super) struct BadState(usize);
 
-/// `reply` as the numbers of [`crate::store::shared::protocol::decode`].
-pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>, BadState> {
-    let mut numbers = Vec::with_capacity(2 + state.len());
-    numbers.extend([flag, now_us]);
+/// `reply` as [`crate::store::shared::protocol::decode`] reads it: the stored state as
+/// numbers.
+pub(super) fn raw(reply: ScriptReply) -> Result<RawReply, BadState> {
+    let ScriptReply {
+        flag,
+        now_us,
+        state,
+        ..
+    } = reply;
+    let mut numbers = Vec::with_capacity(state.len());
     let mut at = 0;
     while let Some(&marker) = state.get(at) {
         let width = match marker {
@@ -50,7 +74,11 @@ pub(super) fn numbers((flag, now_us, state, _): ScriptReply) -> Result<Vec<i64>,
         numbers.push(i64::try_from(value).map_err(|_| BadState(at))?);
         at += 1 + width;
     }
-    Ok(numbers)
+    Ok(RawReply {
+        flag,
+        now_us,
+        state: numbers,
+    })
 }
 
 /// One check-and-count: `debt` charged, then `ask` (hits, or a lease's block) under `limits` on counter `key`; Redis
@@ -68,13 +96,20 @@ pub(super) struct Check<'a> {
     pub(super) around: Timestamp,
 }
 
-/// The EVALSHA of `script` for `check`, its Redis key made of `prefix`, the counter key
-/// as the Cluster hash tag, and the layout; the rest of the call is one argument of
-/// MessagePack values, which the script reads with one unpack.
-pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
+/// One call packed to ride a batch: its Redis key and its arguments.
+#[derive(Debug)]
+pub(super) struct Packed {
+    pub(super) key: String,
+    pub(super) args: Vec<u8>,
+}
+
+/// `check` packed, its Redis key made of `prefix`, the counter key as the Cluster hash
+/// tag, and the layout; the rest of the call is one argument of MessagePack values, which
+/// the script reads with one unpack.
+pub(super) fn pack(prefix: &str, check: &Check<'_>) -> Packed {
     let (mode, n, extra) = mode(check.ask);
     let limits = check.limits;
-    let mut args = Packed(Vec::with_capacity(38 + 21 * limits.len()));
+    let mut args = Values(Vec::with_capacity(38 + 21 * limits.len()));
     args.letter(mode);
     args.number(n);
     args.number(units(check.debt));
@@ -93,12 +128,47 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
         args.number(param.into());
         args.number(rpu.into());
     }
-    let mut cmd = redis::Cmd::with_capacity(5, 64 + prefix.len() + check.key.len() + args.0.len());
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(1);
-    cmd.write_arg_fmt(format_args!("{prefix}{{{}}}{LAYOUT}", check.key));
-    cmd.arg(args.0.as_slice());
+    Packed {
+        key: redis_key(prefix, check.key),
+        args: args.0,
+    }
+}
+
+/// The EVALSHA of `script` for a batch of `calls`, whose reply is a [`ScriptReply`] per
+/// call, in order. In a Cluster every key must be in one slot.
+pub(super) fn batch<'a>(
+    script: &redis::Script,
+    calls: impl ExactSizeIterator<Item = &'a Packed> + Clone,
+) -> redis::Cmd {
+    let bytes: usize = calls.clone().map(|c| c.key.len() + c.args.len() + 32).sum();
+    let mut cmd = redis::Cmd::with_capacity(3 + 2 * calls.len(), 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(calls.len());
+    for call in calls.clone() {
+        cmd.arg(call.key.as_str());
+    }
+    for call in calls {
+        cmd.arg(call.args.as_slice());
+    }
     cmd
 }
+
+/// The EVALSHA of `script` for `check` alone.
+pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
+    batch(script, std::iter::once(&pack(prefix, check)))
+}
+
+/// The one reply of a batch of one call.
+pub(super) fn only(mut replies: Vec<ScriptReply>) -> Result<ScriptReply, BadBatch> {
+    match (replies.pop(), replies.is_empty()) {
+        (Some(reply), true) => Ok(reply),
+        _ => Err(BadBatch(replies.len() + 1)),
+    }
+}
+
+/// A batch's reply that does not hold one reply per call.
+#[derive(Debug, thiserror::Error)]
+#[error("the script replied to a batch with another count of replies than calls ({0})")]
+pub(super) struct BadBatch(pub(super) usize);
 
 /// The Redis key of counter `key`: the prefix, the counter key as the Cluster hash tag,
 /// and the layout.
@@ -107,9 +177,9 @@ pub(super) fn redis_key(prefix: &str, key: &str) -> String {
 }
 
 /// MessagePack values, written in the shortest form `cmsgpack` reads.
-struct Packed(Vec<u8>);
+struct Values(Vec<u8>);
 
-impl Packed {
+impl Values {
     /// An unsigned integer (the script reads it as a double: exact below 2^53, as
     /// tonumber of its decimal text was).
     fn number(&mut self, n: u64) {
@@ -152,6 +222,15 @@ impl Packed {
 mod tests {
     use super::*;
 
+    fn reply(flag: i64, state: Vec<u8>) -> ScriptReply {
+        ScriptReply {
+            flag,
+            now_us: 7,
+            state,
+            foreign: String::new(),
+        }
+    }
+
     #[test]
     fn packed_numbers_read_back_as_written() {
         let edges = [
@@ -166,16 +245,14 @@ mod tests {
             0x1_0000_0000,
             (1 << 53) - 1,
         ];
-        let mut packed = Packed(Vec::new());
+        let mut packed = Values(Vec::new());
         for n in edges {
             packed.number(n);
         }
-        let read = numbers((0, 0, packed.0, String::new())).ok();
-        let mut expected = vec![0, 0];
-        expected.extend(edges.map(|n| n as i64));
-        assert_eq!(read, Some(expected));
+        let read = raw(reply(0, packed.0)).ok().map(|r| r.state);
+        assert_eq!(read, Some(edges.map(|n| n as i64).to_vec()));
 
-        let mut packed = Packed(Vec::new());
+        let mut packed = Values(Vec::new());
         packed.letter("s");
         assert_eq!(packed.0, [0xa1, b's']);
     }
@@ -187,12 +264,16 @@ mod tests {
             0, 0, 0, 0,
         ];
         assert_eq!(
-            numbers((1, 7, state, String::new())).ok(),
-            Some(vec![1, 7, 5, 200, 300, 100_000, 1 << 32])
+            raw(reply(1, state)).ok(),
+            Some(RawReply {
+                flag: 1,
+                now_us: 7,
+                state: vec![5, 200, 300, 100_000, 1 << 32]
+            })
         );
         assert_eq!(
-            numbers((0, 7, Vec::new(), String::new())).ok(),
-            Some(vec![0, 7])
+            raw(reply(0, Vec::new())).ok().map(|r| r.state),
+            Some(vec![])
         );
         // A negative number, a float, a cut-off integer, a number past i64.
         for state in [
@@ -201,10 +282,7 @@ mod tests {
             vec![0x01, 0xcd, 0x01],
             vec![0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0],
         ] {
-            assert!(
-                numbers((1, 7, state.clone(), String::new())).is_err(),
-                "{state:?}"
-            );
+            assert!(raw(reply(1, state.clone())).is_err(), "{state:?}");
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::announce::Subscribe;
 use super::link::Health;
-use super::protocol::{Ask, PROBE_CALL, PROBE_KEY};
+use super::protocol::{Ask, PROBE_CALL, PROBE_KEY, RawReply};
 use super::slots::SlotCall;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -31,19 +31,18 @@ pub(crate) struct CallArgs<'a> {
 
 /// The health probe's call on its own counter, under `limits` (`probe_limits`).
 pub(crate) fn probe_call(limits: &[Limit]) -> CallArgs<'_> {
-    let (debt, hits) = PROBE_CALL;
     CallArgs {
         key: PROBE_KEY,
         limits,
-        debt,
-        ask: Ask::Hits(hits),
+        debt: PROBE_CALL.debt,
+        ask: Ask::Hits(PROBE_CALL.hits),
         deadline: None,
         around: Timestamp::default(),
     }
 }
 
 /// Why one round trip failed, as the store saw it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum TripError {
     /// Nothing was sent: the store is believed down.
     NotConnected,
@@ -59,8 +58,8 @@ pub(crate) enum TripError {
 }
 
 /// One round trip, owning all it needs, so that a call the request stopped waiting for
-/// can still be heard from; the raw reply of `protocol.rs`.
-pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<Vec<i64>, TripError>> + Send>>;
+/// can still be heard from.
+pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<RawReply, TripError>> + Send>>;
 
 /// A reset or an announcement under way, owning all it needs.
 pub(crate) type Sending = Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>>;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use super::protocol::Counted;
 use super::{Answer, SharedStore, bump};
 use crate::algo::Hits;
 use crate::clock::{Timestamp, nanos_of};
@@ -60,7 +61,10 @@ impl SharedStore {
             let call = self.ledger.settle(due, now, deadline);
             match self.round_trip(call.args(), SETTLE_TIMEOUT).await {
                 Answer::Ran(snapshot) => call.ran(|| {
-                    let charged = (due.units, Hits::Check);
+                    let charged = Counted {
+                        debt: due.units,
+                        hits: Hits::Check,
+                    };
                     self.adopt(&due.key, &due.limits, charged, snapshot);
                 }),
                 Answer::Failed(_) => call.failed(),
@@ -91,7 +95,7 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
             match store.round_trip(call.args(), timeout).await {
                 Answer::Ran(snapshot) => call.ran(|| {
                     bump(&store.counts.refreshes);
-                    store.adopt(&job.key, &job.limits, (0, Hits::Check), snapshot);
+                    store.adopt(&job.key, &job.limits, Counted::READ, snapshot);
                 }),
                 Answer::Failed(_) | Answer::Pending(_) => store.local.refresh_failed(&job.key),
             }

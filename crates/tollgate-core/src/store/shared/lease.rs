@@ -23,6 +23,7 @@ use crate::clock::{Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::lock::lock;
 use crate::store::LeaseView;
+use crate::store::store_clock::LocalTime;
 
 /// How hot counters lease blocks of their limit.
 #[derive(Debug, Clone, Copy)]
@@ -52,13 +53,15 @@ const MAX_ENTRIES: usize = 10_000;
 const IDLE_PERIODS: u32 = 3;
 
 /// The number of the period holding local time `local`, counted from the epoch.
-fn period_of(local: Timestamp) -> u64 {
-    local.as_nanos() / nanos_of(PERIOD)
+fn period_of(local: LocalTime) -> u64 {
+    nanos_of(local.since(LocalTime::default())) / nanos_of(PERIOD)
 }
 
 /// When period number `period` begins.
-fn period_start(period: u64) -> Timestamp {
-    Timestamp::from_nanos(period.saturating_mul(nanos_of(PERIOD)))
+fn period_start(period: u64) -> LocalTime {
+    LocalTime::read(Timestamp::from_nanos(
+        period.saturating_mul(nanos_of(PERIOD)),
+    ))
 }
 
 /// How a GCRA limit's block decays: the arrival time the take left, the limit's window
@@ -70,13 +73,25 @@ struct Decay {
     requests: u64,
 }
 
+/// The store's answer to a take sent at local time `sent_local`: `granted` units of which
+/// `to_request` go to the request that asked; `after`, the counter's states after the take
+/// at store time `now`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken<'a> {
+    pub(crate) granted: u64,
+    pub(crate) to_request: u64,
+    pub(crate) after: &'a [LimitState],
+    pub(crate) now: Timestamp,
+    pub(crate) sent_local: LocalTime,
+}
+
 /// A block held on one counter.
 #[derive(Debug)]
 struct Block {
     left: u64,
     /// Store time of the take, and the local time the take was sent.
     taken: Timestamp,
-    sent_local: Timestamp,
+    sent_local: LocalTime,
     /// Store time from which no unit may be spent: the end of the take's window or
     /// sub-window, the earliest over the limits ([`Timestamp::MAX`] for GCRA alone).
     ends: Timestamp,
@@ -84,18 +99,18 @@ struct Block {
     decay: Vec<Decay>,
     /// The store's answer after the take, without the block: room and reset.
     base: Verdict,
-    last_spent_local: Timestamp,
+    last_spent_local: LocalTime,
     limits: Vec<Limit>,
 }
 
 impl Block {
     /// The latest the store's clock can be at local time `local`.
-    fn store_time(&self, local: Timestamp) -> Timestamp {
+    fn store_time(&self, local: LocalTime) -> Timestamp {
         self.taken + local.since(self.sent_local)
     }
 
     /// Units that may be spent at local time `local`.
-    fn spendable(&self, local: Timestamp) -> u64 {
+    fn spendable(&self, local: LocalTime) -> u64 {
         let store = self.store_time(local);
         if store >= self.ends {
             return 0;
@@ -122,7 +137,7 @@ struct Entry {
     /// The store's room after the last take, which a next block stays well within, and
     /// the local time it is known until: the end of the take's window (it only shrinks
     /// within it), or for GCRA a period (it grows as the bucket refills).
-    room: Option<(u64, Timestamp)>,
+    room: Option<(u64, LocalTime)>,
 }
 
 /// Counts behind the lease metrics.
@@ -199,7 +214,7 @@ impl Leases {
     /// Admits `n` units from the counter's block at local time `local` if it holds them;
     /// else, when the counter is hot, the block to ask for (marked as being taken) or the
     /// take to wait for. A block that can no longer serve is handed back for giving back.
-    pub(crate) fn spend(&self, key: &str, limits: &[Limit], n: u64, local: Timestamp) -> Spend {
+    pub(crate) fn spend(&self, key: &str, limits: &[Limit], n: u64, local: LocalTime) -> Spend {
         let most = self.max_block(limits);
         if most == 0 || n >= most {
             return Spend::Missed {
@@ -271,13 +286,13 @@ impl Leases {
 
     /// After waiting for a take: `n` units from the block it left, if it holds them (the
     /// request was counted in the rate when it first came).
-    pub(crate) fn spend_waited(&self, key: &str, n: u64, local: Timestamp) -> Option<Verdict> {
+    pub(crate) fn spend_waited(&self, key: &str, n: u64, local: LocalTime) -> Option<Verdict> {
         let mut entries = lock(&self.entries);
         self.spend_held(entries.get_mut(key)?, n, local)
     }
 
     /// `n` units from the entry's block, if it may spend them at `local`.
-    fn spend_held(&self, entry: &mut Entry, n: u64, local: Timestamp) -> Option<Verdict> {
+    fn spend_held(&self, entry: &mut Entry, n: u64, local: LocalTime) -> Option<Verdict> {
         let block = entry.block.as_mut()?;
         let spendable = block.spendable(local);
         if spendable < n {
@@ -294,15 +309,15 @@ impl Leases {
         Some(verdict)
     }
 
-    /// The store's answer to a take sent at local time `sent_local`: `granted` units
-    /// of which `n` go to the request, on `after`, the counter's state after the take.
-    pub(crate) fn took(
-        &self,
-        key: &str,
-        limits: &[Limit],
-        (granted, n): (u64, u64),
-        (after, now, sent_local): (&[LimitState], Timestamp, Timestamp),
-    ) -> Option<GiveBack> {
+    /// The store's answer to a take: the block it grants, handed back when one was held.
+    pub(crate) fn took(&self, key: &str, limits: &[Limit], taken: Taken<'_>) -> Option<GiveBack> {
+        let Taken {
+            granted,
+            to_request: n,
+            after,
+            now,
+            sent_local,
+        } = taken;
         let base = evaluate(after, limits, now, 0);
         let ends = ends_at(limits, now);
         let known_until = match ends {
@@ -347,8 +362,8 @@ impl Leases {
 
     /// Blocks idle for a few periods or past their end (all of them when `all`), taken
     /// out to be given back; entries idle as long are forgotten.
-    pub(crate) fn sweep(&self, local: Timestamp, all: bool) -> Vec<GiveBack> {
-        let idle = |since: Timestamp| all || local.since(since) >= IDLE_PERIODS * PERIOD;
+    pub(crate) fn sweep(&self, local: LocalTime, all: bool) -> Vec<GiveBack> {
+        let idle = |since: LocalTime| all || local.since(since) >= IDLE_PERIODS * PERIOD;
         let mut out = Vec::new();
         let mut entries = lock(&self.entries);
         entries.retain(|key, entry| {
@@ -365,7 +380,7 @@ impl Leases {
     }
 
     /// The block held on `key` at local time `local`, if any.
-    pub(crate) fn view(&self, key: &str, local: Timestamp) -> Option<LeaseView> {
+    pub(crate) fn view(&self, key: &str, local: LocalTime) -> Option<LeaseView> {
         let entries = lock(&self.entries);
         let block = entries.get(key)?.block.as_ref()?;
         let ends =

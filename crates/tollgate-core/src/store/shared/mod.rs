@@ -36,8 +36,8 @@ use tracing::Instrument as _;
 pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
 use self::ledger::Ledger;
 use self::link::TimeSink;
-use self::protocol::{Ask, Reply};
-use super::local::{Fallback, LocalView, Snapshot};
+use self::protocol::{Ask, Counted, RawReply, Reply};
+use super::local::{Adopted, Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
 use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
@@ -381,7 +381,8 @@ impl SharedStore {
                 bump(&self.counts.round_trips);
                 let ran_at = snapshot.now;
                 let debt = call.args().debt;
-                let verdict = call.ran(|| self.adopt(key, limits, (debt, hits), snapshot));
+                let verdict =
+                    call.ran(|| self.adopt(key, limits, Counted { debt, hits }, snapshot));
                 if let Hits::Refund(1..) = hits {
                     // Answered once every instance may know: the next request anywhere
                     // is decided on the count the refund left.
@@ -451,9 +452,10 @@ impl SharedStore {
 
     /// The store's answer to `call` as the verdict and the counter's new view, which also
     /// holds what this instance admitted that the store has not counted yet.
-    fn adopt(&self, key: &str, limits: &[Limit], call: (u64, Hits), snapshot: Snapshot) -> Verdict {
+    fn adopt(&self, key: &str, limits: &[Limit], counted: Counted, snapshot: Snapshot) -> Verdict {
         let unsettled = || self.ledger.unsettled(key);
-        let (verdict, disagreed) = self.local.adopt(key, limits, call, snapshot, unsettled);
+        let Adopted { verdict, disagreed } =
+            self.local.adopt(key, limits, counted, snapshot, unsettled);
         if disagreed {
             bump(&self.counts.disagreements);
             tracing::debug!(
@@ -484,7 +486,7 @@ impl SharedStore {
         &self,
         args: &CallArgs<'_>,
         timeout: Duration,
-    ) -> Result<Result<Vec<i64>, TripError>, Trip> {
+    ) -> Result<Result<RawReply, TripError>, Trip> {
         let started = Instant::now();
         self.wait(self.backend.check_and_count(args), timeout, started)
             .await
@@ -497,7 +499,7 @@ impl SharedStore {
         mut trip: Trip,
         timeout: Duration,
         started: Instant,
-    ) -> Result<Result<Vec<i64>, TripError>, Trip> {
+    ) -> Result<Result<RawReply, TripError>, Trip> {
         let answer = tokio::time::timeout(timeout, &mut trip).await;
         self.counts.latency.observe(started.elapsed());
         answer.map_err(|_| {
@@ -510,7 +512,7 @@ impl SharedStore {
     /// What a finished round trip says, counted by kind when it failed.
     fn read(
         &self,
-        raw: Result<Vec<i64>, TripError>,
+        raw: Result<RawReply, TripError>,
         limits: &[Limit],
     ) -> Result<Snapshot, StoreError> {
         let raw = self.raw_reply(raw)?;
@@ -534,7 +536,7 @@ impl SharedStore {
     }
 
     /// The numbers of a finished round trip, or its failure counted by kind.
-    fn raw_reply(&self, raw: Result<Vec<i64>, TripError>) -> Result<Vec<i64>, StoreError> {
+    fn raw_reply(&self, raw: Result<RawReply, TripError>) -> Result<RawReply, StoreError> {
         match raw {
             #[cfg(feature = "postgres")]
             Err(TripError::Timeout) => {

@@ -16,7 +16,25 @@ use crate::limit::{Algorithm, Limit};
 /// dropped, a read-only replica): no counter's key, since every counter key has a `#`.
 pub(crate) const PROBE_KEY: &str = "tollgate-health-probe";
 /// The probe's call: one unit, so that the store writes, as a request's would.
-pub(crate) const PROBE_CALL: (u64, Hits) = (0, Hits::Consume(1));
+pub(crate) const PROBE_CALL: Counted = Counted::of(Hits::Consume(1));
+
+/// What one call counts on a counter: `debt` units charged (counted even past the limit),
+/// then `hits`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counted {
+    pub(crate) debt: u64,
+    pub(crate) hits: Hits,
+}
+
+impl Counted {
+    /// A read: nothing owed, nothing counted.
+    pub(crate) const READ: Counted = Counted::of(Hits::Check);
+
+    /// `hits` with nothing owed.
+    pub(crate) const fn of(hits: Hits) -> Self {
+        Self { debt: 0, hits }
+    }
+}
 
 /// The probe's limit: never reached, and a window of a second, so its counter expires.
 pub(crate) fn probe_limits() -> [Limit; 1] {
@@ -178,34 +196,59 @@ pub(crate) enum Reply {
     Late { now: Timestamp },
 }
 
+/// A store's answer to one call as it came, before it is read against the limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawReply {
+    /// 1 admitted, 0 denied; a take's units; -1 when it ran after its deadline.
+    pub(crate) flag: i64,
+    /// The store's clock in microseconds.
+    pub(crate) now_us: i64,
+    /// The counter's state as it was before the call, as numbers; none for a new counter.
+    pub(crate) state: Vec<i64>,
+}
+
+impl RawReply {
+    /// The reply of a store that answers with one run of numbers: the flag, the clock,
+    /// then the state.
+    pub(crate) fn from_numbers(mut numbers: Vec<i64>) -> Result<Self, ReplyError> {
+        if numbers.len() < 2 {
+            return Err(ReplyError::Short(numbers.len()));
+        }
+        let state = numbers.split_off(2);
+        Ok(Self {
+            flag: numbers[0],
+            now_us: numbers[1],
+            state,
+        })
+    }
+}
+
 /// Why a reply could not be read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReplyError {
-    #[error("reply holds {0} numbers, fewer than the state of the limits needs")]
+    #[error("reply holds {0} numbers, fewer than the flag, the clock and the state need")]
     Short(usize),
     #[error("reply holds the negative number {0}")]
     Negative(i64),
 }
 
-/// Decodes a raw reply for `limits`: the flag (1 admitted, 0 denied, -1 late), the store's
-/// clock in microseconds, then the state of each limit in order, or no state at all when
-/// the store held no counter (every limit fresh). After every limit's numbers come, per
-/// sliding window in order, the ends of its sub-windows; a counter stored before ends
-/// were kept has none (see [`SlidingWindow::from_ring`]).
-pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError> {
-    let Some((&flag, rest)) = raw.split_first() else {
-        return Err(ReplyError::Short(0));
-    };
+/// Decodes `raw` for `limits`: its state holds the state of each limit in order, or
+/// nothing when the store held no counter (every limit fresh). After every limit's
+/// numbers come, per sliding window in order, the ends of its sub-windows; a counter
+/// stored before ends were kept has none (see [`SlidingWindow::from_ring`]).
+pub(crate) fn decode(raw: &RawReply, limits: &[Limit]) -> Result<Reply, ReplyError> {
+    let unsigned = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
+    let rest = &raw.state;
     let number = |i: usize| match rest.get(i) {
-        Some(&n) => u64::try_from(n).map_err(|_| ReplyError::Negative(n)),
-        None => Err(ReplyError::Short(raw.len())),
+        Some(&n) => unsigned(n),
+        None => Err(ReplyError::Short(2 + rest.len())),
     };
-    let now = Timestamp::from_micros(number(0)?);
-    if flag == -1 {
+    let now = Timestamp::from_micros(unsigned(raw.now_us)?);
+    if raw.flag == -1 {
         return Ok(Reply::Late { now });
     }
-    let admitted = flag == 1;
-    if rest.len() == 1 {
+    let admitted = raw.flag == 1;
+    if rest.is_empty() {
         let states = limits.iter().map(LimitState::new).collect();
         return Ok(Reply::Ran {
             admitted,
@@ -213,8 +256,8 @@ pub(crate) fn decode(raw: &[i64], limits: &[Limit]) -> Result<Reply, ReplyError>
             states,
         });
     }
-    let without_ends = 1 + limits.iter().map(stored_numbers).sum::<usize>();
-    let mut at = 1;
+    let without_ends = limits.iter().map(stored_numbers).sum::<usize>();
+    let mut at = 0;
     let mut ends_at = (rest.len() > without_ends).then_some(without_ends);
     let run = |from: &mut usize, len: usize| {
         let numbers = (*from..*from + len)

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::protocol::{ReplyError, units};
+use super::protocol::{RawReply, ReplyError, units};
 use super::{SharedStore, bump};
 use crate::algo::{Hits, LimitState, LimitVerdict, Slots, Verdict, apply};
 use crate::clock::Timestamp;
@@ -70,16 +70,14 @@ struct SlotReply {
 /// Reads the raw reply: the flag (1 admitted, 0 denied, -1 late), the store's clock in
 /// microseconds, then per group of live slots when it frees itself (microseconds) and
 /// how many. `None` for a late call, which changed nothing.
-fn decode(raw: &[i64]) -> Result<Option<SlotReply>, ReplyError> {
+fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
     let number = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
-    let [flag, now, held @ ..] = raw else {
-        return Err(ReplyError::Short(raw.len()));
-    };
+    let (flag, now, held) = (&raw.flag, &raw.now_us, &raw.state);
     if *flag == -1 {
         return Ok(None);
     }
     if held.len() % 2 != 0 {
-        return Err(ReplyError::Short(raw.len()));
+        return Err(ReplyError::Short(2 + held.len()));
     }
     let held = held
         .chunks_exact(2)
@@ -187,6 +185,10 @@ impl SharedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decode(numbers: &[i64]) -> Result<Option<SlotReply>, ReplyError> {
+        super::decode(&RawReply::from_numbers(numbers.to_vec())?)
+    }
 
     #[test]
     fn a_reply_reads_as_the_slots_held_before() {

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use tracing::Instrument as _;
 
-use super::{GiveBack, Leases, Miss, PERIOD, Spend};
+use super::{GiveBack, Leases, Miss, PERIOD, Spend, Taken};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::backend::CallArgs;
-use crate::store::shared::protocol::{Ask, Reply, decode, effect, lease_effect};
+use crate::store::shared::protocol::{Ask, Counted, RawReply, Reply, decode, effect, lease_effect};
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -98,7 +98,7 @@ impl SharedStore {
             call.failed();
             return None;
         };
-        let flag = raw.as_ref().ok().and_then(|raw| raw.first().copied());
+        let flag = raw.as_ref().ok().map(|raw| raw.flag);
         let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
             call.failed();
             return None;
@@ -121,13 +121,16 @@ impl SharedStore {
             now,
             states: after.clone(),
         };
-        let mut verdict = call.ran(|| self.adopt(key, limits, (0, Hits::Check), snapshot));
-        let taken = (granted, n.min(granted));
+        let mut verdict = call.ran(|| self.adopt(key, limits, Counted::READ, snapshot));
+        let taken = Taken {
+            granted,
+            to_request: n.min(granted),
+            after: &after,
+            now,
+            sent_local,
+        };
         out.answered();
-        if let Some(back) = self
-            .leases
-            .took(key, limits, taken, (&after, now, sent_local))
-        {
+        if let Some(back) = self.leases.took(key, limits, taken) {
             self.send_back(back);
         }
         verdict.decision.admitted = granted > 0;
@@ -185,11 +188,17 @@ impl SharedStore {
     /// a later answer is there already), so the view holds no units the store gave back
     /// and denies only what the store would. The store time of the give-back when it took
     /// units back, which the other instances must hear of.
-    fn gave_back(&self, key: &str, limits: &[Limit], ask: Ask, raw: &[i64]) -> Option<Timestamp> {
+    fn gave_back(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        ask: Ask,
+        raw: &RawReply,
+    ) -> Option<Timestamp> {
         let (units, snapshot) = given_back(raw, limits, ask)?;
         self.leases.returned(units);
         let at = snapshot.now;
-        self.adopt(key, limits, (0, Hits::Check), snapshot);
+        self.adopt(key, limits, Counted::READ, snapshot);
         (units > 0).then_some(at)
     }
 }
@@ -210,7 +219,7 @@ fn give_back<'a>(key: &'a str, limits: &'a [Limit], ask: Ask, now: Timestamp) ->
 /// The units give-back `ask` returned to the store, and the counter after it, as its
 /// reply `raw` (the state it read, and when) says: no units where it came after the
 /// (sub-)window of every windowed limit had passed.
-fn given_back(raw: &[i64], limits: &[Limit], ask: Ask) -> Option<(u64, Snapshot)> {
+fn given_back(raw: &RawReply, limits: &[Limit], ask: Ask) -> Option<(u64, Snapshot)> {
     let (Ok(Reply::Ran { now, states, .. }), Ask::GiveBack { units, taken }) =
         (decode(raw, limits), ask)
     else {

@@ -5,13 +5,19 @@ use proptest::prelude::*;
 
 use std::time::Duration;
 
-use super::{LeasePolicy, Leases, Miss, PERIOD, Spend};
+use super::{LeasePolicy, Leases, Miss, PERIOD, Spend, Taken};
 use crate::algo::testing::at;
 use crate::algo::{Gcra, Hits, LimitState, mul_div};
 use crate::clock::{Clock, ManualClock, NANOS_PER_MICRO, Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::shared::protocol::{Ask, lease_effect};
+use crate::store::store_clock::LocalTime;
 use crate::unit::Unit;
+
+/// The simulated store's clock is the local one: `t` read locally.
+fn local(t: Timestamp) -> LocalTime {
+    LocalTime::read(t)
+}
 
 const KEY: &str = "hot";
 pub(super) const SECOND: u64 = crate::clock::NANOS_PER_SECOND;
@@ -54,7 +60,7 @@ impl Counter {
     /// the block, by a take, or as plain hits; whether it was admitted.
     pub(super) fn request(&mut self, leases: &Leases, n: u64) -> bool {
         let now = self.clock.now();
-        let (miss, stale) = match leases.spend(KEY, &self.limits, n, now) {
+        let (miss, stale) = match leases.spend(KEY, &self.limits, n, local(now)) {
             Spend::Spent(_) => return true,
             Spend::Missed { next, stale } => (next, stale),
         };
@@ -67,8 +73,14 @@ impl Counter {
         };
         let granted = self.call(Ask::Take { need: n, want });
         let after = self.states.clone();
-        let taken = (granted, n.min(granted));
-        if let Some(back) = leases.took(KEY, &self.limits, taken, (&after, now, now)) {
+        let taken = Taken {
+            granted,
+            to_request: n.min(granted),
+            after: &after,
+            now,
+            sent_local: local(now),
+        };
+        if let Some(back) = leases.took(KEY, &self.limits, taken) {
             self.call(back.ask);
         }
         granted > 0
@@ -76,7 +88,7 @@ impl Counter {
 
     /// Gives back what `sweep` hands out at the clock's time (every block when `all`).
     pub(super) fn sweep(&mut self, leases: &Leases, all: bool) {
-        for back in leases.sweep(self.clock.now(), all) {
+        for back in leases.sweep(local(self.clock.now()), all) {
             self.call(back.ask);
         }
     }
@@ -186,13 +198,13 @@ fn a_block_is_sized_to_one_period_of_recent_traffic() {
 fn a_block_is_shown_as_held_and_a_reset_drops_it() {
     let mut counter = Counter::new(vec![fixed(100_000, Unit::Minute)], 0);
     let leases = leases(0.01);
-    assert_eq!(leases.view(KEY, Timestamp::default()), None);
+    assert_eq!(leases.view(KEY, LocalTime::default()), None);
     one_period(&mut counter, &leases, 50);
     one_period(&mut counter, &leases, 50);
     // A third period takes 50 at its start and spends 20 of them.
     one_period(&mut counter, &leases, 20);
     let now = counter.clock.now();
-    let view = leases.view(KEY, now).expect("a block");
+    let view = leases.view(KEY, local(now)).expect("a block");
     assert_eq!((view.left, view.spendable), (30, 30));
     assert_eq!(
         view.ends,
@@ -202,7 +214,7 @@ fn a_block_is_shown_as_held_and_a_reset_drops_it() {
     leases.forget(Some("another"));
     assert_eq!(held(&leases), 30);
     leases.forget(Some(KEY));
-    assert_eq!(leases.view(KEY, now), None);
+    assert_eq!(leases.view(KEY, local(now)), None);
     // The next take is of the last period's 20, half of them spent.
     assert_eq!(one_period(&mut counter, &leases, 10), 10);
     assert_eq!(held(&leases), 10, "a new block");
@@ -339,24 +351,24 @@ fn a_sliding_window_block_ends_with_its_sub_window() {
         let sub_window = SECOND / 10;
         let end = at((now.as_nanos() / sub_window + 1) * sub_window);
         assert_eq!(block.ends, end);
-        assert!(block.spendable(end - Duration::from_nanos(1)) > 0);
-        assert_eq!(block.spendable(end), 0);
+        assert!(block.spendable(local(end - Duration::from_nanos(1))) > 0);
+        assert_eq!(block.spendable(local(end)), 0);
     });
 }
 
 #[test]
 fn a_gcra_block_decays_as_the_bucket_refills() {
     with_block(Algorithm::TokenBucket { burst: 100_000 }, |block, now| {
-        let left = block.spendable(now);
+        let left = block.spendable(local(now));
         assert_eq!(left, block.left);
         // One unit refills every 10 µs: that long before the arrival time the take left,
         // one unit is spendable, at it none.
         let interval = Duration::from_micros(10);
         let tat = block.decay.first().expect("decay").tat;
-        assert!(block.spendable(now + 3 * interval) <= left);
-        assert_eq!(block.spendable(tat - 2 * interval), 2.min(left));
-        assert_eq!(block.spendable(tat - interval), 1);
-        assert_eq!(block.spendable(tat), 0);
+        assert!(block.spendable(local(now + 3 * interval)) <= left);
+        assert_eq!(block.spendable(local(tat - 2 * interval)), 2.min(left));
+        assert_eq!(block.spendable(local(tat - interval)), 1);
+        assert_eq!(block.spendable(local(tat)), 0);
     });
 }
 
@@ -408,7 +420,7 @@ fn a_take_dropped_unanswered_wakes_its_waiters_and_lets_the_counter_take_again()
     let leases = leases(0.01);
     one_period(&mut counter, &leases, 100);
     let now = counter.clock.now();
-    let spend = || leases.spend(KEY, &counter.limits, 1, now);
+    let spend = || leases.spend(KEY, &counter.limits, 1, local(now));
     assert!(matches!(
         spend(),
         Spend::Missed {
