@@ -17,8 +17,8 @@ use envoy_types::pb::google::protobuf::{
 use tollgate_core::headers::{HeaderStyle, headers};
 use tollgate_core::rules::{MetaValue, Metadata, merge_metadata};
 use tollgate_core::{
-    Decision, Descriptor, Entry, Hits, InvalidRequest, LimitOverride, Limited, Outcome, Request,
-    Unit,
+    Algorithm, Decision, Descriptor, Entry, Hits, InvalidRequest, LimitOverride, Limited, Outcome,
+    Request, Unit,
 };
 
 /// The domain request for an Envoy request.
@@ -178,7 +178,11 @@ pub(crate) fn dynamic_metadata(req: &RateLimitRequest, decision: &Decision) -> S
     }
     let mut merged = Metadata::new();
     for limited in decision.descriptors.iter().filter_map(Outcome::limited) {
-        if let (false, Some(meta)) = (limited.is_over(), &limited.metadata) {
+        // An in-flight slot given back (the request over elsewhere) must not be released
+        // again at stream end: its metadata, which the release is written to need, is left
+        // out.
+        let given_back = limited.limit.algorithm() == Algorithm::Slots && limited.hits == 0;
+        if let (false, false, Some(meta)) = (limited.is_over(), given_back, &limited.metadata) {
             merge_metadata(&mut merged, meta);
         }
     }
@@ -427,6 +431,34 @@ mod tests {
         )
         .expect("valid JSON");
         assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn an_in_flight_slot_given_back_returns_no_metadata_to_release_it_by() {
+        let held: tollgate_core::rules::Metadata =
+            serde_json::from_str(r#"{"slot": "held"}"#).expect("valid JSON");
+        let slot = |hits: u64| {
+            Outcome::Limited(Limited {
+                limit: tollgate_core::Limit::in_flight(2, std::time::Duration::from_secs(60))
+                    .expect("a valid in-flight limit"),
+                admitted: true,
+                shadow: false,
+                quota: false,
+                remaining: 1,
+                reset: std::time::Duration::ZERO,
+                hits,
+                metadata: Some(std::sync::Arc::new(held.clone())),
+            })
+        };
+        let req = proto(0, vec![one("user", "ann")]);
+        for (hits, returned) in [(1, true), (0, false)] {
+            let decision = Decision {
+                over_limit: hits == 0,
+                descriptors: vec![slot(hits)],
+            };
+            let got = crate::api::json::scalars::struct_json(&dynamic_metadata(&req, &decision));
+            assert_eq!(got.get("metadata").is_some(), returned, "{hits}: {got}");
+        }
     }
 
     #[test]

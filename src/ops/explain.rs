@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tollgate_core::rules::Policy;
-use tollgate_core::{CounterView, Explained, Limit, Matched, Outcome, Request, Rule};
+use tollgate_core::{Algorithm, CounterView, Explained, Limit, Matched, Outcome, Request, Rule};
 
 use crate::api::json::{text, with_request};
 use crate::app::{App, RlsError};
@@ -135,6 +135,15 @@ fn view_json(view: &CounterView, limits: &[Limit]) -> Value {
         .iter()
         .zip(limits)
         .map(|(v, limit)| {
+            if limit.algorithm() == Algorithm::Slots {
+                return json!({
+                    "inFlight": limit.requests_per_unit(),
+                    "expireAfter": seconds(limit.window()),
+                    "slotsHeld": v.count,
+                    "remaining": v.remaining,
+                    "reset": seconds(v.reset),
+                });
+            }
             json!({
                 "limit": format!("{}/{}", limit.requests_per_unit(), limit.unit().as_str()),
                 "window": seconds(limit.window()),

@@ -46,6 +46,8 @@ pub(crate) fn plan<R: Recorder>(limiter: &Limiter<R>, bucket: &BucketKey) -> Pla
         Found::Limited { rule, counter } => (rule, counter),
     };
     let limits = match rule.policy() {
+        // RLQS reports usage, never a request's end: it cannot release a slot.
+        policy if policy.in_flight() => return Plan::Fixed(Strategy::AllowAll),
         Policy::Limited { limits, .. } => limits,
         Policy::Unlimited { .. } => return Plan::Fixed(Strategy::AllowAll),
     };
@@ -150,6 +152,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 0}
   - key: fast
     rate_limit: {unit: second, requests_per_unit: 20}
+  - key: slots
+    in_flight: {max: 2, expire_after: 60s}
 "#;
 
     fn bucket(pairs: &[(&str, &str)]) -> BucketKey {
@@ -182,6 +186,10 @@ descriptors:
             Plan::Fixed(Strategy::DenyAll)
         ));
         assert!(matches!(plan(&[("nope", "x")]), Plan::NoRule));
+        assert!(
+            matches!(plan(&[("slots", "x")]), Plan::Fixed(Strategy::AllowAll)),
+            "RLQS cannot release slots"
+        );
         let other_domain = BucketKey {
             domain: Arc::from("e"),
             ..bucket(&[("free", "x")])

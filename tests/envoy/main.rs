@@ -8,8 +8,10 @@
 //! without them these tests fail, they do not skip.
 
 mod budgets;
+mod in_flight;
 mod memory;
 mod redis;
+mod reservations;
 mod rlqs;
 mod support;
 mod tls;

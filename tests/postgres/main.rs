@@ -7,6 +7,7 @@
 mod admin;
 mod debts;
 mod faults;
+mod in_flight;
 mod leases;
 mod store;
 mod support;

@@ -7,6 +7,7 @@ mod admin;
 mod cluster;
 mod debts;
 mod faults;
+mod in_flight;
 mod leases;
 mod reference_mode;
 mod sentinel;

@@ -11,6 +11,7 @@ mod decision_logs;
 mod explain;
 mod grpc_api;
 mod http_api;
+mod in_flight;
 mod in_process;
 mod library;
 mod limits;

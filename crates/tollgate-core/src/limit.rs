@@ -14,6 +14,9 @@ pub const DEFAULT_PRECISION: u32 = 10;
 /// The most sub-windows a sliding window may have.
 pub const MAX_PRECISION: u32 = 1_000;
 
+/// The longest an in-flight slot may live: a year, in milliseconds.
+const MAX_EXPIRE_AFTER_MS: u128 = 365 * 86_400 * 1_000;
+
 /// How a limit counts, with the parameters that only that way of counting has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
@@ -34,6 +37,9 @@ pub enum Algorithm {
         /// Bucket capacity.
         burst: u32,
     },
+    /// Slots held by requests in flight: `requests_per_unit` at most at once; a refund
+    /// releases one, and a slot not released within the window frees itself.
+    Slots,
 }
 
 /// The algorithms by name, without parameters: what a setting or a rule file names.
@@ -47,6 +53,8 @@ pub enum AlgorithmKind {
     TokenBucket,
     /// See [`Algorithm::LeakyBucket`].
     LeakyBucket,
+    /// See [`Algorithm::Slots`]: an `in_flight` rule, never named by `algorithm`.
+    Slots,
 }
 
 impl AlgorithmKind {
@@ -65,6 +73,7 @@ impl AlgorithmKind {
             Self::FixedWindow => "fixed_window",
             Self::TokenBucket => "token_bucket",
             Self::LeakyBucket => "leaky_bucket",
+            Self::Slots => "in_flight",
         }
     }
 }
@@ -104,6 +113,7 @@ impl Algorithm {
             Self::FixedWindow => AlgorithmKind::FixedWindow,
             Self::TokenBucket { .. } => AlgorithmKind::TokenBucket,
             Self::LeakyBucket { .. } => AlgorithmKind::LeakyBucket,
+            Self::Slots => AlgorithmKind::Slots,
         }
     }
 
@@ -111,7 +121,7 @@ impl Algorithm {
     pub(crate) fn burst(self) -> Option<u32> {
         match self {
             Self::TokenBucket { burst } | Self::LeakyBucket { burst } => Some(burst),
-            Self::SlidingWindow { .. } | Self::FixedWindow => None,
+            Self::SlidingWindow { .. } | Self::FixedWindow | Self::Slots => None,
         }
     }
 }
@@ -140,6 +150,9 @@ pub enum LimitError {
     /// Calendar windows are fixed windows; other algorithms keep fixed-length units.
     #[error("calendar windows are fixed windows: calendar cannot be combined with {0}")]
     CalendarAlgorithm(&'static str),
+    /// An in-flight slot that frees itself before a millisecond, or after a year.
+    #[error("expire_after must be between 1ms and 365 days")]
+    ExpireAfter,
 }
 
 impl LimitError {
@@ -152,6 +165,7 @@ impl LimitError {
             Self::Calendar(CalendarError::Zone(_)) => "time_zone",
             Self::Calendar(CalendarError::TooLong) => "unit_multiplier",
             Self::Calendar(CalendarError::Unit(_)) | Self::CalendarAlgorithm(_) => "calendar",
+            Self::ExpireAfter => "expire_after",
         }
     }
 }
@@ -183,6 +197,25 @@ impl Limit {
             name: None,
             calendar: None,
         }
+    }
+
+    /// At most `max` slots held at once by requests in flight, each freeing itself
+    /// `expire_after` after it was taken unless released before; Envoy is told the unit
+    /// nearest `expire_after`. Slots are counted in whole milliseconds, as the stores do.
+    pub fn in_flight(max: u32, expire_after: Duration) -> Result<Self, LimitError> {
+        let millis = expire_after.as_millis();
+        if !(1..=MAX_EXPIRE_AFTER_MS).contains(&millis) {
+            return Err(LimitError::ExpireAfter);
+        }
+        let window = Duration::from_millis(millis as u64);
+        Ok(Self {
+            requests_per_unit: max,
+            unit: Unit::nearest(window.as_secs()),
+            window,
+            algorithm: Algorithm::Slots,
+            name: None,
+            calendar: None,
+        })
     }
 
     /// The same limit over a window `multiplier` times as long; Envoy is told the nearest
@@ -338,6 +371,7 @@ impl Limit {
             Algorithm::SlidingWindow { .. } => 's',
             Algorithm::FixedWindow => 'f',
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 'g',
+            Algorithm::Slots => 'i',
         };
         // Writing to a String cannot fail.
         let _ = write!(out, "{code}{}", self.window_nanos());

@@ -213,19 +213,42 @@ impl<R: Recorder> Limiter<R> {
     }
 
     /// Counts every resolved descriptor that is limited (concurrently), and answers each.
+    /// A request's refunds go first: a settlement in one request (a reservation refunded,
+    /// the usage charged) must not find the reservation still counted.
     async fn ask_store<'a, 'r>(
         &self,
         resolved: &'a [Resolved<'r>],
     ) -> Result<Vec<Decided<'a, 'r>>, StoreError> {
-        let verdicts = join_all(resolved.iter().map(|r| async move {
-            match &r.count {
-                Count::Limited { counter, hits, .. } => {
-                    Some(self.store.decide(counter, *hits).await)
+        let refund = |r: &Resolved<'_>| {
+            matches!(
+                r.count,
+                Count::Limited {
+                    hits: Hits::Refund(_),
+                    ..
                 }
-                Count::NoLimit | Count::Unlimited => None,
+            )
+        };
+        let ask = |phase: Option<bool>| {
+            join_all(resolved.iter().map(move |r| async move {
+                match &r.count {
+                    Count::Limited { counter, hits, .. }
+                        if phase.is_none_or(|refunds| refund(r) == refunds) =>
+                    {
+                        Some(self.store.decide(counter, *hits).await)
+                    }
+                    _ => None,
+                }
+            }))
+        };
+        let verdicts = if resolved.iter().any(refund) && !resolved.iter().all(refund) {
+            let mut first = ask(Some(true)).await;
+            for (verdict, then) in first.iter_mut().zip(ask(Some(false)).await) {
+                *verdict = verdict.take().or(then);
             }
-        }))
-        .await;
+            first
+        } else {
+            ask(None).await
+        };
         let mut decided = Vec::with_capacity(resolved.len());
         for (resolved, verdict) in resolved.iter().zip(verdicts) {
             let (outcome, source) = match (&resolved.count, verdict.transpose()?) {
@@ -490,3 +513,5 @@ mod tests;
 
 #[cfg(test)]
 mod calendar_tests;
+#[cfg(test)]
+mod slots_tests;

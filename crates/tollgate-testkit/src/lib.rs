@@ -39,6 +39,7 @@ pub mod fuzz;
 pub mod grpc;
 pub mod helm;
 pub mod http;
+pub mod in_flight;
 pub mod keys;
 pub mod leases;
 pub mod load;

@@ -38,6 +38,7 @@ descriptors:
   - key: acc
     rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 200}
 ",
+            $crate::in_flight_rules!(),
             $extra
         )
     };

@@ -87,6 +87,8 @@ fn descriptor(d: RateLimitDescriptor) -> DescriptorSpec {
         value: (!d.value.is_empty()).then_some(d.value),
         rate_limit: d.rate_limit.map(policy),
         rate_limits: None,
+        // The protocol has no field for it: in-flight limits come from rule files only.
+        in_flight: None,
         descriptors: d.descriptors.into_iter().map(descriptor).collect(),
         shadow_mode: d.shadow_mode,
         detailed_metric: d.detailed_metric,

@@ -118,6 +118,7 @@ proptest! {
             Algorithm::FixedWindow => 0,
             // A bucket refills during the window: its capacity and a window's refill.
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => budget,
+            Algorithm::Slots => unreachable!("in-flight limits are not budgets"),
         };
         let worst = match algorithm {
             Algorithm::FixedWindow => {

@@ -5,10 +5,12 @@
 mod fixed;
 mod gcra;
 mod sliding;
+mod slots;
 
 pub(crate) use fixed::FixedWindow;
 pub(crate) use gcra::Gcra;
 pub(crate) use sliding::SlidingWindow;
+pub(crate) use slots::Slots;
 
 use std::time::Duration;
 
@@ -76,6 +78,7 @@ pub(crate) enum LimitState {
     Sliding(SlidingWindow),
     Fixed(FixedWindow),
     Gcra(Gcra),
+    Slots(Slots),
 }
 
 impl LimitState {
@@ -86,6 +89,7 @@ impl LimitState {
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
                 Self::Gcra(Gcra::default())
             }
+            Algorithm::Slots => Self::Slots(Slots::default()),
         }
     }
 
@@ -95,6 +99,7 @@ impl LimitState {
             Self::Sliding(s) => s.evaluate(limit, now, hits),
             Self::Fixed(s) => s.evaluate(limit, now, hits),
             Self::Gcra(s) => s.evaluate(limit, now, hits),
+            Self::Slots(s) => s.evaluate(limit, now, hits),
         }
     }
 
@@ -104,6 +109,7 @@ impl LimitState {
             Self::Sliding(s) => s.record(limit, now, hits),
             Self::Fixed(s) => s.record(limit, now, hits),
             Self::Gcra(s) => s.record(limit, now, hits),
+            Self::Slots(s) => s.record(limit, now, hits),
         }
     }
 
@@ -113,6 +119,7 @@ impl LimitState {
             Self::Sliding(s) => s.refund(limit, now, hits),
             Self::Fixed(s) => s.refund(limit, now, hits),
             Self::Gcra(s) => s.refund(limit, now, hits),
+            Self::Slots(s) => s.refund(now, hits),
         }
     }
 
@@ -123,7 +130,8 @@ impl LimitState {
         match self {
             Self::Sliding(s) => s.give_back(limit, now, hits, taken),
             Self::Fixed(s) => s.give_back(limit, now, hits, taken),
-            Self::Gcra(_) => {}
+            // Slots are never leased (in-flight rules always ask the store).
+            Self::Gcra(_) | Self::Slots(_) => {}
         }
     }
 
@@ -131,6 +139,7 @@ impl LimitState {
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
             Self::Sliding(s) => s.heap_bytes(),
+            Self::Slots(s) => s.heap_bytes(),
             Self::Fixed(_) | Self::Gcra(_) => 0,
         }
     }
@@ -141,6 +150,7 @@ impl LimitState {
             Self::Sliding(s) => s.expires_at(limit),
             Self::Fixed(s) => s.expires_at(limit),
             Self::Gcra(s) => s.expires_at(),
+            Self::Slots(s) => s.expires_at(),
         }
     }
 }

@@ -47,12 +47,7 @@ fn limiter_at(start: &str) -> (Limiter, ManualClock) {
 }
 
 async fn limited(l: &Limiter, key: &str, hits: Hits) -> Limited {
-    let request = Request::new("c", vec![Descriptor::new([(key, "acme")]).with_hits(hits)]);
-    let decision = l.decide(&request).await.expect("decides");
-    decision.descriptors[0]
-        .limited()
-        .cloned()
-        .expect("a counted descriptor")
+    super::tests::limited_on(l, "c", (key, "acme"), hits).await
 }
 
 #[tokio::test]

@@ -119,7 +119,11 @@ impl<R: Recorder> Limiter<R> {
                 (None, Counter::new(key, Arc::from(own)))
             }
         };
-        let charged = self.options.quota_mode || rule.is_some_and(|r| r.charged);
+        // A slot is taken only if it fits, whatever the quota mode.
+        let charged = match rule {
+            Some(rule) => rule.charged || (self.options.quota_mode && !rule.in_flight()),
+            None => self.options.quota_mode,
+        };
         let hits = match descriptor.hits {
             Hits::Consume(n) if charged => Hits::Charge(n),
             other => other,

@@ -68,6 +68,21 @@ async fn limited(l: &Limiter, d: Descriptor<'_>) -> Limited {
     }
 }
 
+/// What `hits` on the one descriptor `entry` of `domain` get, from the rule limiting it.
+pub(super) async fn limited_on(
+    l: &Limiter,
+    domain: &str,
+    entry: (&str, &str),
+    hits: Hits,
+) -> Limited {
+    let request = Request::new(domain, vec![Descriptor::new([entry]).with_hits(hits)]);
+    let decision = l.decide(&request).await.expect("decides");
+    decision.descriptors[0]
+        .limited()
+        .cloned()
+        .expect("a counted descriptor")
+}
+
 #[tokio::test]
 async fn a_check_counts_nothing_and_says_whether_the_counter_is_within_its_limit() {
     let (l, _) = limiter();
@@ -85,6 +100,29 @@ async fn a_check_counts_nothing_and_says_whether_the_counter_is_within_its_limit
     assert!(at_limit.admitted, "at the limit, not over it");
     assert_eq!(at_limit.remaining, 0);
     assert!(!limited(&l, one("user", "ann")).await.admitted);
+}
+
+#[tokio::test]
+async fn a_requests_refunds_are_counted_before_its_hits() {
+    let (l, _) = limiter();
+    let used = limited(&l, one("user", "ann").with_hits(Hits::Consume(3))).await;
+    assert_eq!(used.remaining, 0);
+    // A settlement: the usage listed before the refund of the reservation.
+    let settle = Request::new(
+        "d",
+        vec![
+            one("user", "ann").with_hits(Hits::Consume(2)),
+            one("user", "ann").with_hits(Hits::Refund(3)),
+        ],
+    );
+    let decision = l.decide(&settle).await.expect("decides");
+    assert!(!decision.over_limit, "{decision:?}");
+    assert_eq!(
+        limited(&l, one("user", "ann").with_hits(Hits::Check))
+            .await
+            .remaining,
+        1
+    );
 }
 
 #[tokio::test]

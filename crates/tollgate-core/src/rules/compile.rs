@@ -3,8 +3,9 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use super::duration::parse_expire_after;
 use super::pattern::Pattern;
-use super::spec::{DescriptorSpec, DomainSpec, RateLimitSpec};
+use super::spec::{DescriptorSpec, DomainSpec, InFlightSpec, RateLimitSpec};
 use super::tree::{Domain, KeyNodes, Level, Node, Policy, Rule};
 use super::{ConfigError, Defaults};
 use crate::calendar::Calendar;
@@ -154,6 +155,11 @@ impl Context<'_> {
         if self.defaults.reference {
             self.reference_only(spec.budget, path, listed);
         }
+        let counting = (spec.budget, spec.quota_mode, !limits.is_empty());
+        let in_flight = match spec.in_flight {
+            Some(f) => self.in_flight(f, counting, path),
+            None => None,
+        };
         let mut replaces = Vec::new();
         for (i, limit) in limits.iter().enumerate() {
             let here = if listed {
@@ -178,10 +184,16 @@ impl Context<'_> {
                 }
             }
         }
-        let rule = if limits_path.is_empty() {
-            None
-        } else {
-            self.policy(limits, &limits_path, listed).map(|policy| {
+        let policy = match (in_flight, limits_path.is_empty()) {
+            (Some(policy), _) => Some(policy),
+            (None, true) => None,
+            (None, false) => self.policy(limits, &limits_path, listed),
+        };
+        // A slot is taken only if it fits, in a budget domain too.
+        let charged = (spec.quota_mode || spec.budget || self.budget_domain)
+            && !policy.as_ref().is_some_and(Policy::in_flight);
+        let rule = {
+            policy.map(|policy| {
                 self.next_id += 1;
                 Rule {
                     id: self.next_id - 1,
@@ -192,7 +204,7 @@ impl Context<'_> {
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
                     replaces: replaces.into(),
                     quota_mode: spec.quota_mode,
-                    charged: spec.quota_mode || spec.budget || self.budget_domain,
+                    charged,
                     metadata: spec.metadata.map(Arc::new),
                     shared: here.shared.as_slice().into(),
                 }
@@ -200,6 +212,70 @@ impl Context<'_> {
         };
         let children = self.level(spec.descriptors, &format!("{path}.descriptors"), here);
         Node { rule, children }
+    }
+
+    /// The policy of an `in_flight` limit; `counting` says whether the descriptor is also
+    /// a budget, in quota mode, or has rate limits, none of which go with it.
+    fn in_flight(
+        &mut self,
+        spec: InFlightSpec,
+        (budget, quota_mode, limited): (bool, bool, bool),
+        path: &str,
+    ) -> Option<Policy> {
+        let here = format!("{path}.in_flight");
+        if self.defaults.reference {
+            let message = "REFERENCE_MODE counts requests as the reference does; `in_flight` is \
+                           Tollgate's";
+            self.error(&here, message.into());
+            return None;
+        }
+        let clash = [
+            (limited, "rate_limit"),
+            (budget, "budget"),
+            (quota_mode, "quota_mode"),
+        ];
+        if let Some((_, other)) = clash.into_iter().find(|(set, _)| *set) {
+            let message = format!("in_flight counts slots, not usage: it cannot go with {other}");
+            self.error(path, message);
+            return None;
+        }
+        let Some(max) = spec.max else {
+            self.error(
+                &here,
+                "in_flight needs max: the slots held at most at once".into(),
+            );
+            return None;
+        };
+        let Some(text) = spec.expire_after else {
+            let message = "in_flight needs expire_after: how long a slot not released is held \
+                           (e.g. 60s)";
+            self.error(&here, message.into());
+            return None;
+        };
+        let expire_after = match parse_expire_after(&text) {
+            Ok(d) => d,
+            Err(message) => {
+                self.error(&format!("{here}.expire_after"), message);
+                return None;
+            }
+        };
+        let limit = match Limit::in_flight(max, expire_after) {
+            Ok(limit) => limit,
+            Err(e) => {
+                self.error(&format!("{here}.{}", e.field()), e.to_string());
+                return None;
+            }
+        };
+        let limit = match spec.name {
+            Some(name) => limit.with_name(name),
+            None => limit,
+        };
+        let limits = [limit];
+        let shape = Limit::shape_of(&limits).into();
+        Some(Policy::Limited {
+            limits: limits.into(),
+            shape,
+        })
     }
 
     /// Reference mode's refusal of what only Tollgate's rules can say.
@@ -361,6 +437,7 @@ impl Context<'_> {
             AlgorithmKind::FixedWindow => Algorithm::FixedWindow,
             AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
             AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
+            AlgorithmKind::Slots => Algorithm::Slots,
         };
         let multiplier = spec.unit_multiplier.unwrap_or(1);
         let zone = match (spec.calendar, spec.time_zone) {

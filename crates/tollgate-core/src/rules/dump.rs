@@ -75,6 +75,15 @@ fn dump_rule(out: &mut String, path: &str, rule: &Rule) {
 // Writing to a String cannot fail, so the results of `write!` below are ignored.
 
 fn write_limit(out: &mut String, limit: &Limit) {
+    if limit.algorithm == Algorithm::Slots {
+        let _ = write!(
+            out,
+            "in_flight max={} expire_after={}ms",
+            limit.requests_per_unit,
+            limit.window.as_millis()
+        );
+        return;
+    }
     let _ = write!(
         out,
         "unit={} requests_per_unit={}",
@@ -180,6 +189,17 @@ example.path_/health: unit=DAY requests_per_unit=0, shadow_mode=false, detailed_
 example.path_/api/*: unit=SECOND requests_per_unit=1, shadow_mode=false
 example.path_/*/admin: unlimited, name=admin, shadow_mode=false
 "
+        );
+    }
+
+    #[test]
+    fn an_in_flight_limit_shows_max_and_expire_after() {
+        let text = dump(
+            "domain: d\ndescriptors:\n  - key: user\n    in_flight: {max: 2, expire_after: 1500ms}\n",
+        );
+        assert_eq!(
+            text,
+            "d.user: in_flight max=2 expire_after=1500ms, shadow_mode=false\n"
         );
     }
 

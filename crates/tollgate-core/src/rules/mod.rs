@@ -3,6 +3,7 @@
 
 mod compile;
 mod dump;
+mod duration;
 mod files;
 mod meta;
 mod pattern;
@@ -68,6 +69,7 @@ impl Defaults {
             AlgorithmKind::FixedWindow => Algorithm::FixedWindow,
             AlgorithmKind::TokenBucket => Algorithm::TokenBucket { burst },
             AlgorithmKind::LeakyBucket => Algorithm::LeakyBucket { burst },
+            AlgorithmKind::Slots => Algorithm::Slots,
         };
         let limit = Limit::new(requests_per_unit, unit).with_algorithm(algorithm)?;
         match &self.calendar_zone {
@@ -277,3 +279,6 @@ fn same_place(a: &str, b: &str) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod in_flight_tests;

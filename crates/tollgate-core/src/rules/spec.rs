@@ -34,6 +34,8 @@ pub struct DescriptorSpec {
     pub rate_limit: Option<RateLimitSpec>,
     /// Ours: several limits on one descriptor, all of which must admit.
     pub rate_limits: Option<Vec<RateLimitSpec>>,
+    /// Ours: how many requests may be in flight at once, in place of a rate limit.
+    pub in_flight: Option<InFlightSpec>,
     /// The next level.
     #[serde(default)]
     pub descriptors: Vec<DescriptorSpec>,
@@ -94,6 +96,19 @@ pub struct RateLimitSpec {
     pub calendar: Option<bool>,
     /// Ours: the IANA time zone of a calendar window (default UTC).
     pub time_zone: Option<String>,
+}
+
+/// An in-flight limit as written in the file: a hit takes a slot, a refund
+/// (`is_negative_hits`) releases one.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InFlightSpec {
+    /// Slots held at most at once.
+    pub max: Option<u32>,
+    /// How long a slot not released is held before it frees itself (`60s`, `500ms`, `2m`).
+    pub expire_after: Option<String>,
+    /// The name responses carry and `replaces` refers to.
+    pub name: Option<String>,
 }
 
 /// A `replaces` entry: the name of a limit this descriptor's limit supersedes.

@@ -289,12 +289,25 @@ impl Rule {
             .map_or(value, |(_, pattern)| pattern)
     }
 
+    /// Whether the rule counts slots in flight (`in_flight`) rather than a rate.
+    pub fn in_flight(&self) -> bool {
+        self.policy.in_flight()
+    }
+
     /// Whether this rule has a limit called `name`.
     pub(crate) fn is_named(&self, name: &str) -> bool {
         match &self.policy {
             Policy::Unlimited { name: own } => own.as_deref() == Some(name),
             Policy::Limited { limits, .. } => limits.iter().any(|l| l.name() == Some(name)),
         }
+    }
+}
+
+impl Policy {
+    /// Whether it counts slots in flight (`in_flight`) rather than a rate.
+    pub fn in_flight(&self) -> bool {
+        matches!(self, Self::Limited { limits, .. }
+            if limits.iter().any(|l| l.algorithm == crate::limit::Algorithm::Slots))
     }
 }
 

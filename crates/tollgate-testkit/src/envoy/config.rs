@@ -46,6 +46,13 @@ pub fn render_rlqs(template: &str, upstream: SocketAddr, ratelimit: SocketAddr) 
     rewrite(template, addresses(upstream, ratelimit))
 }
 
+/// An example `envoy.yaml` other than the main one (`in-flight/`) with the admin
+/// interface and the listener on 127.0.0.1 port 0 and the two clusters at `upstream` and
+/// `ratelimit`.
+pub fn render_example(template: &str, upstream: SocketAddr, ratelimit: SocketAddr) -> String {
+    rewrite(template, addresses(upstream, ratelimit))
+}
+
 /// The rewrites of the admin and listener addresses and of the two clusters.
 fn addresses(upstream: SocketAddr, ratelimit: SocketAddr) -> Vec<(&'static str, String)> {
     let loopback = |addr: SocketAddr| {

@@ -1,7 +1,8 @@
 //! The upstream behind the test Envoys: an HTTP/1.1 server on 127.0.0.1 that answers every
 //! request 200 "upstream" and counts the requests that reached it. A request may ask it to
 //! report usage, as a model server reports tokens: the value of its [`REPORT_USAGE`] header
-//! comes back in the response's [`USAGE`] header.
+//! comes back in the response's [`USAGE`] header. A request with the [`HOLD`] header is
+//! a slow one: it is answered only once the test lets it through ([`Upstream::let_through`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 /// The upstream's response body.
@@ -21,11 +23,17 @@ pub const BODY: &str = "upstream";
 pub const REPORT_USAGE: &str = "x-report-usage";
 /// The response header carrying the usage.
 pub const USAGE: &str = "x-usage";
+/// A request header asking the upstream to hold the request until the test lets it go.
+pub const HOLD: &str = "x-hold";
 
 /// A running upstream; stops when dropped.
 pub struct Upstream {
     pub addr: SocketAddr,
     hits: Arc<AtomicUsize>,
+    /// Requests held now.
+    held: Arc<AtomicUsize>,
+    /// One permit per held request let through.
+    gate: Arc<Semaphore>,
     task: JoinHandle<()>,
 }
 
@@ -36,10 +44,12 @@ impl Upstream {
             .expect("bind the upstream");
         let addr = listener.local_addr().expect("the upstream's address");
         let hits = Arc::new(AtomicUsize::new(0));
-        let counter = hits.clone();
+        let held = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Semaphore::new(0));
+        let (counter, holding, gates) = (hits.clone(), held.clone(), gate.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let counter = counter.clone();
+                let (counter, holding, gates) = (counter.clone(), holding.clone(), gates.clone());
                 let answer = service_fn(move |request: hyper::Request<_>| {
                     counter.fetch_add(1, Ordering::SeqCst);
                     let body = Full::new(Bytes::from_static(BODY.as_bytes()));
@@ -47,7 +57,17 @@ impl Upstream {
                     if let Some(usage) = request.headers().get(REPORT_USAGE) {
                         response.headers_mut().insert(USAGE, usage.clone());
                     }
-                    async move { Ok::<_, Infallible>(response) }
+                    let hold = request.headers().contains_key(HOLD);
+                    let (holding, gates) = (holding.clone(), gates.clone());
+                    async move {
+                        if hold {
+                            holding.fetch_add(1, Ordering::SeqCst);
+                            // Closed only when the upstream is dropped: answered then.
+                            let _ = gates.acquire().await.map(|p| p.forget());
+                            holding.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 tokio::spawn(async move {
                     // A connection Envoy drops mid-request is of no interest.
@@ -57,7 +77,23 @@ impl Upstream {
                 });
             }
         });
-        Self { addr, hits, task }
+        Self {
+            addr,
+            hits,
+            held,
+            gate,
+            task,
+        }
+    }
+
+    /// Requests held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Lets `n` held requests (or the next to come) be answered.
+    pub fn let_through(&self, n: usize) {
+        self.gate.add_permits(n);
     }
 
     /// Requests answered so far.
@@ -69,5 +105,6 @@ impl Upstream {
 impl Drop for Upstream {
     fn drop(&mut self) {
         self.task.abort();
+        self.gate.close();
     }
 }

@@ -127,6 +127,8 @@ impl PgTarget {
 pub(super) struct PooledConn {
     pub(super) client: Client,
     pub(super) check: Statement,
+    /// An in-flight counter's call (`slots.sql`).
+    pub(super) slots: Statement,
     now: Statement,
 }
 
@@ -189,6 +191,7 @@ pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(300);
 
 const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
 const NOW: &str = "SELECT tollgate_now_us()";
+const SLOTS: &str = "SELECT tollgate_slots($1, $2, $3, $4, $5, $6)";
 
 impl PgConnector {
     /// One connection, with its statement timeout set.
@@ -219,9 +222,14 @@ impl PgConnector {
 
     async fn prepared(client: Client) -> Result<PooledConn, PgError> {
         let prepare = |sql| client.prepare(sql);
-        let (check, now) =
-            tokio::try_join!(prepare(CHECK), prepare(NOW)).map_err(PgError::Unprepared)?;
-        Ok(PooledConn { client, check, now })
+        let (check, slots, now) = tokio::try_join!(prepare(CHECK), prepare(SLOTS), prepare(NOW))
+            .map_err(PgError::Unprepared)?;
+        Ok(PooledConn {
+            client,
+            check,
+            slots,
+            now,
+        })
     }
 }
 

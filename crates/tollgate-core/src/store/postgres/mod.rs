@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use self::apply::ApplyArgs;
+use self::apply::{ApplyArgs, signed};
 use self::connect::PgConnector;
 use self::describe::describe;
 use super::shared::SharedBehaviour;
@@ -32,6 +32,7 @@ use super::shared::announce::{Subscribe, announcement};
 use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
+use super::shared::slots::SlotCall;
 
 /// How a PostgreSQL store is set up.
 #[derive(Debug, Clone)]
@@ -140,6 +141,27 @@ impl Backend for PgBackend {
 
     fn span(&self, limits: usize) -> tracing::Span {
         tracing::debug_span!("PostgreSQL round trip", limits)
+    }
+
+    /// One `tollgate_slots` on the counter's row (its key after the prefix).
+    fn slots(&self, call: SlotCall) -> Trip {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let key = format!("{}{}", self.key_prefix, call.key);
+        let numbers = [call.n, call.max, call.expire_after_us, call.deadline_us].map(signed);
+        let link = self.link.clone();
+        Box::pin(async move {
+            let conn = pool.pick();
+            let [n, max, expire, deadline] = &numbers;
+            let row = conn
+                .client
+                .query_one(&conn.slots, &[&key, &call.mode, n, max, expire, deadline])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            let numbers: Vec<i64> = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;
+            RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
     }
 
     /// Deletes the counter's row and NOTIFYs its key on the reset channel.

@@ -11,7 +11,8 @@
 //! script, where a charge made a bigint overflow; 6 sliding windows keep where each
 //! sub-window's last hit landed, one more number per sub-window after every limit's
 //! (rows written before are read as before, their sub-windows ending at their ends;
-//! instances of version 5 read the new rows, ignoring what follows their limits).
+//! instances of version 5 read the new rows, ignoring what follows their limits); 7
+//! in-flight counters: `tollgate_slots` of `slots.sql`, run after `schema.sql`.
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -24,10 +25,10 @@ use tokio_postgres::error::SqlState;
 use super::describe::describe;
 
 /// The schema at [`SCHEMA_VERSION`], from any earlier version.
-const SCHEMA: &str = include_str!("schema.sql");
+const SCHEMA: &str = concat!(include_str!("schema.sql"), include_str!("slots.sql"));
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// Whether every piece `schema.sql` makes is there: the counter table, the counting
 /// function this version calls, the older signatures kept for a rolling upgrade's
@@ -39,6 +40,8 @@ const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
      bigint[], bigint[], bigint[], bigint[])') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
      bigint[], bigint[], bigint[])') IS NOT NULL \
+     AND to_regprocedure('tollgate_slots(text, text, bigint, bigint, bigint, bigint)') \
+     IS NOT NULL \
      AND to_regprocedure('tollgate_now_us()') IS NOT NULL \
      AND to_regprocedure('tollgate_sweep(integer)') IS NOT NULL";
 

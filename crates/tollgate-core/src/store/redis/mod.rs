@@ -7,6 +7,7 @@ mod connect;
 mod differential;
 mod reference;
 mod script;
+mod slots;
 
 pub use connect::{Credentials, RedisKind, RedisTarget, RedisTls, TargetError};
 pub use reference::{ReferenceConfig, ReferenceStore};
@@ -22,6 +23,8 @@ use super::shared::SharedBehaviour;
 use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
 use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
+use super::shared::protocol::RawReply;
+use super::shared::slots::SlotCall;
 use crate::clock::Timestamp;
 use crate::log_limit::LogLimit;
 
@@ -46,6 +49,8 @@ const FOREIGN_KEY_LOG_PERIOD: Duration = Duration::from_secs(60);
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
     batcher: Batcher,
+    /// The in-flight counters' script.
+    slots: Arc<redis::Script>,
     key_prefix: String,
     /// The channel resets are announced on, named from the key prefix.
     resets: String,
@@ -70,6 +75,7 @@ impl RedisBackend {
         Self {
             batcher: Batcher::start(link.clone(), script, config.behaviour.timeout),
             link,
+            slots: Arc::new(slots::script()),
             resets: format!("{}tollgate-reset", config.key_prefix),
             key_prefix: config.key_prefix,
             foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
@@ -124,6 +130,23 @@ impl Backend for RedisBackend {
                 );
             }
             script::raw(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
+    }
+
+    /// One EVALSHA of the slots script.
+    fn slots(&self, call: SlotCall) -> Trip {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let cmd = slots::call(&self.slots, &self.key_prefix, &call);
+        let (script, link) = (self.slots.clone(), self.link.clone());
+        Box::pin(async move {
+            let numbers = conn
+                .eval::<Vec<i64>>(&cmd, &script)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

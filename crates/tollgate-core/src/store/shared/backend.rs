@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::announce::Subscribe;
 use super::link::Health;
 use super::protocol::{Ask, PROBE_CALL, PROBE_KEY, RawReply};
+use super::slots::SlotCall;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 
@@ -75,6 +76,9 @@ pub(crate) trait Backend: Send + Sync {
 
     /// One atomic check-and-count of `args`, under way once first polled.
     fn check_and_count(&self, args: &CallArgs<'_>) -> Trip;
+
+    /// One call on an in-flight counter (`slots.rs`), under way once first polled.
+    fn slots(&self, call: SlotCall) -> Trip;
 
     /// Deletes counter `key` in the store and announces it to every instance.
     fn reset(&self, key: &str) -> Sending;

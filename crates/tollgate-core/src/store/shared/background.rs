@@ -120,6 +120,8 @@ fn until_next_boundary(limits: &[Limit], now: Timestamp) -> Duration {
                 Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
                     l.window / l.requests_per_unit.max(1)
                 }
+                // Never refreshed: the local view holds no slots.
+                Algorithm::Slots => l.window,
             }
             .max(LEAST);
             // Steps are epoch-aligned: the next boundary is a whole number of them.

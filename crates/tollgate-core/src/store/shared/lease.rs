@@ -451,7 +451,10 @@ fn ends_at(limits: &[Limit], now: Timestamp) -> Timestamp {
                     l.window_nanos() / u64::from(precision.max(1))
                 }
                 Algorithm::FixedWindow => l.window_nanos(),
-                Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
+                // Slots are never leased: in-flight rules always ask the store.
+                Algorithm::TokenBucket { .. }
+                | Algorithm::LeakyBucket { .. }
+                | Algorithm::Slots => {
                     return Timestamp::MAX;
                 }
             }
@@ -473,7 +476,7 @@ fn decay(after: &[LimitState], limits: &[Limit]) -> Vec<Decay> {
                 window: limit.window,
                 requests: u64::from(limit.requests_per_unit),
             }),
-            LimitState::Sliding(_) | LimitState::Fixed(_) => None,
+            LimitState::Sliding(_) | LimitState::Fixed(_) | LimitState::Slots(_) => None,
         })
         .collect()
 }

@@ -25,6 +25,7 @@ pub(crate) mod lease;
 pub(crate) mod ledger;
 pub(crate) mod link;
 pub(crate) mod protocol;
+pub(crate) mod slots;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -247,6 +248,9 @@ impl SharedStore {
     /// The local view of counter `key` and the store's value, read with a check that
     /// counts nothing and is not adopted into the view.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        if slots::in_flight(limits).is_some() {
+            return self.peek_slots(key, limits, hits).await;
+        }
         let now = self.local.now();
         let local = self.local.peek(key, limits, now, hits);
         let deadline = self.local.deadline(now, self.behaviour.timeout);
@@ -304,6 +308,9 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        if slots::in_flight(limits).is_some() {
+            return self.slots(key, limits, hits).await;
+        }
         let began = self.local.local_now();
         if let Hits::Consume(n) = hits
             && let Some(leased) = self.lease(key, limits, n).await
@@ -481,7 +488,18 @@ impl SharedStore {
         timeout: Duration,
     ) -> Result<Result<RawReply, TripError>, Trip> {
         let started = Instant::now();
-        let mut trip = self.backend.check_and_count(args);
+        self.wait(self.backend.check_and_count(args), timeout, started)
+            .await
+    }
+
+    /// `trip`, started at `started`, waited for at most `timeout` and measured as every
+    /// round trip is; the trip itself when it did not finish in time.
+    async fn wait(
+        &self,
+        mut trip: Trip,
+        timeout: Duration,
+        started: Instant,
+    ) -> Result<Result<RawReply, TripError>, Trip> {
         let answer = tokio::time::timeout(timeout, &mut trip).await;
         self.counts.latency.observe(started.elapsed());
         answer.map_err(|_| {
@@ -497,25 +515,7 @@ impl SharedStore {
         raw: Result<RawReply, TripError>,
         limits: &[Limit],
     ) -> Result<Snapshot, StoreError> {
-        let raw = match raw {
-            #[cfg(feature = "postgres")]
-            Err(TripError::Timeout) => {
-                bump(&self.counts.timeouts);
-                self.backend.health().report_slow();
-                return Err(StoreError::Timeout);
-            }
-            Err(TripError::NotConnected) => return Err(StoreError::NotConnected),
-            Err(TripError::Lost(e)) => {
-                bump(&self.counts.connection_errors);
-                return Err(StoreError::Failed(e));
-            }
-            Err(TripError::Failed(e)) => {
-                bump(&self.counts.script_errors);
-                self.backend.health().report_call_failed();
-                return Err(StoreError::Failed(e));
-            }
-            Ok(raw) => raw,
-        };
+        let raw = self.raw_reply(raw)?;
         match protocol::decode(&raw, limits) {
             Ok(Reply::Ran {
                 admitted,
@@ -531,12 +531,38 @@ impl SharedStore {
                 bump(&self.counts.timeouts);
                 Err(StoreError::Timeout)
             }
-            Err(why) => {
+            Err(why) => Err(self.unreadable(why)),
+        }
+    }
+
+    /// The numbers of a finished round trip, or its failure counted by kind.
+    fn raw_reply(&self, raw: Result<RawReply, TripError>) -> Result<RawReply, StoreError> {
+        match raw {
+            #[cfg(feature = "postgres")]
+            Err(TripError::Timeout) => {
+                bump(&self.counts.timeouts);
+                self.backend.health().report_slow();
+                Err(StoreError::Timeout)
+            }
+            Err(TripError::NotConnected) => Err(StoreError::NotConnected),
+            Err(TripError::Lost(e)) => {
+                bump(&self.counts.connection_errors);
+                Err(StoreError::Failed(e))
+            }
+            Err(TripError::Failed(e)) => {
                 bump(&self.counts.script_errors);
                 self.backend.health().report_call_failed();
-                Err(StoreError::Failed(Arc::new(why)))
+                Err(StoreError::Failed(e))
             }
+            Ok(raw) => Ok(raw),
         }
+    }
+
+    /// A reply that could not be read, counted as a failed call.
+    fn unreadable(&self, why: protocol::ReplyError) -> StoreError {
+        bump(&self.counts.script_errors);
+        self.backend.health().report_call_failed();
+        StoreError::Failed(Arc::new(why))
     }
 }
 

@@ -166,6 +166,8 @@ pub(crate) fn limit_args(
         Algorithm::FixedWindow if limit.calendar.is_some() => ("c", 1),
         Algorithm::FixedWindow => ("f", 1),
         Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => ("g", burst),
+        // Never sent: in-flight counters have calls of their own (`slots.rs`).
+        Algorithm::Slots => ("i", 1),
     };
     let bounds = limit
         .calendar
@@ -285,6 +287,7 @@ pub(crate) fn decode(raw: &RawReply, limits: &[Limit]) -> Result<Reply, ReplyErr
                 let tat = run(&mut at, 1)?[0];
                 LimitState::Gcra(Gcra::from_tat(Timestamp::from_micros(tat)))
             }
+            Algorithm::Slots => LimitState::new(limit),
         });
     }
     Ok(Reply::Ran {
@@ -300,5 +303,6 @@ fn stored_numbers(limit: &Limit) -> usize {
         Algorithm::SlidingWindow { precision } => precision as usize + 2,
         Algorithm::FixedWindow => 2,
         Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 1,
+        Algorithm::Slots => 0,
     }
 }

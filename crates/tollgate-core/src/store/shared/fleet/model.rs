@@ -1,6 +1,7 @@
 //! The fleet model: seeded random sequences of hits, checks, charges, refunds, resets and
 //! store pauses across three instances on one real store, each decision compared with one
-//! exact counter per key.
+//! exact counter per key; on fixed and sliding windows, and on in-flight slots (hits
+//! acquire, refunds release, a charge is a hit: a slot is taken only if it fits).
 //!
 //! The exact counter is an interval: a request the store did not answer in time may or
 //! may not have been counted when it ran late, so it widens the interval instead of
@@ -105,8 +106,10 @@ impl Model<'_> {
     async fn run(&mut self, i: usize, k: usize, step: Step) {
         let (store, key) = (&self.fleet[i], &self.keys[k]);
         let limits = &self.limits;
+        let slots = limits[0].algorithm == Algorithm::Slots;
         let hits = match step {
             Step::Consume(n) => Hits::Consume(n),
+            Step::Charge(n) if slots => Hits::Consume(n),
             Step::Check => Hits::Check,
             Step::Charge(n) => Hits::Charge(n),
             // What was counted, at most, as a budget refunds: a refund of more would also
@@ -264,17 +267,17 @@ async fn run(shared: Shared<'_>, seeds: std::ops::Range<u64>) {
     // Fixed windows of an hour: every sequence runs inside one.
     room_in_window(Duration::from_secs(3600), Duration::from_secs(300)).await;
     for seed in seeds {
-        for (a, algorithm) in [
-            Algorithm::FixedWindow,
-            Algorithm::SlidingWindow { precision: 10 },
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let limit = Limit::new(LIMIT as u32, Unit::Hour).with_algorithm(algorithm);
+        let hourly = |algorithm| Limit::new(LIMIT as u32, Unit::Hour).with_algorithm(algorithm);
+        let kinds = [
+            hourly(Algorithm::FixedWindow),
+            hourly(Algorithm::SlidingWindow { precision: 10 }),
+            // Slots that outlive the sequence: none frees itself while it runs.
+            Limit::in_flight(LIMIT as u32, Duration::from_secs(3600)),
+        ];
+        for (a, limit) in kinds.into_iter().enumerate() {
             let mut model = Model {
                 fleet: fleet.clone(),
-                limits: vec![limit.expect("an hourly limit")],
+                limits: vec![limit.expect("a valid limit")],
                 keys: [0, 1].map(|k| format!("fleet|seed={seed}|k={k}#{a}")),
                 exact: [Exact::default(); 2],
                 redis,

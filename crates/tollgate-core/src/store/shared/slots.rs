@@ -1,0 +1,210 @@
+//! In-flight rules on a shared store. Every instance must see a release at once, so these
+//! counters skip the local view, leases and debts: each hit, release or check is one call
+//! to the store (`redis/slots.lua`, `postgres/slots.sql`), which keeps the slots in its
+//! own clock and answers the slots held before the call. The verdict is the memory
+//! store's algorithm on those slots; the store's own decision wins where they differ.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::protocol::{RawReply, ReplyError, units};
+use super::{SharedStore, bump};
+use crate::algo::{Hits, LimitState, LimitVerdict, Slots, Verdict, apply};
+use crate::clock::Timestamp;
+use crate::limit::{Algorithm, Limit};
+use crate::store::peek::{CounterView, Peek};
+use crate::store::{DecidedBy, OnStoreError, StoreError};
+
+/// One call on an in-flight counter: owned, so that it can outlive its request.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotCall {
+    /// The counter.
+    pub(crate) key: String,
+    /// `a` acquire, `r` release, `k` check.
+    pub(crate) mode: &'static str,
+    /// Slots acquired or released.
+    pub(crate) n: u64,
+    /// Slots held at most.
+    pub(crate) max: u64,
+    /// How long a slot lives unless released, in microseconds.
+    pub(crate) expire_after_us: u64,
+    /// Store time in microseconds after which the store changes nothing (0: none).
+    pub(crate) deadline_us: u64,
+}
+
+impl SlotCall {
+    fn new(key: &str, limit: &Limit, hits: Hits, deadline: Option<Timestamp>) -> Self {
+        let (mode, n) = match hits {
+            // A charge is refused on in-flight rules (rules/compile.rs); taken as a hit.
+            Hits::Consume(n) | Hits::Charge(n) => ("a", n),
+            Hits::Refund(n) => ("r", n),
+            Hits::Check => ("k", 0),
+        };
+        Self {
+            key: key.to_owned(),
+            mode,
+            n: units(n),
+            max: u64::from(limit.requests_per_unit),
+            expire_after_us: limit.window().as_micros().try_into().unwrap_or(u64::MAX),
+            deadline_us: deadline.map_or(0, Timestamp::as_micros),
+        }
+    }
+}
+
+/// The one limit of an in-flight counter, if `limits` are one.
+pub(crate) fn in_flight(limits: &[Limit]) -> Option<&Limit> {
+    match limits {
+        [limit] if limit.algorithm == Algorithm::Slots => Some(limit),
+        _ => None,
+    }
+}
+
+/// A store's answer to a [`SlotCall`]: whether it admitted, its clock, the slots held
+/// before the call.
+struct SlotReply {
+    admitted: bool,
+    now: Timestamp,
+    before: Slots,
+}
+
+/// Reads the raw reply: the flag (1 admitted, 0 denied, -1 late), the store's clock in
+/// microseconds, then per group of live slots when it frees itself (microseconds) and
+/// how many. `None` for a late call, which changed nothing.
+fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
+    let number = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
+    let (flag, now, held) = (&raw.flag, &raw.now_us, &raw.state);
+    if *flag == -1 {
+        return Ok(None);
+    }
+    if held.len() % 2 != 0 {
+        return Err(ReplyError::Short(2 + held.len()));
+    }
+    let held = held
+        .chunks_exact(2)
+        .map(|pair| Ok((Timestamp::from_micros(number(pair[0])?), number(pair[1])?)))
+        .collect::<Result<Vec<_>, ReplyError>>()?;
+    Ok(Some(SlotReply {
+        admitted: *flag == 1,
+        now: Timestamp::from_micros(number(*now)?),
+        before: Slots::from_held(held),
+    }))
+}
+
+impl SharedStore {
+    /// Decides `hits` on the in-flight counter `key` by one call to the store; without an
+    /// answer in time, per `--on-store-error` (`local` admits: no view holds slots).
+    pub(super) async fn slots(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
+        let (verdict, _) = match self.slot_call(key, limits, hits).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                bump(&self.counts.fallbacks);
+                let admitted = match self.behaviour.on_error {
+                    OnStoreError::Error => return Err(e),
+                    OnStoreError::Deny => false,
+                    OnStoreError::Allow | OnStoreError::Local => true,
+                };
+                let decision = LimitVerdict {
+                    admitted,
+                    remaining: 0,
+                    reset: limits.first().map(Limit::window).unwrap_or_default(),
+                };
+                let verdict = Verdict {
+                    limit_index: 0,
+                    decision,
+                };
+                return Ok((verdict, DecidedBy::Fallback));
+            }
+        };
+        Ok((verdict, DecidedBy::Store))
+    }
+
+    /// The in-flight counter `key` as the store holds it, read with a check.
+    pub(super) async fn peek_slots(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
+        let shared = self
+            .slot_call(key, limits, Hits::Check)
+            .await
+            .map(|(_, (now, before))| {
+                let states = [LimitState::Slots(before)];
+                CounterView::of(Some(&states), limits, now, hits)
+            });
+        Peek {
+            local: None,
+            stored_key: None,
+            shared: Some(shared),
+            lease: None,
+        }
+    }
+
+    /// One call for `hits`, waited for at most the store timeout: the verdict, the
+    /// store's clock and the slots held before.
+    async fn slot_call(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+    ) -> Result<(Verdict, (Timestamp, Slots)), StoreError> {
+        let Some(limit) = in_flight(limits) else {
+            return Err(StoreError::Failed(Arc::new(ReplyError::Short(0))));
+        };
+        let timeout = self.behaviour.timeout;
+        let now = self.local.now();
+        let call = SlotCall::new(key, limit, hits, self.local.deadline(now, timeout));
+        let started = Instant::now();
+        let trip = self.backend.slots(call);
+        let answer = match self.wait(trip, timeout, started).await {
+            Err(_) => return Err(StoreError::Timeout),
+            Ok(raw) => self.raw_reply(raw)?,
+        };
+        let reply = match decode(&answer) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => {
+                bump(&self.counts.timeouts);
+                return Err(StoreError::Timeout);
+            }
+            Err(why) => return Err(self.unreadable(why)),
+        };
+        bump(&self.counts.round_trips);
+        self.local.learn_time(reply.now);
+        let mut states = [LimitState::Slots(reply.before.clone())];
+        let mut verdict = apply(&mut states, limits, reply.now, hits);
+        if let Hits::Consume(_) = hits
+            && verdict.decision.admitted != reply.admitted
+        {
+            bump(&self.counts.disagreements);
+            verdict.decision.admitted = reply.admitted;
+        }
+        Ok((verdict, (reply.now, reply.before)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(numbers: &[i64]) -> Result<Option<SlotReply>, ReplyError> {
+        super::decode(&RawReply::from_numbers(numbers.to_vec())?)
+    }
+
+    #[test]
+    fn a_reply_reads_as_the_slots_held_before() {
+        let reply = decode(&[1, 5_000_000, 70_000_000, 1, 65_000_000, 2])
+            .expect("readable")
+            .expect("ran");
+        assert!(reply.admitted);
+        assert_eq!(reply.now, Timestamp::from_micros(5_000_000));
+        let in_order = vec![
+            (Timestamp::from_micros(65_000_000), 2),
+            (Timestamp::from_micros(70_000_000), 1),
+        ];
+        assert_eq!(reply.before, Slots::from_held(in_order));
+        assert!(decode(&[-1, 5]).expect("readable").is_none(), "late");
+        assert!(decode(&[1]).is_err());
+        assert!(decode(&[1, 5, 7]).is_err(), "a group without its count");
+        assert!(decode(&[1, 5, -7, 1]).is_err());
+    }
+}
