@@ -79,21 +79,22 @@ async fn ask(
     path: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
-    let answer = call(
-        &args.http_addr,
-        method,
-        path,
-        &request_body(&request(&args.request, 0)?),
-        token,
-    )
-    .await?;
+    let body = request_body(&request(&args.request, 0)?);
+    call_json(&args.http_addr, method, path, &body, token).await
+}
+
+/// Sends `method path` with a JSON `body` (and a bearer token) to `addr` and reads the
+/// JSON answer of a 200; any other status is the error, with the server's words.
+pub(super) async fn call_json(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Value> {
+    let answer = call(addr, method, path, body, token).await?;
     if answer.status != 200 {
-        anyhow::bail!(
-            "{} answered {}: {}",
-            args.http_addr,
-            answer.status,
-            answer.body.trim()
-        );
+        anyhow::bail!("{addr} answered {}: {}", answer.status, answer.body.trim());
     }
     serde_json::from_str(&answer.body)
         .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))

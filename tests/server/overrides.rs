@@ -5,7 +5,8 @@
 use tollgate_testkit::admin::{self, TOKEN, override_body};
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::http::{self, Method};
-use tollgate_testkit::tollgate::Serve;
+use tollgate_testkit::process;
+use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, Serve};
 
 use crate::in_process::InProcess;
 
@@ -306,4 +307,56 @@ async fn overrides_in_a_file_survive_a_restart() {
     );
     let listed = admin::overrides(&second, Method::GET, "/overrides", "", Some(TOKEN)).await;
     assert!(listed.body.contains("OVERRIDES_FILE"), "{listed:?}");
+}
+
+#[tokio::test]
+async fn the_cli_sets_lists_and_deletes_an_override() {
+    let server = Serve::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let addr = server.http_addr().to_string();
+    let run = |args: &[&str]| {
+        let mut cmd = tollgate::command();
+        cmd.args(["override", "--http-addr", &addr])
+            .args(args)
+            .env("ADMIN_TOKEN", TOKEN);
+        process::run("tollgate override", cmd, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let acme = ["--domain", "api", "--descriptor", "tenant=acme"];
+    let set = run(&[
+        &["set"][..],
+        &acme,
+        &["--requests-per-unit", "5", "--unit", "minute"],
+    ]
+    .concat());
+    assert!(set.status.success(), "{set:?}");
+    assert_eq!(set.stdout, "set api tenant=acme: 5 per minute\n", "{set:?}");
+    let mut rls = server.client().await;
+    let status = rls.check("api", &[("tenant", "acme")]).await;
+    assert_eq!(status.current_limit.map(|l| l.requests_per_unit), Some(5));
+    let listed = run(&["list", "--domain", "api"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert_eq!(
+        listed.stdout,
+        "1 override(s), kept in this process\noverride api tenant=acme: 5 per minute\n"
+    );
+    let bad = run(&[
+        &["set"][..],
+        &acme,
+        &["--requests-per-unit", "5", "--unit", "fortnight"],
+    ]
+    .concat());
+    assert!(!bad.status.success(), "{bad:?}");
+    assert!(
+        bad.stderr
+            .contains("answered 400: limit.unit: invalid rate limit unit 'fortnight'"),
+        "{bad:?}"
+    );
+    let deleted = run(&[&["delete"][..], &acme].concat());
+    assert!(deleted.status.success(), "{deleted:?}");
+    assert_eq!(deleted.stdout, "deleted api tenant=acme: 5 per minute\n");
+    let status = rls.check("api", &[("tenant", "acme")]).await;
+    assert_eq!(
+        status.current_limit.map(|l| l.requests_per_unit),
+        Some(2),
+        "the rule again"
+    );
 }
