@@ -8,6 +8,7 @@
 //! without them these tests fail, they do not skip.
 
 mod budgets;
+mod limit_from_metadata;
 mod memory;
 mod redis;
 mod rlqs;
