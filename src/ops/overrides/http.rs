@@ -80,9 +80,10 @@ pub(crate) async fn get(
         );
     }
     let domain = query.get("domain").map(String::as_str);
-    match admin.app.overrides.list(&admin.app.limiter, domain) {
-        Ok(found) => {
-            let listed: Vec<Value> = found
+    match admin.app.overrides.all(&admin.app.limiter) {
+        Ok(all) => {
+            let listed: Vec<Value> = all
+                .list(domain)
                 .iter()
                 .map(|o| json!({ "override": o.spec(), "source": o.source() }))
                 .collect();

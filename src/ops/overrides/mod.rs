@@ -12,9 +12,7 @@ use std::sync::Arc;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Mutex;
 use tollgate_core::Limiter;
-use tollgate_core::overrides::{
-    CompiledOverride, Override, OverrideEntry, OverrideError, Overrides,
-};
+use tollgate_core::overrides::{Override, OverrideEntry, OverrideError, Overrides};
 
 use crate::ops::metrics::RuleMetrics;
 
@@ -142,19 +140,10 @@ impl OverrideRegistry {
         Ok(spec)
     }
 
-    /// The overrides, of `domain` only when one is named.
-    pub(crate) fn list(
-        &self,
-        limiter: &Limiter<RuleMetrics>,
-        domain: Option<&str>,
-    ) -> Result<Vec<Arc<CompiledOverride>>, Refused> {
+    /// The overrides in force.
+    pub(crate) fn all(&self, limiter: &Limiter<RuleMetrics>) -> Result<Arc<Overrides>, Refused> {
         self.refuse_if_off()?;
-        let all = limiter.overrides();
-        Ok(all
-            .list(domain)
-            .into_iter()
-            .map(|o| Arc::new(o.clone()))
-            .collect())
+        Ok(limiter.overrides())
     }
 
     fn refuse_if_off(&self) -> Result<(), Refused> {
@@ -264,9 +253,6 @@ mod tests {
             .delete(&limiter, "api", &spec.entries, "test")
             .await;
         assert!(matches!(deleted, Err(Refused::Off(_))), "{deleted:?}");
-        assert!(matches!(
-            registry.list(&limiter, None),
-            Err(Refused::Off(_))
-        ));
+        assert!(matches!(registry.all(&limiter), Err(Refused::Off(_))));
     }
 }
