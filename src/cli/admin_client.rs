@@ -146,6 +146,19 @@ fn render(explained: &Value) -> String {
                     let origins: Vec<&str> = origins.iter().map(str_of).collect();
                     text.push_str(&format!(" from {}", origins.join(", ")));
                 }
+                let by = &d["override"];
+                if let Some(limit) = by["override"]["limit"].as_object() {
+                    text.push_str(&format!(
+                        ", overridden: {} per {} ({})",
+                        limit.get("requests_per_unit").unwrap_or(&Value::Null),
+                        limit
+                            .get("unit")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_lowercase(),
+                        str_of(&by["source"])
+                    ));
+                }
                 if d["replaced"] == true {
                     text.push_str(", replaced by another matched rule");
                 }
@@ -198,6 +211,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_override_is_shown_with_its_source() {
+        let explained = json!({"descriptors": [{
+            "descriptor": "tenant=acme",
+            "rule": {"domain": "api", "path": "tenant"},
+            "override": {
+                "override": {"limit": {"requests_per_unit": 5, "unit": "MINUTE"}},
+                "source": "set over HTTP by 127.0.0.1:5000",
+            },
+            "decision": "OK",
+        }]});
+        let text = render(&explained);
+        assert!(
+            text.contains(
+                "rule api.tenant, overridden: 5 per minute (set over HTTP by 127.0.0.1:5000)\n"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_lease_is_shown_under_its_counter() {
