@@ -13,6 +13,7 @@ use crate::api::proto::{self, HeaderNames};
 use crate::config::rules_status::{RulesStatus, Source};
 use crate::config::settings::{HeaderFormat, ServeArgs};
 use crate::ops::metrics::{ErrorKind, Metrics, RuleMetrics, XdsStats};
+use crate::ops::overrides::OverrideRegistry;
 
 /// One running server's shared state: the limiter that serves `ShouldRateLimit`, with
 /// metrics of every call.
@@ -25,6 +26,8 @@ pub(crate) struct App {
     /// Answers carry the domain, descriptors and rule metadata as dynamic metadata.
     pub(crate) dynamic_metadata: bool,
     pub(crate) status: RulesStatus,
+    /// Runtime overrides: where they are kept, and their changes.
+    pub(crate) overrides: OverrideRegistry,
 }
 
 /// Why a request got no answer.
@@ -52,6 +55,7 @@ impl App {
             args.ops.detailed_metric_limit,
         );
         metrics.watch_store(store.clone());
+        let overrides_gauge = metrics.overrides.clone();
         if let Some(stats) = xds {
             metrics.watch_xds(stats);
         }
@@ -72,6 +76,12 @@ impl App {
             },
             dynamic_metadata: args.answers.response_dynamic_metadata,
             status: RulesStatus::new(args.source.healthy_with_at_least_one_config_loaded),
+            overrides: OverrideRegistry::new(
+                args.ops.overrides_max,
+                args.ops.overrides_file.clone(),
+                args.rules.reference_mode,
+                overrides_gauge,
+            ),
         }
     }
 

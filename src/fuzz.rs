@@ -29,6 +29,7 @@ use crate::api::json;
 use crate::app::{App, RlsError};
 use crate::config::rules_status::{RulesStatus, Source};
 use crate::ops::metrics::Metrics;
+use crate::ops::overrides::OverrideRegistry;
 
 const CONFIG_TOKENS: &[&[u8]] = &[
     b"domain: ",
@@ -187,6 +188,7 @@ impl Service {
             header_names: Default::default(),
             dynamic_metadata: true,
             status: RulesStatus::new(false),
+            overrides: OverrideRegistry::new(0, None, false, Default::default()),
         });
         app.install(rules, Source::Files { path: path.into() });
         Self { runtime, app }

@@ -79,21 +79,22 @@ async fn ask(
     path: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
-    let answer = call(
-        &args.http_addr,
-        method,
-        path,
-        &request_body(&request(&args.request, 0)?),
-        token,
-    )
-    .await?;
+    let body = request_body(&request(&args.request, 0)?);
+    call_json(&args.http_addr, method, path, &body, token).await
+}
+
+/// Sends `method path` with a JSON `body` (and a bearer token) to `addr` and reads the
+/// JSON answer of a 200; any other status is the error, with the server's words.
+pub(super) async fn call_json(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Value> {
+    let answer = call(addr, method, path, body, token).await?;
     if answer.status != 200 {
-        anyhow::bail!(
-            "{} answered {}: {}",
-            args.http_addr,
-            answer.status,
-            answer.body.trim()
-        );
+        anyhow::bail!("{addr} answered {}: {}", answer.status, answer.body.trim());
     }
     serde_json::from_str(&answer.body)
         .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))
@@ -144,6 +145,19 @@ fn render(explained: &Value) -> String {
                 if let Some(origins) = rule["origins"].as_array() {
                     let origins: Vec<&str> = origins.iter().map(str_of).collect();
                     text.push_str(&format!(" from {}", origins.join(", ")));
+                }
+                let by = &d["override"];
+                if let Some(limit) = by["override"]["limit"].as_object() {
+                    text.push_str(&format!(
+                        ", overridden: {} per {} ({})",
+                        limit.get("requests_per_unit").unwrap_or(&Value::Null),
+                        limit
+                            .get("unit")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_lowercase(),
+                        str_of(&by["source"])
+                    ));
                 }
                 if d["replaced"] == true {
                     text.push_str(", replaced by another matched rule");
@@ -197,6 +211,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_override_is_shown_with_its_source() {
+        let explained = json!({"descriptors": [{
+            "descriptor": "tenant=acme",
+            "rule": {"domain": "api", "path": "tenant"},
+            "override": {
+                "override": {"limit": {"requests_per_unit": 5, "unit": "MINUTE"}},
+                "source": "set over HTTP by 127.0.0.1:5000",
+            },
+            "decision": "OK",
+        }]});
+        let text = render(&explained);
+        assert!(
+            text.contains(
+                "rule api.tenant, overridden: 5 per minute (set over HTTP by 127.0.0.1:5000)\n"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_lease_is_shown_under_its_counter() {

@@ -17,7 +17,7 @@ use crate::net::tls;
 const HITS_SUFFIX: &str = ";hits=";
 
 /// Parses `k=v,k2=v2[;hits=N]` into descriptor entries and their own hits_addend.
-fn parse_descriptor(text: &str) -> anyhow::Result<RateLimitDescriptor> {
+pub(crate) fn parse_descriptor(text: &str) -> anyhow::Result<RateLimitDescriptor> {
     let (pairs, hits_addend) = match text.rsplit_once(HITS_SUFFIX) {
         Some((pairs, hits)) => {
             let hits = hits.parse::<u64>().with_context(|| {

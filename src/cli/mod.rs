@@ -1,8 +1,9 @@
 //! The command line's commands: `serve`, `check-config` and `migrate` here, and those that
-//! ask a running server (`client`, `explain`, `reset`).
+//! ask a running server (`client`, `explain`, `reset`, `override`).
 
 pub(crate) mod admin_client;
 pub(crate) mod client;
+mod overrides;
 mod serve;
 
 use std::process::ExitCode;
@@ -47,6 +48,14 @@ pub fn run(cli: Cli) -> ExitCode {
             request,
             admin_token,
         } => match runtime().and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tollgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Override(args) => match runtime().and_then(|rt| rt.block_on(overrides::run(args)))
         {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -8,13 +8,13 @@ use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use tokio::sync::watch;
 use tollgate_core::LogLimit;
 
 use crate::api::json;
 use crate::app::App;
-use crate::ops::{explain, reset};
+use crate::ops::{explain, overrides, reset};
 
 /// What the admin routes share: the service, whether the server is draining, the
 /// token that allows resets (none: resets are off), and how often refused resets are
@@ -47,6 +47,12 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/json", post(json::handler))
         .route("/explain", post(explain::handler))
         .route("/counters", delete(reset::handler))
+        .route(
+            "/overrides",
+            put(overrides::http::put)
+                .get(overrides::http::get)
+                .delete(overrides::http::delete),
+        )
         .route("/rlconfig", get(rlconfig))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)

@@ -78,6 +78,10 @@ fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outco
             out["rule"] = rule_json(rule);
             out["rule"]["origins"] = json!(origins);
         }
+        Matched::Overridden { rule, by, source } => {
+            out["rule"] = rule_json(rule);
+            out["override"] = json!({ "override": by, "source": source });
+        }
         Matched::Replaced(rule) => {
             out["rule"] = rule_json(rule);
             out["replaced"] = json!(true);

@@ -1,11 +1,12 @@
-//! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain
-//! and reset.
+//! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain,
+//! reset and runtime overrides.
 
 pub(crate) mod admin;
 pub(crate) mod debug_port;
 pub(crate) mod explain;
 pub(crate) mod log_format;
 pub(crate) mod metrics;
+pub(crate) mod overrides;
 pub(crate) mod reference_stats;
 pub(crate) mod reset;
 pub(crate) mod statsd;

@@ -33,7 +33,8 @@ pub(crate) async fn handler(
     let peer = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map_or_else(|| "unknown".to_owned(), |ConnectInfo(p)| p.to_string());
-    if let Err((status, why)) = authorize(admin.admin_token.as_deref(), &headers) {
+    if let Err((status, why)) = authorize(admin.admin_token.as_deref(), &headers, "counter resets")
+    {
         if let Some(held) = admin.refused_resets.admit(SystemClock.now()) {
             tracing::warn!(
                 %peer,
@@ -79,12 +80,17 @@ pub(crate) async fn handler(
     .await
 }
 
-/// Whether the request carries the admin token; the refusal otherwise.
-fn authorize(token: Option<&str>, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
+/// Whether the request carries the admin token; the refusal of `what` (`counter resets`)
+/// otherwise.
+pub(crate) fn authorize(
+    token: Option<&str>,
+    headers: &HeaderMap,
+    what: &str,
+) -> Result<(), (StatusCode, String)> {
     let Some(token) = token else {
         return Err((
             StatusCode::FORBIDDEN,
-            "counter resets are off: the server has no ADMIN_TOKEN\n",
+            format!("{what} are off: the server has no ADMIN_TOKEN\n"),
         ));
     };
     let given = headers
@@ -94,10 +100,10 @@ fn authorize(token: Option<&str>, headers: &HeaderMap) -> Result<(), (StatusCode
     match given {
         None => Err((
             StatusCode::UNAUTHORIZED,
-            "counter resets need Authorization: Bearer <ADMIN_TOKEN>\n",
+            format!("{what} need Authorization: Bearer <ADMIN_TOKEN>\n"),
         )),
         Some(given) if same(given.as_bytes(), token.as_bytes()) => Ok(()),
-        Some(_) => Err((StatusCode::FORBIDDEN, "wrong admin token\n")),
+        Some(_) => Err((StatusCode::FORBIDDEN, "wrong admin token\n".to_owned())),
     }
 }
 

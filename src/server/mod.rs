@@ -60,6 +60,7 @@ pub async fn run(
     let xds_stats = Arc::new(XdsStats::default());
     let watched_xds = matches!(origin, Origin::Xds(_)).then(|| xds_stats.clone());
     let app = Arc::new(App::new(&args, store, watched_xds));
+    app.overrides.load(&app.limiter)?;
     let (reload, xds_server) = start_rules(&args, &app, origin, xds_stats);
     let _watch = reload.clone().map(reload::watch).transpose()?;
     // The reference has no RLQS: in reference mode its calls get UNIMPLEMENTED, as there.

@@ -50,7 +50,7 @@ const MULTISERVICE_YAML: &str = include_str!("configs/multiservice.yaml");
 const CHARGED: Duration = Duration::from_secs(10);
 
 /// `template` with each `port_value: FROM` (exactly once each) pointing at `to`.
-fn ports(template: &str, rewrites: &[(u16, SocketAddr)]) -> String {
+pub(crate) fn ports(template: &str, rewrites: &[(u16, SocketAddr)]) -> String {
     let mut yaml = template.to_owned();
     for (from, to) in rewrites {
         let from = format!("port_value: {from}}}");

@@ -9,6 +9,7 @@
 
 mod budgets;
 mod in_flight;
+mod limit_from_metadata;
 mod memory;
 mod redis;
 mod reservations;

@@ -17,6 +17,7 @@ mod library;
 mod limits;
 mod matching;
 mod operations;
+mod overrides;
 mod reset;
 mod rlqs;
 mod secrets;

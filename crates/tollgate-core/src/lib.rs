@@ -37,6 +37,7 @@ mod limit;
 mod limiter;
 mod lock;
 mod log_limit;
+pub mod overrides;
 pub mod redact;
 mod request;
 pub mod rules;

@@ -11,6 +11,7 @@ use crate::algo::{Hits, Verdict};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, Limited, Outcome};
 use crate::limit::Limit;
+use crate::overrides::{CompiledOverride, Override, OverrideError, Overrides};
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
@@ -114,6 +115,7 @@ impl<P> Deref for RulesRef<P> {
 /// The rate limiter: current rules, a counter store, and an observer of its decisions.
 pub struct Limiter<R: Recorder = ()> {
     installed: ArcSwap<Installed<R::Rule>>,
+    overrides: ArcSwap<Overrides>,
     store: Store,
     options: Options,
     recorder: R,
@@ -149,6 +151,7 @@ impl<R: Recorder> Limiter<R> {
         let installed = install(&recorder, rules);
         Self {
             installed: ArcSwap::from_pointee(installed),
+            overrides: ArcSwap::from_pointee(Overrides::default()),
             store,
             options,
             recorder,
@@ -167,6 +170,37 @@ impl<R: Recorder> Limiter<R> {
             .store(Arc::new(install(&self.recorder, rules)));
     }
 
+    /// The runtime overrides now in force.
+    pub fn overrides(&self) -> Arc<Overrides> {
+        self.overrides.load_full()
+    }
+
+    /// Serves `overrides` from the next request on, in place of the ones in force.
+    pub fn set_overrides(&self, overrides: Overrides) {
+        self.overrides.store(Arc::new(overrides));
+    }
+
+    /// Checks `spec` against the rules now serving and compiles it with the limiter's
+    /// defaults; `source` says where it came from.
+    pub fn compile_override(
+        &self,
+        spec: Override,
+        source: &str,
+    ) -> Result<CompiledOverride, OverrideError> {
+        let installed = self.installed.load();
+        CompiledOverride::compile(spec, &installed.rules, &self.options.defaults, source)
+    }
+
+    /// Compiles `spec` as it was stored, with the limiter's defaults (see
+    /// [`CompiledOverride::restore`]).
+    pub fn restore_override(
+        &self,
+        spec: Override,
+        source: &str,
+    ) -> Result<CompiledOverride, OverrideError> {
+        CompiledOverride::restore(spec, &self.options.defaults, source)
+    }
+
     /// The counter store.
     pub fn store(&self) -> &Store {
         &self.store
@@ -182,7 +216,8 @@ impl<R: Recorder> Limiter<R> {
     /// or, for budgets (`quota_mode`), if every budget of the request is.
     pub async fn decide(&self, req: &Request<'_>) -> Result<Decision, DecideError> {
         let installed = self.installed.load_full();
-        let matched = resolve::matches(&installed.rules, req)?;
+        let overrides = self.overrides.load_full();
+        let matched = self.matches(&installed.rules, &overrides, req)?;
         for (matched, descriptor) in matched.iter().zip(&req.descriptors) {
             if let Match::Nothing(why) = matched {
                 self.recorder.unmatched(&req.domain, descriptor, *why);

@@ -96,3 +96,34 @@ pub async fn assert_reset_reaches_every_instance(
     .await;
     assert_eq!(code(&on_b.check(domain, &[(key, value)]).await), Code::Ok);
 }
+
+/// `method /overrides` (`path` may carry a query) with a JSON `body` and `token` as the
+/// bearer token if given.
+pub async fn overrides(
+    server: &Listening,
+    method: Method,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> Response {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(bearer) = &bearer {
+        headers.push(("authorization", bearer));
+    }
+    http::send(server.http_addr(), method.clone(), path, &headers, body)
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// The `PUT /overrides` body of `requests_per_unit` per `unit` for `key=value` of `domain`.
+pub fn override_body(
+    domain: &str,
+    (key, value): (&str, &str),
+    requests_per_unit: &str,
+    unit: &str,
+) -> String {
+    format!(
+        r#"{{"domain":"{domain}","entries":[{{"key":"{key}","value":"{value}"}}],"limit":{{"requests_per_unit":{requests_per_unit},"unit":"{unit}"}}}}"#
+    )
+}

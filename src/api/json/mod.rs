@@ -101,7 +101,7 @@ pub(crate) fn request_body(request: &RateLimitRequest) -> String {
 }
 
 /// `invalid WHAT: PATH: PROBLEM at line L column C`, without axum's generic preamble.
-fn reason(what: &str, rejection: &JsonRejection) -> String {
+pub(crate) fn reason(what: &str, rejection: &JsonRejection) -> String {
     let text = rejection.body_text();
     let detail = match text.split_once(": ") {
         Some((preamble, detail)) if preamble.starts_with("Failed to") => detail,

@@ -1,7 +1,7 @@
 //! Settings of the command-line clients: `tollgate client`, `explain` and `reset`.
 
 use super::flag::Flag as _;
-use clap::Args;
+use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
 /// Settings of `tollgate client`.
@@ -70,4 +70,68 @@ impl ClientTlsArgs {
             || self.tls_cert.is_some()
             || self.tls_server_name.is_some()
     }
+}
+
+/// `tollgate override`: runtime overrides on a running Tollgate (`/overrides` on its HTTP
+/// port).
+#[derive(Debug, Args)]
+pub(crate) struct OverrideArgs {
+    /// Tollgate's HTTP address (plain HTTP).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) http_addr: String,
+    /// The server's ADMIN_TOKEN.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: String,
+    #[command(subcommand)]
+    pub(crate) action: OverrideAction,
+}
+
+/// What `tollgate override` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OverrideAction {
+    /// Set the limit of one descriptor (PUT /overrides).
+    Set {
+        #[command(flatten)]
+        descriptor: OverriddenArgs,
+        /// Units per window.
+        #[arg(long)]
+        requests_per_unit: u32,
+        /// second, minute, hour, day, week, month or year.
+        #[arg(long)]
+        unit: String,
+        /// The window is this many units long.
+        #[arg(long)]
+        unit_multiplier: Option<u32>,
+        /// sliding_window, fixed_window, token_bucket or leaky_bucket.
+        #[arg(long)]
+        algorithm: Option<String>,
+        /// The name answers carry.
+        #[arg(long)]
+        name: Option<String>,
+        /// Unix seconds from which the override no longer applies.
+        #[arg(long)]
+        expires_at: Option<u64>,
+    },
+    /// List the overrides, of one domain if given (GET /overrides).
+    List {
+        /// Only this domain's.
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Remove the override of one descriptor (DELETE /overrides).
+    Delete {
+        #[command(flatten)]
+        descriptor: OverriddenArgs,
+    },
+}
+
+/// The descriptor an override is for.
+#[derive(Debug, Args)]
+pub(crate) struct OverriddenArgs {
+    /// Rate-limit domain.
+    #[arg(long)]
+    pub(crate) domain: String,
+    /// The descriptor as key=value[,key2=value2…].
+    #[arg(long)]
+    pub(crate) descriptor: String,
 }

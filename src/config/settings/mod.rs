@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use tollgate_core::Capacity;
 
 pub(crate) use self::answers::{AnswerArgs, HeaderFormat};
-pub(crate) use self::client::{AdminArgs, ClientArgs, ClientTlsArgs, RequestArgs};
+pub(crate) use self::client::{
+    AdminArgs, ClientArgs, ClientTlsArgs, OverriddenArgs, OverrideAction, OverrideArgs, RequestArgs,
+};
 pub(crate) use self::conn::{ConnArgs, TlsArgs};
 pub(crate) use self::ops::{LogArgs, LogFormat, OpsArgs, TracingArgs};
 pub(crate) use self::parse::{ExporterProtocol, HeaderMap};
@@ -60,6 +62,9 @@ pub(crate) enum Command {
         #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
         admin_token: String,
     },
+    /// Set, list or delete runtime overrides on a running Tollgate (/overrides on its
+    /// HTTP port).
+    Override(OverrideArgs),
     /// Create or update the PostgreSQL schema (serving does this too), print its version.
     Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".

@@ -44,6 +44,13 @@ pub(crate) struct OpsArgs {
     /// over HTTP is off.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+    /// Most runtime overrides (`PUT /overrides`); past it, a new one is refused.
+    #[arg(long, env = "OVERRIDES_MAX", default_value_t = tollgate_core::overrides::DEFAULT_MAX_OVERRIDES, value_parser = RangedU64ValueParser::<usize>::new().range(0..=10_000_000))]
+    pub(crate) overrides_max: usize,
+    /// With the memory store, keep runtime overrides in this file (written atomically,
+    /// read at start) instead of the process alone.
+    #[arg(long, env = "OVERRIDES_FILE")]
+    pub(crate) overrides_file: Option<std::path::PathBuf>,
 }
 
 /// The reference's statsd output. Prometheus on /metrics is always there besides.

@@ -17,6 +17,7 @@ use self::xds::XdsCollector;
 use crate::ops::unmatched::Unmatched;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use tollgate_core::Store;
@@ -63,6 +64,8 @@ pub(crate) struct Metrics {
     registry: Registry,
     pub(crate) config_load_success: PlainCounter,
     pub(crate) config_load_error: PlainCounter,
+    /// How many runtime overrides are in force.
+    pub(crate) overrides: Gauge,
     /// `total_requests` of ShouldRateLimit, resolved once.
     should_rate_limit: PlainCounter,
     errors: Family<ErrorLabels, PlainCounter>,
@@ -127,6 +130,12 @@ impl Metrics {
             "Rules loads that failed; the previous rules kept serving",
             config_load_error.clone(),
         );
+        let overrides = Gauge::default();
+        registry.register(
+            "tollgate_overrides",
+            "Runtime overrides in force (PUT /overrides)",
+            overrides.clone(),
+        );
         let total_requests = Family::<MethodLabels, PlainCounter>::default();
         registry.register(
             "ratelimit_service_total_requests",
@@ -160,6 +169,7 @@ impl Metrics {
             rlqs,
             config_load_success,
             config_load_error,
+            overrides,
             should_rate_limit,
             errors,
             response_time,

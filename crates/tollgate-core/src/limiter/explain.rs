@@ -6,6 +6,7 @@ use super::resolve::{Count, Match};
 use super::{Limiter, NoMatch, Recorder, outcome, over};
 use crate::counter::Counter;
 use crate::decision::{Decision, Outcome};
+use crate::overrides::Override;
 use crate::request::{InvalidRequest, Request};
 use crate::rules::Rule;
 use crate::store::{CounterView, Peek};
@@ -19,6 +20,15 @@ pub enum Matched {
         rule: Rule,
         /// Where the domain's rules came from.
         origins: Vec<String>,
+    },
+    /// A rule whose limit a runtime override replaces for exactly this descriptor.
+    Overridden {
+        /// The rule the descriptor matched.
+        rule: Rule,
+        /// The override in force.
+        by: Override,
+        /// Where the override came from.
+        source: String,
     },
     /// A rule whose limit another matched rule `replaces`: nothing is counted on it.
     Replaced(Rule),
@@ -52,7 +62,8 @@ impl<R: Recorder> Limiter<R> {
     /// Explains `req` as [`Limiter::decide`] would decide it, changing no counter.
     pub async fn explain(&self, req: &Request<'_>) -> Result<Explanation, InvalidRequest> {
         let installed = self.installed.load_full();
-        let resolved = self.resolve(&installed.rules, req)?;
+        let overrides = self.overrides.load_full();
+        let resolved = self.resolve(&installed.rules, &overrides, req)?;
         let origins = installed.rules.domain(&req.domain).map(|d| d.origins());
         let mut descriptors = Vec::with_capacity(resolved.len());
         let mut outcomes = Vec::with_capacity(resolved.len());
@@ -61,6 +72,11 @@ impl<R: Recorder> Limiter<R> {
                 Match::Rule(rule) => Matched::Rule {
                     rule: rule.clone(),
                     origins: origins.unwrap_or_default().to_vec(),
+                },
+                Match::Overridden(rule, by) => Matched::Overridden {
+                    rule: rule.clone(),
+                    by: by.spec().clone(),
+                    source: by.source().to_owned(),
                 },
                 Match::Replaced(rule) => Matched::Replaced(rule.clone()),
                 Match::Override(_) => Matched::Override,

@@ -12,7 +12,8 @@ impl<R: Recorder> Limiter<R> {
     pub async fn reset(&self, req: &Request<'_>) -> Result<Vec<String>, DecideError> {
         let installed = self.installed.load_full();
         let mut keys = Vec::new();
-        for resolved in self.resolve(&installed.rules, req)? {
+        let overrides = self.overrides.load_full();
+        for resolved in self.resolve(&installed.rules, &overrides, req)? {
             if let Count::Limited { counter, .. } = resolved.count {
                 self.store.reset(&counter).await?;
                 keys.push(counter.key().to_owned());

@@ -8,6 +8,7 @@ use crate::algo::Hits;
 use crate::counter::Counter;
 use crate::key::{write_counter_key, write_reference_key};
 use crate::limit::Limit;
+use crate::overrides::{CompiledOverride, Overrides};
 use crate::request::{Descriptor, InvalidRequest, LimitOverride, Request};
 use crate::rules::{Domain, Policy, Rule, Rules};
 use crate::store::KeyLayout;
@@ -21,6 +22,8 @@ pub(super) enum Match<'r> {
     Replaced(&'r Rule),
     /// No rule: the request's own limit is counted.
     Override(LimitOverride),
+    /// A rule, with a runtime override's limit for exactly this descriptor.
+    Overridden(&'r Rule, &'r CompiledOverride),
     /// Nothing: the descriptor is not limited.
     Nothing(NoMatch),
 }
@@ -58,9 +61,10 @@ impl<R: Recorder> Limiter<R> {
     pub(super) fn resolve<'r>(
         &self,
         rules: &'r Rules,
+        overrides: &'r Overrides,
         req: &Request<'_>,
     ) -> Result<Vec<Resolved<'r>>, InvalidRequest> {
-        let matched = matches(rules, req)?;
+        let matched = self.matches(rules, overrides, req)?;
         self.resolve_matches(req, matched)
     }
 
@@ -103,6 +107,18 @@ impl<R: Recorder> Limiter<R> {
                 Some(counter) => (Some(rule), counter),
                 None => return Ok(Count::Unlimited),
             },
+            Match::Overridden(rule, by) => {
+                let mut key = String::new();
+                write_key(
+                    &mut key,
+                    layout,
+                    domain,
+                    descriptor.pairs(),
+                    None,
+                    by.shape(),
+                );
+                (Some(rule), Counter::new(key, Arc::clone(by.limits())))
+            }
             Match::Override(requested) => {
                 let limit = self
                     .options
@@ -134,33 +150,41 @@ impl<R: Recorder> Limiter<R> {
             hits,
         })
     }
-}
 
-/// What each descriptor of `req` matches under `rules`, `replaces` applied.
-pub(super) fn matches<'r>(
-    rules: &'r Rules,
-    req: &Request<'_>,
-) -> Result<Vec<Match<'r>>, InvalidRequest> {
-    req.validate()?;
-    let domain = rules.domain(&req.domain);
-    let found = find_rules(domain, req);
-    let replaced: Vec<&str> = found
-        .iter()
-        .flatten()
-        .flat_map(|r| r.replaces.iter().map(String::as_str))
-        .collect();
-    let matched =
-        found
-            .into_iter()
-            .zip(&req.descriptors)
-            .map(|(rule, d)| match (rule, d.limit, domain) {
+    /// What each descriptor of `req` matches under `rules` and `overrides`, `replaces`
+    /// applied.
+    pub(super) fn matches<'r>(
+        &self,
+        rules: &'r Rules,
+        overrides: &'r Overrides,
+        req: &Request<'_>,
+    ) -> Result<Vec<Match<'r>>, InvalidRequest> {
+        req.validate()?;
+        let domain = rules.domain(&req.domain);
+        let found = find_rules(domain, req);
+        let replaced: Vec<&str> = found
+            .iter()
+            .flatten()
+            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .collect();
+        // Read once, and only when an override could apply: most deployments have none.
+        let now = (!overrides.is_empty()).then(|| self.store.now());
+        let overridden =
+            |d: &Descriptor<'_>| now.and_then(|now| overrides.find(&req.domain, d.pairs(), now));
+        let matched = found.into_iter().zip(&req.descriptors).map(|(rule, d)| {
+            match (rule, d.limit, domain) {
                 (Some(rule), _, _) if is_replaced(rule, &replaced) => Match::Replaced(rule),
-                (Some(rule), _, _) => Match::Rule(rule),
+                (Some(rule), _, _) => match overridden(d) {
+                    Some(by) => Match::Overridden(rule, by),
+                    None => Match::Rule(rule),
+                },
                 (None, Some(own), Some(_)) => Match::Override(own),
                 (None, _, None) => Match::Nothing(NoMatch::NoDomain),
                 (None, None, Some(_)) => Match::Nothing(NoMatch::NoRule),
-            });
-    Ok(matched.collect())
+            }
+        });
+        Ok(matched.collect())
+    }
 }
 
 /// The rule each descriptor of `req` matches in `domain`, before `replaces` is applied.

@@ -50,6 +50,31 @@ pub(super) fn compile(
     })
 }
 
+/// Compiles one limit written as in a rule, outside any rules file (a runtime override):
+/// the problem names the field under `path`.
+pub(super) fn compile_limit(
+    spec: RateLimitSpec,
+    defaults: Defaults,
+    path: &str,
+) -> Result<Limit, ConfigError> {
+    let mut errors = Vec::new();
+    let mut ctx = Context {
+        origin: "",
+        domain: "".into(),
+        defaults,
+        budget_domain: false,
+        next_id: 0,
+        errors: &mut errors,
+        failed: false,
+    };
+    let limit = ctx.limit(spec, path);
+    match (limit, errors.into_iter().next()) {
+        (Some(limit), _) => Ok(limit),
+        (None, Some(error)) => Err(error),
+        (None, None) => Err(ConfigError::whole("", "invalid limit".into())),
+    }
+}
+
 /// The levels above a descriptor: their metric names, and those matched by a
 /// `share_threshold` wildcard with its pattern.
 #[derive(Default, Clone)]

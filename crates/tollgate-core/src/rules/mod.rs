@@ -81,6 +81,18 @@ impl Defaults {
     }
 }
 
+impl Defaults {
+    /// One limit as a rule would write it, compiled with these defaults outside any rules
+    /// file (a runtime override); the problem's path names the field under `path`.
+    pub(crate) fn compile_limit(
+        &self,
+        spec: RateLimitSpec,
+        path: &str,
+    ) -> Result<Limit, ConfigError> {
+        compile::compile_limit(spec, self.clone(), path)
+    }
+}
+
 /// One problem in the rules: where they came from (a file, an xDS resource), the place in
 /// them, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,9 @@
-//! The fleet model: seeded random sequences of hits, checks, charges, refunds, resets and
-//! store pauses across three instances on one real store, each decision compared with one
-//! exact counter per key; on fixed and sliding windows, and on in-flight slots (hits
-//! acquire, refunds release, a charge is a hit: a slot is taken only if it fits).
+//! The fleet model: seeded random sequences of hits, checks, charges, refunds, resets,
+//! limit changes (a runtime override: the same counter under another limit) and store
+//! pauses across three instances on one real store, each decision compared with one exact
+//! counter per key under the limit in force; on fixed and sliding windows, and on
+//! in-flight slots (hits acquire, refunds release, a charge is a hit: a slot is taken only
+//! if it fits).
 //!
 //! The exact counter is an interval: a request the store did not answer in time may or
 //! may not have been counted when it ran late, so it widens the interval instead of
@@ -30,8 +32,11 @@ use crate::store::shared::{SharedBehaviour, SharedStore};
 use crate::store::{Capacity, DecidedBy, OnStoreError};
 use crate::unit::Unit;
 
-/// Every key's limit, per hour: small enough that sequences reach it often.
+/// Every key's limit, per hour: small enough that sequences reach it often. An override
+/// lowers it down to [`LOWEST_LIMIT`] and raises it back, keeping the lease blocks (a
+/// fraction of the limit) within [`LEASE_LEEWAY`].
 const LIMIT: u64 = 200;
+const LOWEST_LIMIT: u64 = 100;
 /// The largest lease block, as a fraction of the limit.
 const LEASE_FRACTION: f64 = 0.05;
 /// Instances in the fleet.
@@ -74,6 +79,8 @@ enum Step {
     Charge(u64),
     Refund(u64),
     Reset,
+    /// An override sets the key's limit to this, mid-window.
+    SetLimit(u64),
     /// The store stops answering for a few requests (Redis only).
     Pause,
 }
@@ -84,7 +91,10 @@ fn step(rng: &mut Rng, pauses: bool) -> Step {
         0..50 => Step::Consume(units(rng, 40)),
         50..58 => Step::Check,
         58..68 => Step::Charge(units(rng, 80)),
-        68..92 => Step::Refund(units(rng, 120)),
+        68..90 => Step::Refund(units(rng, 120)),
+        90..92 => {
+            Step::SetLimit(LOWEST_LIMIT + rng.below((LIMIT - LOWEST_LIMIT) as usize + 1) as u64)
+        }
         92..96 => Step::Reset,
         _ if pauses => Step::Pause,
         _ => Step::Consume(1),
@@ -94,7 +104,10 @@ fn step(rng: &mut Rng, pauses: bool) -> Step {
 /// The fleet, its keys and their exact counts.
 struct Model<'a> {
     fleet: Vec<Arc<SharedStore>>,
-    limits: Vec<Limit>,
+    algorithm: Algorithm,
+    /// Each key's limit in force, and its limits as the stores are given them.
+    limit: [u64; 2],
+    limits: [Vec<Limit>; 2],
     keys: [String; 2],
     exact: [Exact; 2],
     redis: Option<&'a RedisServer>,
@@ -104,9 +117,14 @@ struct Model<'a> {
 impl Model<'_> {
     /// Runs one step of instance `i` on key `k`, checking its decision.
     async fn run(&mut self, i: usize, k: usize, step: Step) {
+        if let Step::SetLimit(n) = step {
+            self.limit[k] = n;
+            self.limits[k] = limits_of(self.algorithm, n);
+            return;
+        }
         let (store, key) = (&self.fleet[i], &self.keys[k]);
-        let limits = &self.limits;
-        let slots = limits[0].algorithm == Algorithm::Slots;
+        let (limit, limits) = (self.limit[k], &self.limits[k]);
+        let slots = self.algorithm == Algorithm::Slots;
         let hits = match step {
             Step::Consume(n) => Hits::Consume(n),
             Step::Charge(n) if slots => Hits::Consume(n),
@@ -125,6 +143,7 @@ impl Model<'_> {
                 return;
             }
             Step::Pause => return self.pause(i, k).await,
+            Step::SetLimit(_) => return,
         };
         let (verdict, by) = store
             .apply(key, limits, hits)
@@ -133,7 +152,7 @@ impl Model<'_> {
         let admitted = verdict.decision.admitted;
         let exact = &mut self.exact[k];
         let context = format!(
-            "seed {}, {step:?} on instance {i}, {by:?}, {exact:?}",
+            "seed {}, {step:?} on instance {i}, {by:?}, {exact:?}, limit {limit}",
             self.seed
         );
         if by == DecidedBy::Fallback {
@@ -146,9 +165,10 @@ impl Model<'_> {
             return;
         }
         match hits {
-            Hits::Consume(n) if admitted && by == DecidedBy::Lease && exact.low + n > LIMIT => {
+            Hits::Consume(n) if admitted && by == DecidedBy::Lease && exact.low + n > limit => {
                 // A block was counted when it was taken, within the limit; a charge since
-                // took the count past it, which does not take the block back: no more
+                // (or a lowered limit) took the count past it, which does not take the
+                // block back: no more
                 // than the blocks held can be spent so until the count goes down.
                 exact.spent_over += n;
                 assert!(
@@ -158,16 +178,16 @@ impl Model<'_> {
                 exact.add(n);
             }
             Hits::Consume(n) if admitted => {
-                assert!(exact.low + n <= LIMIT, "admitted past the limit: {context}");
+                assert!(exact.low + n <= limit, "admitted past the limit: {context}");
                 exact.add(n);
             }
             Hits::Consume(n) => assert!(
-                exact.high + n + LEASE_LEEWAY > LIMIT,
+                exact.high + n + LEASE_LEEWAY > limit,
                 "refused what the exact counter admits: {context}"
             ),
             Hits::Check => match admitted {
-                true => assert!(exact.low <= LIMIT, "checked within: {context}"),
-                false => assert!(exact.high + LEASE_LEEWAY > LIMIT, "checked over: {context}"),
+                true => assert!(exact.low <= limit, "checked within: {context}"),
+                false => assert!(exact.high + LEASE_LEEWAY > limit, "checked over: {context}"),
             },
             Hits::Charge(n) => exact.add(n),
             Hits::Refund(n) => {
@@ -181,13 +201,13 @@ impl Model<'_> {
     /// the exact counter admits. It does not fail here: the decisions that follow do,
     /// if a view still denies.
     async fn settle(&self, k: usize) {
-        let room = LIMIT.saturating_sub(self.exact[k].high + LEASE_LEEWAY);
+        let room = self.limit[k].saturating_sub(self.exact[k].high + LEASE_LEEWAY);
         for _ in 0..100 {
             let settled = self.fleet.iter().all(|store| {
                 let (key, hits) = (&self.keys[k], Hits::Consume(room));
                 let denied = store
                     .local
-                    .deny(key, &self.limits, hits, store.now(), || false);
+                    .deny(key, &self.limits[k], hits, store.now(), || false);
                 room == 0 || denied.is_none()
             });
             if settled {
@@ -205,7 +225,7 @@ impl Model<'_> {
         redis.query::<String>(&["CLIENT", "PAUSE", "30000", "WRITE"]);
         for _ in 0..2 {
             let (verdict, by) = self.fleet[i]
-                .apply(&self.keys[k], &self.limits, Hits::Consume(1))
+                .apply(&self.keys[k], &self.limits[k], Hits::Consume(1))
                 .await
                 .expect("decided per --on-store-error");
             // A lease's block or a local view may still decide without the store.
@@ -231,14 +251,15 @@ impl Model<'_> {
 
     /// At the end: the store holds a count within the exact interval.
     async fn check_store(&self) {
-        for (key, exact) in self.keys.iter().zip(&self.exact) {
-            let peek = self.fleet[0].peek(key, &self.limits, 0).await;
+        for k in 0..2 {
+            let (key, exact, limit) = (&self.keys[k], &self.exact[k], self.limit[k]);
+            let peek = self.fleet[0].peek(key, &self.limits[k], 0).await;
             let shared = peek
                 .shared
                 .expect("a shared store")
                 .expect("the store answers");
-            let count = LIMIT.saturating_sub(shared.limits[0].remaining);
-            let low = exact.low.min(LIMIT);
+            let count = limit.saturating_sub(shared.limits[0].remaining);
+            let low = exact.low.min(limit);
             assert!(
                 (low..=exact.high + LEASE_LEEWAY).contains(&count),
                 "seed {}: the store counts {count} of {key}, the exact counter {exact:?}",
@@ -267,17 +288,19 @@ async fn run(shared: Shared<'_>, seeds: std::ops::Range<u64>) {
     // Fixed windows of an hour: every sequence runs inside one.
     room_in_window(Duration::from_secs(3600), Duration::from_secs(300)).await;
     for seed in seeds {
-        let hourly = |algorithm| Limit::new(LIMIT as u32, Unit::Hour).with_algorithm(algorithm);
-        let kinds = [
-            hourly(Algorithm::FixedWindow),
-            hourly(Algorithm::SlidingWindow { precision: 10 }),
-            // Slots that outlive the sequence: none frees itself while it runs.
-            Limit::in_flight(LIMIT as u32, Duration::from_secs(3600)),
-        ];
-        for (a, limit) in kinds.into_iter().enumerate() {
+        for (a, algorithm) in [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow { precision: 10 },
+            Algorithm::Slots,
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let mut model = Model {
                 fleet: fleet.clone(),
-                limits: vec![limit.expect("a valid limit")],
+                algorithm,
+                limit: [LIMIT; 2],
+                limits: [0, 1].map(|_| limits_of(algorithm, LIMIT)),
                 keys: [0, 1].map(|k| format!("fleet|seed={seed}|k={k}#{a}")),
                 exact: [Exact::default(); 2],
                 redis,
@@ -292,6 +315,17 @@ async fn run(shared: Shared<'_>, seeds: std::ops::Range<u64>) {
             model.check_store().await;
         }
     }
+}
+
+/// An hourly limit of `n` counted by `algorithm` (for slots, `n` of them that outlive the
+/// sequence: none frees itself while it runs): the same window shape whatever `n`, so the
+/// same counter, as an override's.
+fn limits_of(algorithm: Algorithm, n: u64) -> Vec<Limit> {
+    let limit = match algorithm {
+        Algorithm::Slots => Limit::in_flight(n as u32, Duration::from_secs(3600)),
+        algorithm => Limit::new(n as u32, Unit::Hour).with_algorithm(algorithm),
+    };
+    vec![limit.expect("a valid limit")]
 }
 
 /// Seeds 1 to `default`, or to `FLEET_MODEL_SEEDS` for a longer search by hand.

@@ -1,0 +1,188 @@
+//! `PUT`, `GET` and `DELETE /overrides` on the HTTP port, guarded by `ADMIN_TOKEN` as
+//! counter resets are: 401 without it, 403 with a wrong one or with no token set.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::http::header::WWW_AUTHENTICATE;
+use axum::http::{Extensions, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tollgate_core::Clock as _;
+use tollgate_core::SystemClock;
+use tollgate_core::overrides::{Override, OverrideEntry};
+
+use super::Refused;
+use crate::api::json::{reason, text};
+use crate::ops::admin::Admin;
+use crate::ops::reset::authorize;
+
+/// What `DELETE /overrides` names: one overridden descriptor.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Descriptor {
+    domain: String,
+    entries: Vec<OverrideEntry>,
+}
+
+/// `PUT /overrides`: 200 with the override set and the one it replaced.
+pub(crate) async fn put(
+    State(admin): State<Admin>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let who = match guard(&admin, &extensions, &headers) {
+        Ok(who) => who,
+        Err(refusal) => return *refusal,
+    };
+    let spec = match parse_override(&body) {
+        Ok(spec) => spec,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+    };
+    let now_seconds = SystemClock.now().as_nanos() / tollgate_core::NANOS_PER_SECOND;
+    if spec.expires_at.is_some_and(|at| at <= now_seconds) {
+        let why = format!(
+            "expires_at: {} is not in the future (now {now_seconds})",
+            spec.expires_at.unwrap_or_default()
+        );
+        return text(StatusCode::BAD_REQUEST, why);
+    }
+    let registry = &admin.app.overrides;
+    match registry.set(&admin.app.limiter, spec.clone(), &who).await {
+        Ok(replaced) => Json(json!({ "set": spec, "replaced": replaced })).into_response(),
+        Err(refused) => refusal(refused),
+    }
+}
+
+/// `GET /overrides?domain=`: the overrides (of one domain when named), with their source.
+pub(crate) async fn get(
+    State(admin): State<Admin>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Err(refusal) = guard(&admin, &extensions, &headers) {
+        return *refusal;
+    }
+    let query: HashMap<String, String> =
+        form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    if let Some(unknown) = query.keys().find(|k| *k != "domain") {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("{unknown}: unknown parameter (only domain)"),
+        );
+    }
+    let domain = query.get("domain").map(String::as_str);
+    match admin.app.overrides.all(&admin.app.limiter) {
+        Ok(all) => {
+            let listed: Vec<Value> = all
+                .list(domain)
+                .iter()
+                .map(|o| json!({ "override": o.spec(), "source": o.source() }))
+                .collect();
+            let kept_in = admin.app.overrides.kept_in();
+            Json(json!({ "overrides": listed, "keptIn": kept_in })).into_response()
+        }
+        Err(refused) => refusal(refused),
+    }
+}
+
+/// `DELETE /overrides`: 200 with the override removed, 404 when there was none.
+pub(crate) async fn delete(
+    State(admin): State<Admin>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let who = match guard(&admin, &extensions, &headers) {
+        Ok(who) => who,
+        Err(refusal) => return *refusal,
+    };
+    let named = match Json::<Descriptor>::from_bytes(&body) {
+        Ok(Json(named)) => named,
+        Err(e) => return text(StatusCode::BAD_REQUEST, reason("descriptor", &e)),
+    };
+    let registry = &admin.app.overrides;
+    match registry
+        .delete(&admin.app.limiter, &named.domain, &named.entries, &who)
+        .await
+    {
+        Ok(removed) => Json(json!({ "deleted": removed })).into_response(),
+        Err(refused) => refusal(refused),
+    }
+}
+
+/// The caller's address when the token is right; the refusal otherwise (logged at most
+/// once a period, as refused resets are).
+fn guard(
+    admin: &Admin,
+    extensions: &Extensions,
+    headers: &HeaderMap,
+) -> Result<String, Box<Response>> {
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "unknown".to_owned(), |ConnectInfo(p)| p.to_string());
+    let Err((status, why)) = authorize(admin.admin_token.as_deref(), headers, "overrides") else {
+        return Ok(peer);
+    };
+    if let Some(held) = admin.refused_resets.admit(SystemClock.now()) {
+        tracing::warn!(
+            %peer,
+            "admin call refused: {} ({held} more refused since the last such line)",
+            why.trim_end()
+        );
+    }
+    Err(Box::new(match status {
+        StatusCode::UNAUTHORIZED => (status, [(WWW_AUTHENTICATE, "Bearer")], why).into_response(),
+        _ => (status, why).into_response(),
+    }))
+}
+
+/// The override in `body`; a refusal naming the field and the problem. A limit is read
+/// as any JSON number first, so that a negative or absurd one is told as such.
+fn parse_override(body: &[u8]) -> Result<Override, String> {
+    let value: Value = match Json::<Value>::from_bytes(body) {
+        Ok(Json(value)) => value,
+        Err(e) => return Err(reason("override", &e)),
+    };
+    if let Some(n) = value
+        .pointer("/limit/requests_per_unit")
+        .filter(|n| n.is_number())
+    {
+        let whole = n.as_u64().and_then(|n| u32::try_from(n).ok());
+        match (whole, n.as_f64()) {
+            (Some(_), _) => {}
+            (None, Some(f)) if f < 0.0 => {
+                return Err(format!(
+                    "limit.requests_per_unit: must not be negative (got {n})"
+                ));
+            }
+            (None, _) => {
+                return Err(format!(
+                    "limit.requests_per_unit: must be a whole number up to {} (got {n})",
+                    u32::MAX
+                ));
+            }
+        }
+    }
+    Json::<Override>::from_bytes(body)
+        .map(|Json(spec)| spec)
+        .map_err(|e| reason("override", &e))
+}
+
+fn refusal(refused: Refused) -> Response {
+    let status = match &refused {
+        Refused::Invalid(_) => StatusCode::BAD_REQUEST,
+        Refused::Off(_) => StatusCode::FORBIDDEN,
+        Refused::Missing => StatusCode::NOT_FOUND,
+        Refused::Keep(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    text(status, refused.to_string())
+}
