@@ -55,6 +55,10 @@ impl App {
             args.ops.detailed_metric_limit,
         );
         metrics.watch_store(store.clone());
+        let shared = match &store {
+            Store::Shared(shared) => Some(shared.clone()),
+            _ => None,
+        };
         let overrides_gauge = metrics.overrides.clone();
         if let Some(stats) = xds {
             metrics.watch_xds(stats);
@@ -79,6 +83,7 @@ impl App {
             overrides: OverrideRegistry::new(
                 args.ops.overrides_max,
                 args.ops.overrides_file.clone(),
+                shared,
                 args.rules.reference_mode,
                 overrides_gauge,
             ),

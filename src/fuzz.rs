@@ -188,7 +188,7 @@ impl Service {
             header_names: Default::default(),
             dynamic_metadata: true,
             status: RulesStatus::new(false),
-            overrides: OverrideRegistry::new(0, None, false, Default::default()),
+            overrides: OverrideRegistry::new(0, None, None, false, Default::default()),
         });
         app.install(rules, Source::Files { path: path.into() });
         Self { runtime, app }

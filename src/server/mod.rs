@@ -22,6 +22,7 @@ use crate::config::settings::{NoRuleAction, ServeArgs};
 use crate::config::xds;
 use crate::net::tls::ServerTls;
 use crate::ops::metrics::XdsStats;
+use crate::ops::overrides;
 use crate::ops::statsd;
 use crate::rlqs::{Rlqs, RlqsConfig, Strategy};
 
@@ -60,7 +61,10 @@ pub async fn run(
     let xds_stats = Arc::new(XdsStats::default());
     let watched_xds = matches!(origin, Origin::Xds(_)).then(|| xds_stats.clone());
     let app = Arc::new(App::new(&args, store, watched_xds));
-    app.overrides.load(&app.limiter)?;
+    app.overrides.load(&app.limiter).await?;
+    if let Store::Shared(shared) = app.limiter.store() {
+        overrides::stored::spawn(Arc::downgrade(&app), shared);
+    }
     let (reload, xds_server) = start_rules(&args, &app, origin, xds_stats);
     let _watch = reload.clone().map(reload::watch).transpose()?;
     // The reference has no RLQS: in reference mode its calls get UNIMPLEMENTED, as there.

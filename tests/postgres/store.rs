@@ -135,9 +135,9 @@ async fn migrate_creates_the_schema_and_environment_variables_select_postgres() 
         done.stdout
     };
     let first = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(first.trim(), "schema version 7: migrated from 0");
+    assert_eq!(first.trim(), "schema version 8: migrated from 0");
     let again = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(again.trim(), "schema version 7: up to date");
+    assert_eq!(again.trim(), "schema version 8: up to date");
     // A database a version-1 Tollgate made: no tollgate_apply yet.
     blocking(|| {
         postgres.psql(
@@ -148,7 +148,7 @@ async fn migrate_creates_the_schema_and_environment_variables_select_postgres() 
         )
     });
     let upgraded = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(upgraded.trim(), "schema version 7: migrated from 1");
+    assert_eq!(upgraded.trim(), "schema version 8: migrated from 1");
     let unlogged = blocking(|| {
         postgres.psql("SELECT relpersistence FROM pg_class WHERE relname = 'tollgate_counters'")
     });

@@ -1,10 +1,11 @@
 //! Runtime overrides as the service keeps them: every change is checked, kept where the
-//! settings say (the process, or `OVERRIDES_FILE`), installed whole in the limiter, logged
-//! once and counted in a gauge. Changes are made one at a time, so none is lost or
-//! half-applied.
+//! settings say (the shared store, or else the process or `OVERRIDES_FILE`), installed
+//! whole in the limiter, logged once and counted in a gauge. Changes are made one at a
+//! time, so none is lost or half-applied.
 
 mod file;
 pub(crate) mod http;
+pub(crate) mod stored;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Mutex;
 use tollgate_core::Limiter;
 use tollgate_core::overrides::{Override, OverrideEntry, OverrideError, Overrides};
+use tollgate_core::store::SharedStore;
 
 use crate::ops::metrics::RuleMetrics;
 
@@ -33,26 +35,43 @@ pub(crate) enum Refused {
     Keep(String),
 }
 
-/// Where overrides live, and the one change in progress.
+/// One change to write to the shared store.
+enum Write {
+    /// Set the override of a descriptor id to this JSON.
+    Set { id: String, spec: String },
+    /// Delete the override of a descriptor id.
+    Delete { id: String },
+}
+
+/// Where overrides live, and the one change (or re-read) in progress, holding the stored
+/// overrides' JSON as last read.
 pub(crate) struct OverrideRegistry {
-    changing: Mutex<()>,
+    changing: Mutex<Vec<String>>,
     max: usize,
     file: Option<PathBuf>,
+    store: Option<Arc<SharedStore>>,
     off: Option<&'static str>,
     count: Gauge,
 }
 
 impl OverrideRegistry {
-    /// At most `max` overrides, kept in `file` when one is given; `reference` mode refuses
-    /// them; `count` is the gauge of how many there are.
-    pub(crate) fn new(max: usize, file: Option<PathBuf>, reference: bool, count: Gauge) -> Self {
+    /// At most `max` overrides, kept in `store` when shared, else in `file` when one is
+    /// given; `reference` mode refuses them; `count` is the gauge of how many there are.
+    pub(crate) fn new(
+        max: usize,
+        file: Option<PathBuf>,
+        store: Option<Arc<SharedStore>>,
+        reference: bool,
+        count: Gauge,
+    ) -> Self {
         let off = reference.then_some(
             "REFERENCE_MODE serves the reference's rules only; runtime overrides are Tollgate's",
         );
         Self {
-            changing: Mutex::new(()),
+            changing: Mutex::new(Vec::new()),
             max,
             file,
+            store,
             off,
             count,
         }
@@ -60,14 +79,22 @@ impl OverrideRegistry {
 
     /// Where overrides are kept, for a person.
     pub(crate) fn kept_in(&self) -> String {
-        match &self.file {
-            Some(path) => format!("OVERRIDES_FILE {}", path.display()),
-            None => "this process".to_owned(),
+        match (&self.store, &self.file) {
+            (Some(store), _) => format!("the store {}", store.name()),
+            (None, Some(path)) => format!("OVERRIDES_FILE {}", path.display()),
+            (None, None) => "this process".to_owned(),
         }
     }
 
-    /// Installs the overrides kept in the file, if any (at start).
-    pub(crate) fn load(&self, limiter: &Limiter<RuleMetrics>) -> anyhow::Result<()> {
+    /// Installs the overrides kept in the file, if any, or in the shared store (at start;
+    /// a store not answering yet is read again within a second).
+    pub(crate) async fn load(&self, limiter: &Limiter<RuleMetrics>) -> anyhow::Result<()> {
+        if self.store.is_some() {
+            if let Err(why) = self.reread(limiter).await {
+                tracing::warn!("overrides not read at start: {why}");
+            }
+            return Ok(());
+        }
         let Some(path) = &self.file else {
             return Ok(());
         };
@@ -81,8 +108,7 @@ impl OverrideRegistry {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         }
         tracing::info!(count = all.len(), from = %source, "overrides loaded");
-        self.count.set(i64::try_from(all.len()).unwrap_or(i64::MAX));
-        limiter.set_overrides(all);
+        self.install(limiter, all);
         Ok(())
     }
 
@@ -97,8 +123,15 @@ impl OverrideRegistry {
         let compiled = limiter.compile_override(spec, &format!("set over HTTP by {who}"))?;
         self.change(limiter, |all| {
             let spec = compiled.spec().clone();
+            let write = Write::Set {
+                id: spec.id(),
+                spec: serde_json::to_string(&spec).map_err(|e| OverrideError {
+                    field: "override".to_owned(),
+                    message: e.to_string(),
+                })?,
+            };
             let replaced = all.insert(compiled, self.max)?;
-            Ok((spec, replaced))
+            Ok(((spec, replaced), Some(write)))
         })
         .await
         .map(|(spec, replaced)| {
@@ -126,7 +159,13 @@ impl OverrideRegistry {
         self.refuse_if_off()?;
         let pairs = || entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
         let removed = self
-            .change(limiter, |all| Ok(all.remove(domain, pairs())))
+            .change(limiter, |all| {
+                let removed = all.remove(domain, pairs());
+                let write = removed
+                    .as_ref()
+                    .map(|o| Write::Delete { id: o.spec().id() });
+                Ok((removed, write))
+            })
             .await?
             .ok_or(Refused::Missing)?;
         let spec = removed.spec().clone();
@@ -150,17 +189,30 @@ impl OverrideRegistry {
         self.off.map_or(Ok(()), |why| Err(Refused::Off(why)))
     }
 
-    /// Applies `edit` to a copy of the overrides in force, keeps the copy, then installs
-    /// it: a refused edit or a failed write changes nothing.
+    /// Applies `edit` to a copy of the overrides in force (read again first from a shared
+    /// store, their truth), keeps the change, then installs the copy: a refused edit or a
+    /// failed write changes nothing here.
     async fn change<T>(
         &self,
         limiter: &Limiter<RuleMetrics>,
-        edit: impl FnOnce(&mut Overrides) -> Result<T, OverrideError>,
+        edit: impl FnOnce(&mut Overrides) -> Result<(T, Option<Write>), OverrideError>,
     ) -> Result<T, Refused> {
-        let _one_at_a_time = self.changing.lock().await;
-        let mut all = Overrides::clone(&limiter.overrides());
-        let out = edit(&mut all)?;
-        if let Some(path) = &self.file {
+        let mut last_read = self.changing.lock().await;
+        let mut all = match &self.store {
+            Some(store) => stored::read(store, limiter, self.max, &mut last_read)
+                .await
+                .map_err(|e| self.unkept(&e))?,
+            None => Overrides::clone(&limiter.overrides()),
+        };
+        let (out, write) = edit(&mut all)?;
+        if let Some(store) = &self.store {
+            let written = match write {
+                Some(Write::Set { id, spec }) => store.write_override(&id, spec).await,
+                Some(Write::Delete { id }) => store.delete_override(&id).await,
+                None => Ok(()),
+            };
+            written.map_err(|e| self.unkept(&e))?;
+        } else if let Some(path) = &self.file {
             let specs: Vec<Override> = all
                 .list(None)
                 .into_iter()
@@ -172,9 +224,35 @@ impl OverrideRegistry {
                 .map_err(|e| Refused::Keep(e.to_string()))?
                 .map_err(|e| Refused::Keep(format!("{e:#}")))?;
         }
+        self.install(limiter, all);
+        Ok(out)
+    }
+
+    /// Reads the overrides of the shared store again and installs them when they changed.
+    pub(crate) async fn reread(&self, limiter: &Limiter<RuleMetrics>) -> Result<(), Refused> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let mut last_read = self.changing.lock().await;
+        let before = last_read.clone();
+        let all = stored::read(store, limiter, self.max, &mut last_read)
+            .await
+            .map_err(|e| self.unkept(&e))?;
+        if *last_read != before {
+            tracing::info!(count = all.len(), from = %self.kept_in(), "overrides read from the store");
+            self.install(limiter, all);
+        }
+        Ok(())
+    }
+
+    fn install(&self, limiter: &Limiter<RuleMetrics>, all: Overrides) {
         self.count.set(i64::try_from(all.len()).unwrap_or(i64::MAX));
         limiter.set_overrides(all);
-        Ok(out)
+    }
+
+    /// A shared store's failure, as a refusal that names the store.
+    fn unkept(&self, e: &tollgate_core::StoreError) -> Refused {
+        Refused::Keep(format!("{e} ({})", self.kept_in()))
     }
 }
 
@@ -242,7 +320,7 @@ mod tests {
         let (_, recorder) = Metrics::new(0.8, 10);
         let store = Store::Memory(MemoryStore::default());
         let limiter = Limiter::with_recorder(Rules::default(), store, Options::default(), recorder);
-        let registry = OverrideRegistry::new(10, None, true, Gauge::default());
+        let registry = OverrideRegistry::new(10, None, None, true, Gauge::default());
         let spec = acme();
         let refused = registry.set(&limiter, spec.clone(), "test").await;
         assert!(

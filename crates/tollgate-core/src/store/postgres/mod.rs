@@ -28,8 +28,8 @@ use self::apply::{ApplyArgs, signed};
 use self::connect::PgConnector;
 use self::describe::describe;
 use super::shared::SharedBehaviour;
-use super::shared::announce::{Subscribe, announcement};
-use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
+use super::shared::announce::{OVERRIDES, Subscribe, announcement};
+use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
 use super::shared::slots::SlotCall;
@@ -85,6 +85,19 @@ pub(crate) struct PgBackend {
 /// Deletes a counter and announces it, in one statement.
 const RESET: &str =
     "WITH gone AS (DELETE FROM tollgate_counters WHERE key = $1) SELECT pg_notify($2, $3)";
+
+/// Sets an override of the key prefix and announces it, in one statement.
+const SET_OVERRIDE: &str = "WITH put AS (INSERT INTO tollgate_overrides (prefix, id, spec) \
+     VALUES ($1, $2, $3) ON CONFLICT (prefix, id) DO UPDATE SET spec = excluded.spec, \
+     updated_at = now()) SELECT pg_notify($4, $5)";
+
+/// Deletes an override of the key prefix and announces it, in one statement.
+const DELETE_OVERRIDE: &str = "WITH gone AS (DELETE FROM tollgate_overrides \
+     WHERE prefix = $1 AND id = $2) SELECT pg_notify($3, $4)";
+
+/// The overrides of the key prefix, at most a number of them, in the order of their ids.
+const READ_OVERRIDES: &str =
+    "SELECT spec FROM tollgate_overrides WHERE prefix = $1 ORDER BY id LIMIT $2";
 
 impl PgBackend {
     /// The backend of `config` over `tls`, connecting in the background (on the current
@@ -203,6 +216,75 @@ impl Backend for PgBackend {
     fn subscription(&self) -> Subscribe {
         let (target, tls) = (*self.subscriber).clone();
         listen::subscription(target, tls, self.resets.clone())
+    }
+
+    /// The rows of `tollgate_overrides` under the key prefix.
+    fn overrides(&self, most: usize) -> Reading {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let prefix = self.key_prefix.clone();
+        let most = i64::try_from(most).unwrap_or(i64::MAX);
+        let link = self.link.clone();
+        Box::pin(async move {
+            let rows = pool
+                .pick()
+                .client
+                .query(READ_OVERRIDES, &[&prefix, &most])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            rows.iter()
+                .map(|row| row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e))))
+                .collect()
+        })
+    }
+
+    /// An upsert of the override's row, and a NOTIFY of the change.
+    fn set_override(&self, id: &str, spec: String) -> Sending {
+        let id = id.to_owned();
+        self.change_overrides(move |prefix, channel| {
+            (
+                SET_OVERRIDE,
+                vec![prefix, id, spec, channel, OVERRIDES.to_owned()],
+            )
+        })
+    }
+
+    /// A delete of the override's row, and a NOTIFY of the change.
+    fn delete_override(&self, id: &str) -> Sending {
+        let id = id.to_owned();
+        self.change_overrides(move |prefix, channel| {
+            (
+                DELETE_OVERRIDE,
+                vec![prefix, id, channel, OVERRIDES.to_owned()],
+            )
+        })
+    }
+}
+
+impl PgBackend {
+    /// Runs the statement `change` makes of the key prefix and the reset channel.
+    fn change_overrides(
+        &self,
+        change: impl FnOnce(String, String) -> (&'static str, Vec<String>),
+    ) -> Sending {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let (statement, params) = change(self.key_prefix.clone(), self.resets.clone());
+        let link = self.link.clone();
+        Box::pin(async move {
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                .iter()
+                .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            pool.pick()
+                .client
+                .execute(statement, &params)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
+        })
     }
 }
 

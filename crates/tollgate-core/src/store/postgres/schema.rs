@@ -12,7 +12,8 @@
 //! sub-window's last hit landed, one more number per sub-window after every limit's
 //! (rows written before are read as before, their sub-windows ending at their ends;
 //! instances of version 5 read the new rows, ignoring what follows their limits); 7
-//! in-flight counters: `tollgate_slots` of `slots.sql`, run after `schema.sql`.
+//! in-flight counters: `tollgate_slots` of `slots.sql`, run after `schema.sql`; 8
+//! runtime overrides: the table `tollgate_overrides` of `overrides.sql`, run last.
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -25,15 +26,20 @@ use tokio_postgres::error::SqlState;
 use super::describe::describe;
 
 /// The schema at [`SCHEMA_VERSION`], from any earlier version.
-const SCHEMA: &str = concat!(include_str!("schema.sql"), include_str!("slots.sql"));
+const SCHEMA: &str = concat!(
+    include_str!("schema.sql"),
+    include_str!("slots.sql"),
+    include_str!("overrides.sql")
+);
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
-/// Whether every piece `schema.sql` makes is there: the counter table, the counting
+/// Whether every piece the schema makes is there: the counter and override tables, the counting
 /// function this version calls, the older signatures kept for a rolling upgrade's
 /// instances, the clock and the sweep. Any one missing runs the file again.
 const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
+     AND to_regclass('tollgate_overrides') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
      bigint[], bigint[], bigint[], bigint[], bigint)') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \

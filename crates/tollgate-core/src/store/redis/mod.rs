@@ -20,8 +20,10 @@ use futures_util::StreamExt as _;
 use self::batch::Batcher;
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::SharedBehaviour;
-use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
-use super::shared::backend::{Backend, CallArgs, Sending, Trip, TripError};
+use super::shared::announce::{
+    OVERRIDES, SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement,
+};
+use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
 use super::shared::slots::SlotCall;
@@ -54,6 +56,9 @@ pub(crate) struct RedisBackend {
     key_prefix: String,
     /// The channel resets are announced on, named from the key prefix.
     resets: String,
+    /// The one hash of the runtime overrides (one key, so Cluster-safe): field the
+    /// descriptor's id, value the override's JSON.
+    overrides: String,
     /// Where subscriptions connect, on connections of their own.
     subscriber: Arc<RedisConnector>,
     /// Counter keys that held something else (a list, a hash), which the script replaced.
@@ -77,6 +82,7 @@ impl RedisBackend {
             link,
             slots: Arc::new(slots::script()),
             resets: format!("{}tollgate-reset", config.key_prefix),
+            overrides: format!("{}tollgate-overrides", config.key_prefix),
             key_prefix: config.key_prefix,
             foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
             subscriber: Arc::new(RedisConnector {
@@ -210,6 +216,70 @@ impl Backend for RedisBackend {
                     .filter_map(|m| std::future::ready(m.get_payload::<String>().ok()));
                 Ok(keys.boxed())
             })
+        })
+    }
+
+    /// HSCAN of the overrides' hash, until `most` are read, then sorted by field.
+    fn overrides(&self, most: usize) -> Reading {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let (hash, link) = (self.overrides.clone(), self.link.clone());
+        Box::pin(async move {
+            let mut found: Vec<(String, String)> = Vec::new();
+            let mut cursor = 0_u64;
+            loop {
+                let mut scan = redis::cmd("HSCAN");
+                scan.arg(&hash).arg(cursor).arg("COUNT").arg(1_000);
+                let (next, pairs): (u64, Vec<(String, String)>) =
+                    conn.query(&scan).await.map_err(|e| classify(&link, e))?;
+                found.extend(pairs);
+                cursor = next;
+                if cursor == 0 || found.len() >= most {
+                    break;
+                }
+            }
+            found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            found.dedup_by(|a, b| a.0 == b.0);
+            found.truncate(most);
+            Ok(found.into_iter().map(|(_, spec)| spec).collect())
+        })
+    }
+
+    /// HSET of the override, then PUBLISH of the change.
+    fn set_override(&self, id: &str, spec: String) -> Sending {
+        let mut set = redis::cmd("HSET");
+        set.arg(&self.overrides).arg(id).arg(spec);
+        self.change_overrides(set)
+    }
+
+    /// HDEL of the override, then PUBLISH of the change.
+    fn delete_override(&self, id: &str) -> Sending {
+        let mut delete = redis::cmd("HDEL");
+        delete.arg(&self.overrides).arg(id);
+        self.change_overrides(delete)
+    }
+}
+
+impl RedisBackend {
+    /// Runs `change` on the overrides' hash, then announces it.
+    fn change_overrides(&self, change: redis::Cmd) -> Sending {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(&self.resets).arg(OVERRIDES);
+        let link = self.link.clone();
+        Box::pin(async move {
+            conn.query::<i64>(&change)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            conn.query::<i64>(&publish)
+                .await
+                .map_err(|e| classify(&link, e))?;
+            Ok(())
         })
     }
 }

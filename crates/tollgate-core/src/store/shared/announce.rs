@@ -10,6 +10,10 @@
 //! carries the store's time when it ran, so that an answer to a call that ran before it,
 //! still on its way, is not adopted afterwards ([`super::super::local`]).
 //!
+//! A change of the runtime overrides kept in the store is announced as [`OVERRIDES`]: no
+//! counter key lacks a `#`, so an instance of an older version reads it as a reset of a
+//! key no counter has, and does nothing.
+//!
 //! A key too long to announce is announced as [`ALL`], and a listener that (re)subscribes
 //! may have missed announcements: both drop every view and lease, which is always safe,
 //! since the views only save round trips and a dropped lease only leaves its units unused
@@ -28,6 +32,8 @@ use crate::clock::Timestamp;
 const MAX_ANNOUNCED_KEY: usize = 7_900;
 /// The announcement that drops every view (a counter key always holds a `#`).
 const ALL: &str = "*";
+/// The announcement that the stored overrides changed.
+pub(crate) const OVERRIDES: &str = "overrides";
 /// How long opening a subscription (connecting, then SUBSCRIBE or LISTEN) may take: a
 /// server that accepts and never answers would otherwise leave resets unheard, silently.
 pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,6 +65,8 @@ pub(crate) enum Heard<'a> {
     Reset(&'a str),
     /// Counter `key` went down at store time `at`.
     Decrease { key: &'a str, at: Timestamp },
+    /// The stored overrides changed.
+    Overrides,
     /// Anything may have changed.
     All,
 }
@@ -86,6 +94,9 @@ pub(crate) fn decrease(key: &str, at: Timestamp) -> String {
 pub(crate) fn hear(announced: &str) -> Heard<'_> {
     if announced == ALL {
         return Heard::All;
+    }
+    if announced == OVERRIDES {
+        return Heard::Overrides;
     }
     match announced.split_once('#') {
         Some((micros, key)) if key.contains('#') => match micros.parse() {
@@ -141,6 +152,7 @@ mod tests {
         let at = Timestamp::from_micros(1_700_000_000_123_456);
         assert_eq!(hear(&decrease(key, at)), Heard::Decrease { key, at });
         assert_eq!(hear(ALL), Heard::All);
+        assert_eq!(hear(OVERRIDES), Heard::Overrides);
         let long = format!("d|k={}#s1", "x".repeat(MAX_ANNOUNCED_KEY));
         assert_eq!(hear(announcement(&long)), Heard::All);
         assert_eq!(hear(&decrease(&long, at)), Heard::All);

@@ -1,6 +1,6 @@
 //! What the shared store needs of a store it sits in front of (Redis, PostgreSQL): one
-//! call sent, a reset, an announcement, a subscription to the others' announcements, and
-//! the connection's health. A backend never sees the local view, the ledger or leases.
+//! call sent, a reset, an announcement, a subscription to the others' announcements, the
+//! runtime overrides kept there, and the connection's health. A backend never sees the local view, the ledger or leases.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -64,6 +64,9 @@ pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<RawReply, TripError>> 
 /// A reset or an announcement under way, owning all it needs.
 pub(crate) type Sending = Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>>;
 
+/// A read of the stored overrides under way: each one's JSON, by descriptor.
+pub(crate) type Reading = Pin<Box<dyn Future<Output = Result<Vec<String>, TripError>> + Send>>;
+
 /// A store the shared store talks to. The call behind every request is already boxed
 /// (it may outlive its request), so dispatching through the trait costs one indirect call.
 pub(crate) trait Backend: Send + Sync {
@@ -88,4 +91,15 @@ pub(crate) trait Backend: Send + Sync {
 
     /// How to subscribe to the announcements.
     fn subscription(&self) -> Subscribe;
+
+    /// The stored overrides' JSON, at most `most` of them, in the order of their ids.
+    fn overrides(&self, most: usize) -> Reading;
+
+    /// Stores `spec` (an override's JSON) as the override of descriptor `id`, replacing
+    /// any, then announces [`super::announce::OVERRIDES`].
+    fn set_override(&self, id: &str, spec: String) -> Sending;
+
+    /// Deletes the override of descriptor `id`, then announces
+    /// [`super::announce::OVERRIDES`].
+    fn delete_override(&self, id: &str) -> Sending;
 }

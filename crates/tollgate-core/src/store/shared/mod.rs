@@ -24,6 +24,7 @@ mod late;
 pub(crate) mod lease;
 pub(crate) mod ledger;
 pub(crate) mod link;
+mod overrides;
 pub(crate) mod protocol;
 pub(crate) mod slots;
 
@@ -121,6 +122,8 @@ pub struct SharedStore {
     ledger: Arc<Ledger>,
     /// Blocks of hot counters held by this instance.
     leases: lease::Leases,
+    /// Told when the stored overrides may have changed elsewhere.
+    overrides_changed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -155,6 +158,7 @@ impl SharedStore {
             counts: Counts::default(),
             ledger: Arc::default(),
             leases: lease::Leases::new(behaviour.leases),
+            overrides_changed: tokio::sync::Notify::new(),
         });
         background::spawn(&store, refresh_rx);
         announce::spawn(
@@ -173,7 +177,9 @@ impl SharedStore {
             announce::Heard::All => {
                 self.local.forget_all();
                 self.leases.forget(None);
+                self.overrides_changed.notify_one();
             }
+            announce::Heard::Overrides => self.overrides_changed.notify_one(),
             announce::Heard::Reset(key) => {
                 self.local.forget(key);
                 self.leases.forget(Some(key));
@@ -286,11 +292,7 @@ impl SharedStore {
         self.leases.forget(Some(key));
         match result {
             Err(_) => Err(StoreError::Timeout),
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(TripError::NotConnected)) => Err(StoreError::NotConnected),
-            #[cfg(feature = "postgres")]
-            Ok(Err(TripError::Timeout)) => Err(StoreError::Timeout),
-            Ok(Err(TripError::Lost(e) | TripError::Failed(e))) => Err(StoreError::Failed(e)),
+            Ok(result) => result.map_err(operator_error),
         }
     }
 
@@ -568,6 +570,16 @@ impl SharedStore {
 
 /// The least a reset waits for the store: an operator's call, not a request's.
 const RESET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an operator's call (a reset, an override's change) is told of a failed trip.
+fn operator_error(e: TripError) -> StoreError {
+    match e {
+        TripError::NotConnected => StoreError::NotConnected,
+        #[cfg(feature = "postgres")]
+        TripError::Timeout => StoreError::Timeout,
+        TripError::Lost(e) | TripError::Failed(e) => StoreError::Failed(e),
+    }
+}
 
 /// The units a decision on `hits` counted (negative: gave back).
 fn counted(hits: Hits, admitted: bool) -> i64 {
