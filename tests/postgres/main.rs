@@ -9,5 +9,6 @@ mod debts;
 mod faults;
 mod in_flight;
 mod leases;
+mod overrides;
 mod store;
 mod support;

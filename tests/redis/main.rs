@@ -9,6 +9,7 @@ mod debts;
 mod faults;
 mod in_flight;
 mod leases;
+mod overrides;
 mod reference_mode;
 mod sentinel;
 mod single;

@@ -44,6 +44,7 @@ pub mod keys;
 pub mod leases;
 pub mod load;
 pub mod otlp;
+pub mod overrides;
 pub mod pki;
 pub mod postgres;
 pub mod process;

@@ -1,0 +1,48 @@
+//! Runtime overrides kept in Redis: set through one instance and enforced by another,
+//! kept across restarts, deleted through one; refused with 503 while Redis is down.
+
+use tollgate_testkit::admin::{self, TOKEN, override_body};
+use tollgate_testkit::http::Method;
+use tollgate_testkit::overrides::assert_overrides_spread;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::tollgate::Server;
+
+use crate::support::{DOMAIN, USER_LIMIT, serve};
+
+async fn instance(redis: &RedisServer) -> Server {
+    serve("single", &redis.url())
+        .args(["--store-timeout", "1s"])
+        .env("ADMIN_TOKEN", TOKEN)
+        .start_connected()
+        .await
+}
+
+#[tokio::test]
+async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
+    let redis = RedisServer::start();
+    let limit = u32::try_from(USER_LIMIT).expect("a small limit");
+    assert_overrides_spread(
+        async || instance(&redis).await,
+        DOMAIN,
+        ("user", "ann"),
+        limit,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
+    let mut redis = RedisServer::start();
+    let server = instance(&redis).await;
+    redis.stop();
+    let body = override_body(DOMAIN, ("user", "ann"), "9", "minute");
+    let set = admin::overrides(&server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
+    assert_eq!(set.status, 503, "{set:?}");
+    assert!(
+        set.body
+            .starts_with("cannot keep the overrides: counter store"),
+        "{set:?}"
+    );
+    let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
+    assert!(listed.body.contains(r#""overrides":[]"#), "{listed:?}");
+}
