@@ -1,9 +1,12 @@
 //! Runtime overrides kept in Redis: set through one instance and enforced by another,
-//! kept across restarts, deleted through one; refused with 503 while Redis is down.
+//! kept across restarts, deleted through one; written past an announcement, read within
+//! a second, up to `OVERRIDES_MAX`; refused with 503 while Redis is down.
+
+use std::time::Duration;
 
 use tollgate_testkit::admin::{self, TOKEN, override_body};
 use tollgate_testkit::http::Method;
-use tollgate_testkit::overrides::assert_overrides_spread;
+use tollgate_testkit::overrides::{assert_overrides_spread, await_listed};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::Server;
 
@@ -45,4 +48,31 @@ async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
     );
     let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
     assert!(listed.body.contains(r#""overrides":[]"#), "{listed:?}");
+}
+
+#[tokio::test]
+async fn overrides_written_unannounced_are_read_within_a_second_up_to_the_bound() {
+    let redis = RedisServer::start();
+    let server = serve("single", &redis.url())
+        .env("ADMIN_TOKEN", TOKEN)
+        .env("OVERRIDES_MAX", "1")
+        .start_connected()
+        .await;
+    let spec = |value: &str| override_body(DOMAIN, ("user", value), "9", "minute");
+    // Straight into the hash, as if the announcement had been missed.
+    let _: i64 = redis.query(&[
+        "HSET",
+        "tollgate-overrides",
+        "a",
+        &spec("ann"),
+        "b",
+        &spec("bob"),
+    ]);
+    await_listed(&server, "ann", true).await;
+    let refused = server
+        .stderr()
+        .wait_for(|l| l.contains("OVERRIDES_MAX"), Duration::from_secs(5));
+    assert!(refused.is_ok_and(|l| l.contains("more than 1 overrides")));
+    let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
+    assert!(!listed.body.contains("bob"), "past the bound: {listed:?}");
 }

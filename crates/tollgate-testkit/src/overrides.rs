@@ -69,8 +69,9 @@ pub async fn assert_overrides_spread(
     );
 }
 
-/// Waits until `server` lists an override of `value` (or none, when not `listed`).
-async fn await_listed(server: &Listening, value: &str, listed: bool) -> Duration {
+/// Waits until `server` lists an override of `value` (or none, when not `listed`); how
+/// long that took.
+pub async fn await_listed(server: &Listening, value: &str, listed: bool) -> Duration {
     let what = format!("an override of {value} listed: {listed}");
     let ((), took) = wait::until_async(&what, SPREAD, async || {
         let list = admin::overrides(server, Method::GET, "/overrides", "", Some(TOKEN)).await;
