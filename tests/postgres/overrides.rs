@@ -1,11 +1,13 @@
 //! Runtime overrides kept in PostgreSQL: set through one instance and enforced by
-//! another, kept across restarts, deleted through one.
+//! another, kept across restarts, deleted through one; refused with 503 while
+//! PostgreSQL is down.
 
-use tollgate_testkit::admin::TOKEN;
+use tollgate_testkit::admin::{self, TOKEN, override_body};
+use tollgate_testkit::http::Method;
 use tollgate_testkit::overrides::assert_overrides_spread;
 use tollgate_testkit::postgres::PostgresServer;
 
-use crate::support::{DOMAIN, USER_LIMIT, serve};
+use crate::support::{DOMAIN, USER_LIMIT, blocking, serve};
 
 #[tokio::test]
 async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
@@ -18,4 +20,24 @@ async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
             .await
     };
     assert_overrides_spread(start, DOMAIN, ("user", "ann"), limit).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_postgres_is_down_is_refused_with_a_reason() {
+    let mut postgres = PostgresServer::start();
+    let server = serve(&postgres, &[])
+        .env("ADMIN_TOKEN", TOKEN)
+        .start_connected()
+        .await;
+    blocking(|| postgres.stop());
+    let body = override_body(DOMAIN, ("user", "ann"), "9", "minute");
+    let set = admin::overrides(&server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
+    assert_eq!(set.status, 503, "{set:?}");
+    assert!(
+        set.body
+            .starts_with("cannot keep the overrides: counter store"),
+        "{set:?}"
+    );
+    let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
+    assert!(listed.body.contains(r#""overrides":[]"#), "{listed:?}");
 }

@@ -111,7 +111,7 @@ async fn the_schema_is_versioned_and_the_pool_has_its_size() {
     let postgres = PostgresServer::start();
     let _server = connected(&postgres, &["--postgres-pool-size", "3"]).await;
     let version = blocking(|| postgres.psql("SELECT version FROM tollgate_schema"));
-    assert_eq!(version, "7");
+    assert_eq!(version, "8");
     let connections = blocking(|| {
         postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tollgate'")
     });
@@ -120,6 +120,10 @@ async fn the_schema_is_versioned_and_the_pool_has_its_size() {
         postgres.psql("SELECT relpersistence FROM pg_class WHERE relname = 'tollgate_counters'")
     });
     assert_eq!(logged, "p", "a logged table unless asked");
+    let overrides = blocking(|| {
+        postgres.psql("SELECT relpersistence FROM pg_class WHERE relname = 'tollgate_overrides'")
+    });
+    assert_eq!(overrides, "p", "overrides are kept in a logged table");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
