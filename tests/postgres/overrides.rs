@@ -2,9 +2,10 @@
 //! another, kept across restarts, deleted through one; refused with 503 while
 //! PostgreSQL is down.
 
-use tollgate_testkit::admin::{self, TOKEN, override_body};
-use tollgate_testkit::http::Method;
-use tollgate_testkit::overrides::assert_overrides_spread;
+use tollgate_testkit::admin::TOKEN;
+use tollgate_testkit::overrides::{
+    assert_overrides_spread, assert_refused_while_the_store_is_down,
+};
 use tollgate_testkit::postgres::PostgresServer;
 
 use crate::support::{DOMAIN, USER_LIMIT, blocking, serve};
@@ -30,14 +31,5 @@ async fn a_change_while_postgres_is_down_is_refused_with_a_reason() {
         .start_connected()
         .await;
     blocking(|| postgres.stop());
-    let body = override_body(DOMAIN, ("user", "ann"), "9", "minute");
-    let set = admin::overrides(&server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
-    assert_eq!(set.status, 503, "{set:?}");
-    assert!(
-        set.body
-            .starts_with("cannot keep the overrides: counter store"),
-        "{set:?}"
-    );
-    let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
-    assert!(listed.body.contains(r#""overrides":[]"#), "{listed:?}");
+    assert_refused_while_the_store_is_down(&server, DOMAIN).await;
 }

@@ -2,20 +2,11 @@
 //! instance's local view beside the shared value, and a reset through one instance
 //! reaches the other's local view.
 
-use tollgate_testkit::admin::{self, TOKEN, assert_reset_reaches_every_instance};
+use tollgate_testkit::admin::{self, assert_reset_reaches_every_instance};
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::tollgate::Server;
 
-use crate::support::{DOMAIN, USER_LIMIT, serve};
-
-async fn instance(redis: &RedisServer) -> Server {
-    serve("single", &redis.url())
-        .args(["--store-timeout", "1s"])
-        .env("ADMIN_TOKEN", TOKEN)
-        .start_connected()
-        .await
-}
+use crate::support::{DOMAIN, USER_LIMIT, admin_instance as instance};
 
 #[tokio::test]
 async fn explain_shows_the_local_view_beside_the_shared_value() {

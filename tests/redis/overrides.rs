@@ -6,19 +6,12 @@ use std::time::Duration;
 
 use tollgate_testkit::admin::{self, TOKEN, override_body};
 use tollgate_testkit::http::Method;
-use tollgate_testkit::overrides::{assert_overrides_spread, await_listed};
+use tollgate_testkit::overrides::{
+    assert_overrides_spread, assert_refused_while_the_store_is_down, await_listed,
+};
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::tollgate::Server;
 
-use crate::support::{DOMAIN, USER_LIMIT, serve};
-
-async fn instance(redis: &RedisServer) -> Server {
-    serve("single", &redis.url())
-        .args(["--store-timeout", "1s"])
-        .env("ADMIN_TOKEN", TOKEN)
-        .start_connected()
-        .await
-}
+use crate::support::{DOMAIN, USER_LIMIT, admin_instance as instance, serve};
 
 #[tokio::test]
 async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
@@ -38,16 +31,7 @@ async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
     let mut redis = RedisServer::start();
     let server = instance(&redis).await;
     redis.stop();
-    let body = override_body(DOMAIN, ("user", "ann"), "9", "minute");
-    let set = admin::overrides(&server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
-    assert_eq!(set.status, 503, "{set:?}");
-    assert!(
-        set.body
-            .starts_with("cannot keep the overrides: counter store"),
-        "{set:?}"
-    );
-    let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
-    assert!(listed.body.contains(r#""overrides":[]"#), "{listed:?}");
+    assert_refused_while_the_store_is_down(&server, DOMAIN).await;
 }
 
 #[tokio::test]

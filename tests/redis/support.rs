@@ -44,6 +44,15 @@ pub fn serve(redis_type: &str, url: &str) -> Serve {
     Serve::rules(RULES).redis(redis_type, url)
 }
 
+/// One instance on the single Redis `redis` with the admin token, once connected.
+pub async fn admin_instance(redis: &tollgate_testkit::redis::RedisServer) -> Server {
+    serve("single", &redis.url())
+        .args(["--store-timeout", "1s"])
+        .env("ADMIN_TOKEN", tollgate_testkit::admin::TOKEN)
+        .start_connected()
+        .await
+}
+
 /// [`serve`] with `args`, once the store is connected.
 pub async fn connected(redis_type: &str, url: &str, args: &[&str]) -> Server {
     serve(redis_type, url).args(args).start_connected().await

@@ -1,6 +1,7 @@
 //! The scenario every shared store must pass with runtime overrides: set through one
 //! instance, enforced by another within about a second, kept across a restart of both,
-//! and deleted through one to give the rule back on the other.
+//! and deleted through one to give the rule back on the other; and a change refused
+//! while the store is down.
 
 use std::time::Duration;
 
@@ -67,6 +68,21 @@ pub async fn assert_overrides_spread(
         Some(rule_limit),
         "the rule again: {status:?}"
     );
+}
+
+/// With `server`'s store down, a `PUT /overrides` on `domain` is a 503 with a reason, and
+/// nothing is set.
+pub async fn assert_refused_while_the_store_is_down(server: &Listening, domain: &str) {
+    let body = override_body(domain, ("user", "ann"), "9", "minute");
+    let set = admin::overrides(server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
+    assert_eq!(set.status, 503, "{set:?}");
+    assert!(
+        set.body
+            .starts_with("cannot keep the overrides: counter store"),
+        "{set:?}"
+    );
+    let listed = admin::overrides(server, Method::GET, "/overrides", "", Some(TOKEN)).await;
+    assert!(listed.body.contains(r#""overrides":[]"#), "{listed:?}");
 }
 
 /// Waits until `server` lists an override of `value` (or none, when not `listed`); how

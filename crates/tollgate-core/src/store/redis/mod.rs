@@ -269,17 +269,14 @@ impl RedisBackend {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
-        let mut publish = redis::cmd("PUBLISH");
-        publish.arg(&self.resets).arg(OVERRIDES);
+        // Sent only once the change is made.
+        let announce = self.announce(OVERRIDES.to_owned());
         let link = self.link.clone();
         Box::pin(async move {
             conn.query::<i64>(&change)
                 .await
                 .map_err(|e| classify(&link, e))?;
-            conn.query::<i64>(&publish)
-                .await
-                .map_err(|e| classify(&link, e))?;
-            Ok(())
+            announce.await
         })
     }
 }
