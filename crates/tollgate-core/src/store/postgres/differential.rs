@@ -303,6 +303,7 @@ fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
         let mut client = fresh_schema("repair").await;
         let pieces = [
             ("table", "tollgate_counters"),
+            ("table", "tollgate_overrides"),
             // The signature this Tollgate calls (version 4's), then the wrappers of 3 and 2.
             (
                 "function",
