@@ -1,5 +1,5 @@
-//! Runtime overrides kept in Redis: set through one instance and enforced by another,
-//! kept across restarts, deleted through one; written past an announcement, read within
+//! Runtime overrides kept in Redis (single and Cluster): set through one instance and
+//! enforced by another, kept across restarts, deleted through one; written past an announcement, read within
 //! a second, up to `OVERRIDES_MAX`; refused with 503 while Redis is down.
 
 use std::time::Duration;
@@ -10,6 +10,7 @@ use tollgate_testkit::overrides::{
     assert_overrides_spread, assert_refused_while_the_store_is_down, await_listed,
 };
 use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::cluster::RedisCluster;
 
 use crate::support::{DOMAIN, USER_LIMIT, admin_instance as instance, serve};
 
@@ -24,6 +25,20 @@ async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
         limit,
     )
     .await;
+}
+
+#[tokio::test]
+async fn overrides_spread_over_a_cluster() {
+    let cluster = RedisCluster::start();
+    let start = async || {
+        serve("cluster", &cluster.url())
+            .args(["--store-timeout", "1s"])
+            .env("ADMIN_TOKEN", TOKEN)
+            .start_connected()
+            .await
+    };
+    let limit = u32::try_from(USER_LIMIT).expect("a small limit");
+    assert_overrides_spread(start, DOMAIN, ("user", "ann"), limit).await;
 }
 
 #[tokio::test]
