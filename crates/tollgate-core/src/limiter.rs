@@ -14,16 +14,19 @@ use crate::limit::Limit;
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
+use crate::top::{RuleTop, TopBy};
 
 mod explain;
 mod find;
 mod over_limit_log;
 mod reset;
 mod resolve;
+mod top;
 pub use explain::{Explained, Explanation, Matched};
 pub use find::Found;
 use over_limit_log::OverLimitLog;
 use resolve::{Count, Match, Resolved};
+pub use top::TopQuery;
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -98,6 +101,8 @@ struct Installed<P> {
     rules: Rules,
     /// By rule id.
     prepared: Box<[Option<P>]>,
+    /// The heavy keys of each rule, by rule id.
+    top: Box<[Option<Arc<RuleTop>>]>,
 }
 
 /// The rules a [`Limiter`] serves at one instant; they stay valid while held.
@@ -146,7 +151,7 @@ impl Limiter {
 impl<R: Recorder> Limiter<R> {
     /// A limiter whose decisions `recorder` observes.
     pub fn with_recorder(rules: Rules, store: Store, options: Options, recorder: R) -> Self {
-        let installed = install(&recorder, rules);
+        let installed = install(&recorder, rules, None);
         Self {
             installed: ArcSwap::from_pointee(installed),
             store,
@@ -163,8 +168,9 @@ impl<R: Recorder> Limiter<R> {
 
     /// Serves `rules` from the next request on; requests in flight finish on the old ones.
     pub fn install(&self, rules: Rules) {
-        self.installed
-            .store(Arc::new(install(&self.recorder, rules)));
+        let old = self.installed.load();
+        let installed = install(&self.recorder, rules, Some(&old));
+        self.installed.store(Arc::new(installed));
     }
 
     /// The counter store.
@@ -253,26 +259,41 @@ impl<R: Recorder> Limiter<R> {
         Ok(decided)
     }
 
-    /// Tells the recorder of every counted descriptor, and logs each descriptor's decision.
+    /// Tells the recorder and the rule's heavy keys of every counted descriptor, and logs
+    /// each descriptor's decision.
     fn observe(
         &self,
         installed: &Installed<R::Rule>,
         req: &Request<'_>,
         decided: &[Decided<'_, '_>],
     ) {
+        let now = self.store.now();
         for (d, descriptor) in decided.iter().zip(&req.descriptors) {
-            if let (
+            let (
                 Count::Limited {
-                    rule: Some(rule), ..
+                    rule: Some(rule),
+                    counter,
+                    ..
                 },
                 Outcome::Limited(limited),
             ) = (&d.resolved.count, &d.outcome)
-                && let Some(Some(state)) = installed.prepared.get(rule.id())
-            {
+            else {
+                continue;
+            };
+            if let Some(Some(state)) = installed.prepared.get(rule.id()) {
                 self.recorder.record(rule, state, descriptor, limited);
             }
+            if let Some(Some(top)) = installed.top.get(rule.id()) {
+                let denied = match limited.admitted {
+                    true => None,
+                    false if limited.shadow || self.options.global_shadow_mode => {
+                        Some(TopBy::Shadow)
+                    }
+                    false => Some(TopBy::Denied),
+                };
+                top.record(now, counter.key(), denied);
+            }
         }
-        let now = self.store.now();
         for (d, descriptor) in decided.iter().zip(&req.descriptors) {
             self.log(&req.domain, descriptor, d, now);
         }
@@ -454,16 +475,29 @@ impl std::fmt::Display for RuleName<'_> {
     }
 }
 
-fn install<R: Recorder>(recorder: &R, rules: Rules) -> Installed<R::Rule> {
+/// `rules` with the recorder's state and their heavy keys: a rule that `old` rules had
+/// too (same domain, same place) keeps its heavy keys.
+fn install<R: Recorder>(
+    recorder: &R,
+    rules: Rules,
+    old: Option<&Installed<R::Rule>>,
+) -> Installed<R::Rule> {
     let mut prepared: Vec<Option<R::Rule>> = (0..rules.rule_count()).map(|_| None).collect();
+    let mut tops: Vec<Option<Arc<RuleTop>>> = vec![None; rules.rule_count()];
+    let kept = old.map(top::by_place).unwrap_or_default();
     for rule in rules.rules() {
         if let Some(slot) = prepared.get_mut(rule.id()) {
             *slot = Some(recorder.prepare(rule));
+        }
+        if let Some(slot) = tops.get_mut(rule.id()) {
+            let place = (rule.domain(), rule.path());
+            *slot = Some(kept.get(&place).cloned().unwrap_or_default());
         }
     }
     Installed {
         rules,
         prepared: prepared.into(),
+        top: tops.into(),
     }
 }
 
