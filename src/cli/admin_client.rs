@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::api::json::request_body;
 use crate::cli::client::request;
-use crate::config::settings::AdminArgs;
+use crate::config::settings::{AdminArgs, TopArgs};
 
 /// How long connecting and the whole exchange may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,21 +79,17 @@ async fn ask(
     path: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
-    let answer = call(
+    let body = request_body(&request(&args.request, 0)?);
+    json_of(
         &args.http_addr,
-        method,
-        path,
-        &request_body(&request(&args.request, 0)?),
-        token,
+        call(&args.http_addr, method, path, &body, token).await?,
     )
-    .await?;
+}
+
+/// The JSON of a 200 answer from `addr`; the answer as an error otherwise.
+fn json_of(addr: &str, answer: Answer) -> anyhow::Result<Value> {
     if answer.status != 200 {
-        anyhow::bail!(
-            "{} answered {}: {}",
-            args.http_addr,
-            answer.status,
-            answer.body.trim()
-        );
+        anyhow::bail!("{addr} answered {}: {}", answer.status, answer.body.trim());
     }
     serde_json::from_str(&answer.body)
         .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))
@@ -117,6 +113,47 @@ pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
         println!("reset {}", str_of(key));
     }
     Ok(())
+}
+
+/// `tollgate top`: prints the heaviest keys, one line each: count, error, rule, descriptor.
+pub(crate) async fn top(args: TopArgs) -> anyhow::Result<()> {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in [("domain", &args.domain), ("rule", &args.rule)] {
+        if let Some(value) = value {
+            query.append_pair(name, value);
+        }
+    }
+    query
+        .append_pair("by", &args.by)
+        .append_pair("window", &args.window)
+        .append_pair("n", &args.n.to_string());
+    let path = format!("/top?{}", query.finish());
+    let token = args.admin_token.as_deref();
+    let answer = call(&args.http_addr, "GET", &path, "", token).await?;
+    print!("{}", render_top(&json_of(&args.http_addr, answer)?));
+    Ok(())
+}
+
+/// The top keys for a person: a heading, then `count ±error domain.rule descriptor`.
+fn render_top(top: &Value) -> String {
+    let by = str_of(&top["by"]);
+    let mut out = format!("top keys by {by} in the last {}\n", str_of(&top["window"]));
+    let empty = Vec::new();
+    let entries = top["entries"].as_array().unwrap_or(&empty);
+    if entries.is_empty() {
+        out.push_str("none\n");
+    }
+    for e in entries {
+        out.push_str(&format!(
+            "{:>10} ±{:<6} {}.{} {}\n",
+            e["count"],
+            e["error"],
+            str_of(&e["domain"]),
+            str_of(&e["rule"]),
+            str_of(&e["descriptor"]),
+        ));
+    }
+    out
 }
 
 /// The explanation for a person, one block per descriptor.

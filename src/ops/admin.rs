@@ -14,7 +14,7 @@ use tollgate_core::LogLimit;
 
 use crate::api::json;
 use crate::app::App;
-use crate::ops::{explain, reset};
+use crate::ops::{explain, reset, top};
 
 /// What the admin routes share: the service, whether the server is draining, the
 /// token that allows resets (none: resets are off), and how often refused resets are
@@ -48,6 +48,7 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/explain", post(explain::handler))
         .route("/counters", delete(reset::handler))
         .route("/rlconfig", get(rlconfig))
+        .route("/top", get(top::handler))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)
 }

@@ -1,5 +1,5 @@
-//! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain
-//! and reset.
+//! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain,
+//! reset and the top keys.
 
 pub(crate) mod admin;
 pub(crate) mod debug_port;
@@ -9,6 +9,7 @@ pub(crate) mod metrics;
 pub(crate) mod reference_stats;
 pub(crate) mod reset;
 pub(crate) mod statsd;
+pub(crate) mod top;
 pub(crate) mod trace;
 pub(crate) mod trim;
 pub(crate) mod unmatched;

@@ -87,11 +87,7 @@ fn authorize(token: Option<&str>, headers: &HeaderMap) -> Result<(), (StatusCode
             "counter resets are off: the server has no ADMIN_TOKEN\n",
         ));
     };
-    let given = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
+    match bearer(headers) {
         None => Err((
             StatusCode::UNAUTHORIZED,
             "counter resets need Authorization: Bearer <ADMIN_TOKEN>\n",
@@ -101,9 +97,17 @@ fn authorize(token: Option<&str>, headers: &HeaderMap) -> Result<(), (StatusCode
     }
 }
 
+/// The token of an `Authorization: Bearer` header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
 /// Equality that takes the same time wherever the first difference is, so that a
 /// client cannot learn the token a byte at a time from how fast it is refused.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     let differ = a
         .iter()
         .zip(b)

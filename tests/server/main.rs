@@ -21,5 +21,6 @@ mod rlqs;
 mod secrets;
 mod startup;
 mod tls;
+mod top;
 mod tracing;
 mod xds;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use tollgate_core::Capacity;
 
 pub(crate) use self::answers::{AnswerArgs, HeaderFormat};
-pub(crate) use self::client::{AdminArgs, ClientArgs, ClientTlsArgs, RequestArgs};
+pub(crate) use self::client::{AdminArgs, ClientArgs, ClientTlsArgs, RequestArgs, TopArgs};
 pub(crate) use self::conn::{ConnArgs, TlsArgs};
 pub(crate) use self::ops::{LogArgs, LogFormat, OpsArgs, TracingArgs};
 pub(crate) use self::parse::{ExporterProtocol, HeaderMap};
@@ -60,6 +60,9 @@ pub(crate) enum Command {
         #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
         admin_token: String,
     },
+    /// Print the heaviest keys of a running Tollgate's rules, by hits, denials or shadow
+    /// mode's would-be denials (GET /top on its HTTP port).
+    Top(TopArgs),
     /// Create or update the PostgreSQL schema (serving does this too), print its version.
     Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".
