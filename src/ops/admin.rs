@@ -14,6 +14,7 @@ use tollgate_core::LogLimit;
 
 use crate::api::json;
 use crate::app::App;
+use crate::ops::metrics::top as top_keys;
 use crate::ops::{explain, reset, top};
 
 /// What the admin routes share: the service, whether the server is draining, the
@@ -71,9 +72,13 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus metrics in the Prometheus text format.
+/// Prometheus metrics in the Prometheus text format, with the rules' heaviest keys.
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
-    match app.metrics.encode() {
+    let text = app.metrics.encode().and_then(|mut text| {
+        top_keys::encode(&app.limiter, &mut text)?;
+        Ok(text)
+    });
+    match text {
         Ok(text) => ([(CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
     }

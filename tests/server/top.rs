@@ -111,3 +111,17 @@ async fn tollgate_top_prints_them_for_a_person() {
         "{out:?}"
     );
 }
+
+#[tokio::test]
+async fn metrics_show_the_heaviest_keys_of_each_rule() {
+    let server = InProcess::rules(RULES).start();
+    known_traffic(&server).await;
+    let page = get(server.http_addr(), "/metrics").await.body;
+    for line in [
+        r#"tollgate_top_key_requests{domain="web",rule="ip",by="denied",descriptor="ip=a"} 3"#,
+        r#"tollgate_top_key_requests{domain="web",rule="ip",by="hits",descriptor="ip=c"} 1"#,
+        r#"tollgate_top_key_requests{domain="web",rule="trial",by="shadow",descriptor="trial=t"} 1"#,
+    ] {
+        assert!(page.contains(line), "{line} not in\n{page}");
+    }
+}

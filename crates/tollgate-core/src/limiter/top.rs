@@ -24,6 +24,15 @@ pub struct TopQuery<'a> {
 impl<R: Recorder> Limiter<R> {
     /// The heaviest keys of the rules `query` names, heaviest first, across rules.
     pub fn top(&self, query: &TopQuery<'_>) -> Vec<TopEntry> {
+        let mut entries = self.top_per_rule(query);
+        entries.sort_by_key(|e| std::cmp::Reverse(e.count));
+        entries.truncate(query.n);
+        entries
+    }
+
+    /// The heaviest keys of each rule `query` names, at most `query.n` per rule, rule by
+    /// rule: for series that must stay few per rule.
+    pub fn top_per_rule(&self, query: &TopQuery<'_>) -> Vec<TopEntry> {
         let installed = self.installed.load();
         let now = self.store.now();
         let mut entries = Vec::new();
@@ -46,8 +55,6 @@ impl<R: Recorder> Limiter<R> {
                 error: e.error,
             }));
         }
-        entries.sort_by_key(|e| std::cmp::Reverse(e.count));
-        entries.truncate(query.n);
         entries
     }
 }
