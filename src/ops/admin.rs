@@ -15,7 +15,7 @@ use tollgate_core::LogLimit;
 use crate::api::json;
 use crate::app::App;
 use crate::ops::metrics::top as top_keys;
-use crate::ops::{explain, reset, top};
+use crate::ops::{explain, reset, top, ui};
 
 /// What the admin routes share: the service, whether the server is draining, the
 /// token that allows resets (none: resets are off), and how often refused resets are
@@ -50,6 +50,7 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/counters", delete(reset::handler))
         .route("/rlconfig", get(rlconfig))
         .route("/top", get(top::handler))
+        .route("/ui", get(ui::handler))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)
 }

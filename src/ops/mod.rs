@@ -1,5 +1,5 @@
 //! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain,
-//! reset and the top keys.
+//! reset, the top keys and the /ui page.
 
 pub(crate) mod admin;
 pub(crate) mod debug_port;
@@ -12,4 +12,5 @@ pub(crate) mod statsd;
 pub(crate) mod top;
 pub(crate) mod trace;
 pub(crate) mod trim;
+pub(crate) mod ui;
 pub(crate) mod unmatched;

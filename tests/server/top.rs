@@ -2,6 +2,7 @@
 //! shadow mode's would-be denials, after known traffic.
 
 use serde_json::Value;
+use tollgate_testkit::chromium;
 use tollgate_testkit::http::get;
 use tollgate_testkit::process;
 use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, Listening};
@@ -124,4 +125,65 @@ async fn metrics_show_the_heaviest_keys_of_each_rule() {
     ] {
         assert!(page.contains(line), "{line} not in\n{page}");
     }
+}
+
+/// The page in a real headless Chromium, opened with a descriptor to explain: it shows the
+/// top keys, the rules as a tree and the explanation.
+#[tokio::test]
+async fn the_page_shows_the_top_keys_the_rules_and_an_explanation() {
+    let Some(browser) = chromium::binary() else {
+        return;
+    };
+    let server = InProcess::rules(RULES).start();
+    known_traffic(&server).await;
+    let url = format!(
+        "http://{}/ui?domain=web&descriptor=ip=a",
+        server.http_addr()
+    );
+    let dom = tokio::task::spawn_blocking(move || chromium::dump_dom(&browser, &url))
+        .await
+        .expect("chromium ran");
+    let top = section(&dom, r#"<tbody id="top">"#, "</tbody>");
+    let rows: Vec<&str> = top.split("</tr>").filter(|r| r.contains("<td")).collect();
+    // Ranked by denials, the page's first ranking: shadow mode's `trial=t` is not there.
+    assert_eq!(rows.len(), 2, "{top}");
+    for (row, cells) in rows
+        .iter()
+        .zip([["3", "0", "web.ip", "ip=a"], ["1", "0", "web.ip", "ip=b"]])
+    {
+        assert_eq!(texts(row), cells, "{top}");
+    }
+    let rules = section(&dom, r#"<ul id="rules""#, "</section>");
+    for rule in [
+        "<li>web<ul>",
+        "<li>ip: unit=MINUTE requests_per_unit=2",
+        "<li>trial: ",
+    ] {
+        assert!(rules.contains(rule), "{rule} not in {rules}");
+    }
+    let explained = section(&dom, r#"<pre id="explain">"#, "</pre>");
+    assert!(
+        explained.contains(r#""overallCode": "OVER_LIMIT""#),
+        "{explained}"
+    );
+    assert!(explained.contains(r#""key": "web|ip=a#"#), "{explained}");
+    let health = section(&dom, r#"<span id="store-health""#, "</span>");
+    assert!(health.ends_with(">answering"), "{health}");
+}
+
+/// The part of `dom` from `start` to the next `end`.
+fn section<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
+    let from = dom
+        .find(start)
+        .unwrap_or_else(|| panic!("{start} not in {dom}"));
+    let rest = &dom[from..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+/// The texts of a table row's cells.
+fn texts(row: &str) -> Vec<&str> {
+    row.split("<td")
+        .skip(1)
+        .filter_map(|cell| cell.split_once('>')?.1.split("</td>").next())
+        .collect()
 }
