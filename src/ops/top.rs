@@ -1,8 +1,14 @@
-//! `GET /top`: the heaviest keys of the rules, as JSON. Keys name clients (addresses,
-//! users), which is personal data: answered to loopback peers, and to others only with
+//! `GET /top`: the heaviest keys of the rules, as JSON, of this instance or (`scope=fleet`)
+//! of every instance sharing the store. Keys name clients (addresses, users), which is
+//! personal data: answered to loopback peers, and to others only with
 //! `Authorization: Bearer <ADMIN_TOKEN>` (compared in constant time).
+//!
+//! With a shared store, every instance publishes its heaviest keys through it every
+//! [`PUBLISH_PERIOD`] ([`spawn_publisher`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, RawQuery, State};
@@ -13,13 +19,31 @@ use tollgate_core::TopQuery;
 use tollgate_core::top::{TopBy, TopEntry, TopWindow};
 
 use crate::api::json::text;
+use crate::app::App;
 use crate::ops::admin::Admin;
 use crate::ops::reset::{bearer, same};
 
 /// The most entries one answer holds.
 pub(crate) const MAX_ENTRIES: usize = 1_000;
+/// How often an instance publishes its heaviest keys through a shared store.
+pub(crate) const PUBLISH_PERIOD: Duration = Duration::from_secs(5);
 
-/// `GET /top?domain=web&rule=ip&by=denied&window=minute&n=10`: 200 with the entries,
+/// Publishes this instance's heaviest keys every [`PUBLISH_PERIOD`] while the server runs.
+pub(crate) fn spawn_publisher(app: &Arc<App>) {
+    let app = Arc::downgrade(app);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(PUBLISH_PERIOD);
+        loop {
+            ticks.tick().await;
+            let Some(app) = app.upgrade() else {
+                return;
+            };
+            app.limiter.publish_top().await;
+        }
+    });
+}
+
+/// `GET /top?domain=web&rule=ip&by=denied&window=minute&n=10&scope=fleet`: 200 with the entries,
 /// heaviest first; 400 for a bad parameter; 403 to a peer that is neither loopback nor
 /// holding the admin token.
 pub(crate) async fn handler(
@@ -62,6 +86,7 @@ pub(crate) struct Params {
     by: TopBy,
     window: TopWindow,
     n: usize,
+    fleet: bool,
 }
 
 impl Params {
@@ -74,6 +99,7 @@ impl Params {
             by: TopBy::Denied,
             window: TopWindow::Minute,
             n: 10,
+            fleet: false,
         };
         let mut seen = Vec::new();
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -86,9 +112,10 @@ impl Params {
                 "by" => params.by = by(&value)?,
                 "window" => params.window = window(&value)?,
                 "n" => params.n = n(&value)?,
+                "scope" => params.fleet = fleet(&value)?,
                 _ => {
                     return Err(format!(
-                        "unknown parameter {name}: /top takes domain, rule, by, window and n"
+                        "unknown parameter {name}: /top takes domain, rule, by, window, n and scope"
                     ));
                 }
             }
@@ -104,6 +131,7 @@ impl Params {
             by: self.by,
             window: self.window,
             n: self.n,
+            fleet: self.fleet,
         }
     }
 }
@@ -131,6 +159,14 @@ fn n(value: &str) -> Result<usize, String> {
         _ => Err(format!(
             "n={value}: expected a number from 1 to {MAX_ENTRIES}"
         )),
+    }
+}
+
+fn fleet(value: &str) -> Result<bool, String> {
+    match value {
+        "instance" => Ok(false),
+        "fleet" => Ok(true),
+        _ => Err(format!("scope={value}: expected instance or fleet")),
     }
 }
 
@@ -166,6 +202,7 @@ fn answer(params: &Params, entries: &[TopEntry]) -> Value {
     json!({
         "by": by_name(params.by),
         "window": window_name(params.window),
+        "scope": if params.fleet { "fleet" } else { "instance" },
         "entries": entries,
     })
 }

@@ -13,3 +13,4 @@ mod sentinel;
 mod single;
 mod support;
 mod tls;
+mod top;

@@ -123,6 +123,8 @@ pub struct Limiter<R: Recorder = ()> {
     options: Options,
     recorder: R,
     over_limit_log: OverLimitLog,
+    /// This instance among those sharing a store, in the heavy keys it publishes.
+    instance: u64,
 }
 
 impl<R: Recorder> std::fmt::Debug for Limiter<R> {
@@ -158,6 +160,10 @@ impl<R: Recorder> Limiter<R> {
             options,
             recorder,
             over_limit_log: OverLimitLog::default(),
+            instance: std::hash::BuildHasher::hash_one(
+                &std::hash::RandomState::new(),
+                std::process::id(),
+            ),
         }
     }
 

@@ -36,6 +36,7 @@ pub(crate) fn encode<R: Recorder>(limiter: &Limiter<R>, out: &mut String) -> std
             by,
             window: TopWindow::Minute,
             n: PER_RULE,
+            fleet: false,
         };
         for entry in limiter.top_per_rule(&query) {
             let labels = TopLabels {

@@ -4,7 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Installed, Limiter, Recorder};
+use crate::top::snapshot::{self, Published};
 use crate::top::{RuleTop, TopBy, TopEntry, TopWindow};
+
+/// Keys per rule, ranking and window an instance publishes for the fleet's view.
+const PUBLISHED_PER_RULE: usize = 10;
 
 /// Which heavy keys [`Limiter::top`] answers.
 #[derive(Debug, Clone, Copy)]
@@ -19,12 +23,18 @@ pub struct TopQuery<'a> {
     pub window: TopWindow,
     /// At most this many entries.
     pub n: usize,
+    /// Summed over every instance sharing the store, from what each published lately
+    /// ([`Limiter::publish_top`]); this instance alone otherwise.
+    pub fleet: bool,
 }
 
 impl<R: Recorder> Limiter<R> {
     /// The heaviest keys of the rules `query` names, heaviest first, across rules.
     pub fn top(&self, query: &TopQuery<'_>) -> Vec<TopEntry> {
-        let mut entries = self.top_per_rule(query);
+        let mut entries = match query.fleet {
+            true => self.fleet_top(query),
+            false => self.top_per_rule(query),
+        };
         entries.sort_by_key(|e| std::cmp::Reverse(e.count));
         entries.truncate(query.n);
         entries
@@ -56,6 +66,68 @@ impl<R: Recorder> Limiter<R> {
             }));
         }
         entries
+    }
+
+    /// Publishes this instance's heaviest keys through a shared store, for every
+    /// instance's `fleet` view; nothing on a store of this process alone. Call it every
+    /// few seconds.
+    pub async fn publish_top(&self) {
+        let mut published = Vec::new();
+        for by in [TopBy::Hits, TopBy::Denied, TopBy::Shadow] {
+            for window in [TopWindow::Minute, TopWindow::Hour] {
+                let query = TopQuery {
+                    domain: None,
+                    rule: None,
+                    by,
+                    window,
+                    n: PUBLISHED_PER_RULE,
+                    fleet: false,
+                };
+                let entries = self.top_per_rule(&query).into_iter();
+                published.extend(entries.map(|entry| Published { by, window, entry }));
+            }
+        }
+        let snapshot = snapshot::encode(self.instance, published);
+        self.store.publish_top(snapshot).await;
+    }
+
+    /// This instance's keys (all it holds) plus what the others published: counts and
+    /// errors summed per key. A key another instance did not publish adds nothing of its.
+    fn fleet_top(&self, query: &TopQuery<'_>) -> Vec<TopEntry> {
+        let mut sums: HashMap<(String, String, String), (u64, u64)> = HashMap::new();
+        let mut add = |e: TopEntry| {
+            let sum = sums.entry((e.domain, e.rule, e.descriptor)).or_default();
+            *sum = (sum.0.saturating_add(e.count), sum.1.saturating_add(e.error));
+        };
+        let all = TopQuery {
+            n: usize::MAX,
+            ..*query
+        };
+        self.top_per_rule(&all).into_iter().for_each(&mut add);
+        for text in self.store.peer_tops() {
+            let Some((instance, entries)) = snapshot::decode(&text) else {
+                continue;
+            };
+            if instance == self.instance {
+                continue;
+            }
+            let matching = entries.into_iter().filter(|p| {
+                p.by == query.by
+                    && p.window == query.window
+                    && query.domain.is_none_or(|d| d == p.entry.domain)
+                    && query.rule.is_none_or(|r| r == p.entry.rule)
+            });
+            matching.for_each(|p| add(p.entry));
+        }
+        sums.into_iter()
+            .map(|((domain, rule, descriptor), (count, error))| TopEntry {
+                domain,
+                rule,
+                descriptor,
+                count,
+                error,
+            })
+            .collect()
     }
 }
 

@@ -13,6 +13,7 @@ use crate::lock::lock;
 
 mod descriptor;
 mod sketch;
+pub(crate) mod snapshot;
 mod window;
 
 pub(crate) use descriptor::descriptor_of;

@@ -46,6 +46,7 @@ fn top(limiter: &Limiter, by: TopBy, window: TopWindow) -> Vec<TopEntry> {
         by,
         window,
         n: 3,
+        fleet: false,
     })
 }
 
