@@ -126,7 +126,8 @@ pub(crate) async fn top(args: TopArgs) -> anyhow::Result<()> {
     query
         .append_pair("by", &args.by)
         .append_pair("window", &args.window)
-        .append_pair("n", &args.n.to_string());
+        .append_pair("n", &args.n.to_string())
+        .append_pair("scope", &args.scope);
     let path = format!("/top?{}", query.finish());
     let token = args.admin_token.as_deref();
     let answer = call(&args.http_addr, "GET", &path, "", token).await?;

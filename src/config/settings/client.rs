@@ -50,6 +50,9 @@ pub(crate) struct TopArgs {
     /// How many keys.
     #[arg(short, long, default_value_t = 10)]
     pub(crate) n: usize,
+    /// This instance, or the fleet sharing its store (instance or fleet).
+    #[arg(long, default_value = "instance")]
+    pub(crate) scope: String,
     /// The server's ADMIN_TOKEN, needed unless asking over loopback.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
