@@ -15,6 +15,7 @@ use tollgate_core::LogLimit;
 use crate::api::json;
 use crate::app::App;
 use crate::ops::metrics::top as top_keys;
+use crate::ops::token::AdminToken;
 use crate::ops::{explain, reset, top, ui};
 
 /// What the admin routes share: the service, whether the server is draining, the
@@ -31,6 +32,12 @@ pub(crate) struct Admin {
 impl FromRef<Admin> for Arc<App> {
     fn from_ref(admin: &Admin) -> Self {
         admin.app.clone()
+    }
+}
+
+impl FromRef<Admin> for AdminToken {
+    fn from_ref(admin: &Admin) -> Self {
+        AdminToken(admin.admin_token.clone())
     }
 }
 

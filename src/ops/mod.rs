@@ -9,6 +9,7 @@ pub(crate) mod metrics;
 pub(crate) mod reference_stats;
 pub(crate) mod reset;
 pub(crate) mod statsd;
+pub(crate) mod token;
 pub(crate) mod top;
 pub(crate) mod trace;
 pub(crate) mod trim;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::header::WWW_AUTHENTICATE;
 use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -18,6 +18,7 @@ use tollgate_core::{Clock as _, DecideError, SystemClock};
 
 use crate::api::json::{text, with_request};
 use crate::ops::admin::Admin;
+use crate::ops::token::{bearer, same};
 
 /// At most one log line of refused resets per this period.
 pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -94,36 +95,5 @@ fn authorize(token: Option<&str>, headers: &HeaderMap) -> Result<(), (StatusCode
         )),
         Some(given) if same(given.as_bytes(), token.as_bytes()) => Ok(()),
         Some(_) => Err((StatusCode::FORBIDDEN, "wrong admin token\n")),
-    }
-}
-
-/// The token of an `Authorization: Bearer` header.
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-}
-
-/// Equality that takes the same time wherever the first difference is, so that a
-/// client cannot learn the token a byte at a time from how fast it is refused.
-pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
-    let differ = a
-        .iter()
-        .zip(b)
-        .fold(u8::from(a.len() != b.len()), |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(differ) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_exact_token_is_the_same() {
-        assert!(same(b"s3cret", b"s3cret"));
-        assert!(!same(b"s3cret", b"s3creT"));
-        assert!(!same(b"s3cret", b"s3cret!"));
-        assert!(!same(b"", b"x"));
     }
 }

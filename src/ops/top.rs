@@ -20,8 +20,7 @@ use tollgate_core::top::{TopBy, TopEntry, TopWindow};
 
 use crate::api::json::text;
 use crate::app::App;
-use crate::ops::admin::Admin;
-use crate::ops::reset::{bearer, same};
+use crate::ops::token::{AdminToken, bearer, same};
 
 /// The most entries one answer holds.
 pub(crate) const MAX_ENTRIES: usize = 1_000;
@@ -47,13 +46,14 @@ pub(crate) fn spawn_publisher(app: &Arc<App>) {
 /// heaviest first; 400 for a bad parameter; 403 to a peer that is neither loopback nor
 /// holding the admin token.
 pub(crate) async fn handler(
-    State(admin): State<Admin>,
+    State(app): State<Arc<App>>,
+    State(AdminToken(token)): State<AdminToken>,
     extensions: Extensions,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    if !allowed(peer, admin.admin_token.as_deref(), &headers) {
+    if !allowed(peer, token.as_deref(), &headers) {
         return text(
             StatusCode::FORBIDDEN,
             "top keys name clients: ask from loopback, or with Authorization: Bearer <ADMIN_TOKEN>"
@@ -64,7 +64,7 @@ pub(crate) async fn handler(
         Ok(params) => params,
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
-    let entries = admin.app.limiter.top(&params.query());
+    let entries = app.limiter.top(&params.query());
     Json(answer(&params, &entries)).into_response()
 }
 
