@@ -9,6 +9,7 @@
 #   - a PostgreSQL server (initdb, postgres, psql under /usr/lib/postgresql/*/bin):
 #     Debian's postgresql package, which includes the pg_stat_statements extension
 #     that the lease test counts calls with. The tests start their own servers on free ports;
+#   - a headless browser for the /ui page's test: Debian's chromium package;
 #   - Helm 3.22.0, for the chart's tests (`helm lint`, `helm template`): the Go module
 #     helm.sh/helm/v3, built with `go install` into target/test-deps/helm (cached: built
 #     once per version). Without Go it is skipped, saying so, and the chart tests skip too;
@@ -20,7 +21,8 @@
 # Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
 # only when a Debian package is missing; works as root without sudo.
 #
-# Prints `ENVOY_BIN=PATH` and `HELM_BIN=PATH` (empty when skipped) on stdout, and with Go
+# Prints `ENVOY_BIN=PATH`, `CHROMIUM_BIN=PATH` and `HELM_BIN=PATH` (empty when skipped) on
+# stdout, and with Go
 # `REFERENCE_BIN=PATH`, `REFERENCE_MODULE_DIR=PATH` (the reference's module source: its
 # integration suite, its example configurations) and `STATSD_EXPORTER_BIN=PATH`, one a
 # line (everything else goes to stderr); scripts/test exports them. The tests look for
@@ -58,6 +60,9 @@ command -v openssl >/dev/null 2>&1 || missing_debs+=(openssl)
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 if [ -z "${POSTGRES_BIN_DIR:-}" ] && ! [ -x "$(pg_bin)/initdb" ]; then
     missing_debs+=(postgresql)
+fi
+if [ -z "${CHROMIUM_BIN:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+    missing_debs+=(chromium)
 fi
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     missing_debs+=(python3 python3-venv)
@@ -148,7 +153,13 @@ else
 fi
 [ -z "$helm_bin" ] || log "helm: $helm_bin ($HELM_VERSION)"
 
+# --- Chromium ---------------------------------------------------------------------
+chromium_bin="${CHROMIUM_BIN:-$(command -v chromium)}"
+[ -x "$chromium_bin" ] || fail "CHROMIUM_BIN=$chromium_bin is not an executable"
+log "chromium: $chromium_bin ($("$chromium_bin" --version 2>/dev/null || echo "version unknown"))"
+
 echo "ENVOY_BIN=$envoy_bin"
+echo "CHROMIUM_BIN=$chromium_bin"
 echo "HELM_BIN=$helm_bin"
 
 # --- The reference service and statsd_exporter (only with Go) ----------------------

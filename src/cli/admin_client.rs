@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::api::json::request_body;
 use crate::cli::client::request;
-use crate::config::settings::AdminArgs;
+use crate::config::settings::{AdminArgs, TopArgs};
 
 /// How long connecting and the whole exchange may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,6 +118,48 @@ pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
         println!("reset {}", str_of(key));
     }
     Ok(())
+}
+
+/// `tollgate top`: prints the heaviest keys, one line each: count, error, rule, descriptor.
+pub(crate) async fn top(args: TopArgs) -> anyhow::Result<()> {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in [("domain", &args.domain), ("rule", &args.rule)] {
+        if let Some(value) = value {
+            query.append_pair(name, value);
+        }
+    }
+    query
+        .append_pair("by", &args.by)
+        .append_pair("window", &args.window)
+        .append_pair("n", &args.n.to_string())
+        .append_pair("scope", &args.scope);
+    let path = format!("/top?{}", query.finish());
+    let token = args.admin_token.as_deref();
+    let top = call_json(&args.http_addr, "GET", &path, "", token).await?;
+    print!("{}", render_top(&top));
+    Ok(())
+}
+
+/// The top keys for a person: a heading, then `count ±error domain.rule descriptor`.
+fn render_top(top: &Value) -> String {
+    let by = str_of(&top["by"]);
+    let mut out = format!("top keys by {by} in the last {}\n", str_of(&top["window"]));
+    let empty = Vec::new();
+    let entries = top["entries"].as_array().unwrap_or(&empty);
+    if entries.is_empty() {
+        out.push_str("none\n");
+    }
+    for e in entries {
+        out.push_str(&format!(
+            "{:>10} ±{:<6} {}.{} {}\n",
+            e["count"],
+            e["error"],
+            str_of(&e["domain"]),
+            str_of(&e["rule"]),
+            str_of(&e["descriptor"]),
+        ));
+    }
+    out
 }
 
 /// The explanation for a person, one block per descriptor.

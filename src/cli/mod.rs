@@ -1,5 +1,5 @@
 //! The command line's commands: `serve`, `check-config` and `migrate` here, and those that
-//! ask a running server (`client`, `explain`, `reset`, `override`).
+//! ask a running server (`client`, `explain`, `reset`, `override`, `top`).
 
 pub(crate) mod admin_client;
 pub(crate) mod client;
@@ -49,6 +49,13 @@ pub fn run(cli: Cli) -> ExitCode {
             admin_token,
         } => match runtime().and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
         {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tollgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Top(args) => match runtime().and_then(|rt| rt.block_on(admin_client::top(args))) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tollgate: {e:#}");

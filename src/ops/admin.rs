@@ -14,7 +14,9 @@ use tollgate_core::LogLimit;
 
 use crate::api::json;
 use crate::app::App;
-use crate::ops::{explain, overrides, reset};
+use crate::ops::metrics::top as top_keys;
+use crate::ops::token::AdminToken;
+use crate::ops::{explain, overrides, reset, top, ui};
 
 /// What the admin routes share: the service, whether the server is draining, the
 /// token that allows resets (none: resets are off), and how often refused resets are
@@ -30,6 +32,12 @@ pub(crate) struct Admin {
 impl FromRef<Admin> for Arc<App> {
     fn from_ref(admin: &Admin) -> Self {
         admin.app.clone()
+    }
+}
+
+impl FromRef<Admin> for AdminToken {
+    fn from_ref(admin: &Admin) -> Self {
+        AdminToken(admin.admin_token.clone())
     }
 }
 
@@ -54,6 +62,8 @@ pub(crate) fn router(admin: Admin) -> Router {
                 .delete(overrides::http::delete),
         )
         .route("/rlconfig", get(rlconfig))
+        .route("/top", get(top::handler))
+        .route("/ui", get(ui::handler))
         .layer(DefaultBodyLimit::max(JSON_MAX_BODY_BYTES))
         .with_state(admin)
 }
@@ -76,9 +86,13 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus metrics in the Prometheus text format.
+/// Prometheus metrics in the Prometheus text format, with the rules' heaviest keys.
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
-    match app.metrics.encode() {
+    let text = app.metrics.encode().and_then(|mut text| {
+        top_keys::encode(&app.limiter, &mut text)?;
+        Ok(text)
+    });
+    match text {
         Ok(text) => ([(CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
     }

@@ -1,5 +1,5 @@
 //! What operators see and do: the HTTP admin port, metrics, statsd, logs, traces, explain,
-//! reset and runtime overrides.
+//! reset, runtime overrides, the top keys and the /ui page.
 
 pub(crate) mod admin;
 pub(crate) mod debug_port;
@@ -10,6 +10,9 @@ pub(crate) mod overrides;
 pub(crate) mod reference_stats;
 pub(crate) mod reset;
 pub(crate) mod statsd;
+pub(crate) mod token;
+pub(crate) mod top;
 pub(crate) mod trace;
 pub(crate) mod trim;
+pub(crate) mod ui;
 pub(crate) mod unmatched;

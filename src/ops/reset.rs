@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::header::WWW_AUTHENTICATE;
 use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -18,6 +18,7 @@ use tollgate_core::{Clock as _, DecideError, SystemClock};
 
 use crate::api::json::{text, with_request};
 use crate::ops::admin::Admin;
+use crate::ops::token::authorize;
 
 /// At most one log line of refused resets per this period.
 pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -78,54 +79,4 @@ pub(crate) async fn handler(
         }
     })
     .await
-}
-
-/// Whether the request carries the admin token; the refusal of `what` (`counter resets`)
-/// otherwise.
-pub(crate) fn authorize(
-    token: Option<&str>,
-    headers: &HeaderMap,
-    what: &str,
-) -> Result<(), (StatusCode, String)> {
-    let Some(token) = token else {
-        return Err((
-            StatusCode::FORBIDDEN,
-            format!("{what} are off: the server has no ADMIN_TOKEN\n"),
-        ));
-    };
-    let given = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        None => Err((
-            StatusCode::UNAUTHORIZED,
-            format!("{what} need Authorization: Bearer <ADMIN_TOKEN>\n"),
-        )),
-        Some(given) if same(given.as_bytes(), token.as_bytes()) => Ok(()),
-        Some(_) => Err((StatusCode::FORBIDDEN, "wrong admin token\n".to_owned())),
-    }
-}
-
-/// Equality that takes the same time wherever the first difference is, so that a
-/// client cannot learn the token a byte at a time from how fast it is refused.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let differ = a
-        .iter()
-        .zip(b)
-        .fold(u8::from(a.len() != b.len()), |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(differ) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_exact_token_is_the_same() {
-        assert!(same(b"s3cret", b"s3cret"));
-        assert!(!same(b"s3cret", b"s3creT"));
-        assert!(!same(b"s3cret", b"s3cret!"));
-        assert!(!same(b"", b"x"));
-    }
 }

@@ -23,7 +23,7 @@ use crate::config::xds;
 use crate::net::tls::ServerTls;
 use crate::ops::metrics::XdsStats;
 use crate::ops::overrides;
-use crate::ops::statsd;
+use crate::ops::{statsd, top};
 use crate::rlqs::{Rlqs, RlqsConfig, Strategy};
 
 pub use self::config::Config;
@@ -94,6 +94,9 @@ pub async fn run(
     if let Some(statsd) = statsd {
         tracing::info!(target = %statsd.target, dog = statsd.dog, "sending stats to statsd");
         statsd::spawn(statsd, app.metrics.clone());
+    }
+    if matches!(app.limiter.store(), Store::Shared(_)) {
+        top::spawn_publisher(&app);
     }
     let services = Services {
         app,

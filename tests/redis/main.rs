@@ -15,3 +15,4 @@ mod sentinel;
 mod single;
 mod support;
 mod tls;
+mod top;

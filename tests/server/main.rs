@@ -23,5 +23,6 @@ mod rlqs;
 mod secrets;
 mod startup;
 mod tls;
+mod top;
 mod tracing;
 mod xds;

@@ -43,6 +43,7 @@ mod request;
 pub mod rules;
 mod stats;
 pub mod store;
+pub mod top;
 mod unit;
 
 pub use algo::{Hits, MAX_UNITS};
@@ -58,6 +59,7 @@ pub use limit::{
 };
 pub use limiter::{
     DecideError, Explained, Explanation, Found, Limiter, Matched, NoMatch, Options, Recorder,
+    TopQuery,
 };
 pub use lock::lock;
 pub use log_limit::LogLimit;

@@ -15,16 +15,19 @@ use crate::overrides::{CompiledOverride, Override, OverrideError, Overrides};
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
+use crate::top::{RuleTop, TopBy};
 
 mod explain;
 mod find;
 mod over_limit_log;
 mod reset;
 mod resolve;
+mod top;
 pub use explain::{Explained, Explanation, Matched};
 pub use find::Found;
 use over_limit_log::OverLimitLog;
 use resolve::{Count, Match, Resolved};
+pub use top::TopQuery;
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -99,6 +102,8 @@ struct Installed<P> {
     rules: Rules,
     /// By rule id.
     prepared: Box<[Option<P>]>,
+    /// The heavy keys of each rule, by rule id.
+    top: Box<[Option<Arc<RuleTop>>]>,
 }
 
 /// The rules a [`Limiter`] serves at one instant; they stay valid while held.
@@ -120,6 +125,8 @@ pub struct Limiter<R: Recorder = ()> {
     options: Options,
     recorder: R,
     over_limit_log: OverLimitLog,
+    /// This instance among those sharing a store, in the heavy keys it publishes.
+    instance: u64,
 }
 
 impl<R: Recorder> std::fmt::Debug for Limiter<R> {
@@ -148,7 +155,7 @@ impl Limiter {
 impl<R: Recorder> Limiter<R> {
     /// A limiter whose decisions `recorder` observes.
     pub fn with_recorder(rules: Rules, store: Store, options: Options, recorder: R) -> Self {
-        let installed = install(&recorder, rules);
+        let installed = install(&recorder, rules, None);
         Self {
             installed: ArcSwap::from_pointee(installed),
             overrides: ArcSwap::from_pointee(Overrides::default()),
@@ -156,6 +163,10 @@ impl<R: Recorder> Limiter<R> {
             options,
             recorder,
             over_limit_log: OverLimitLog::default(),
+            instance: std::hash::BuildHasher::hash_one(
+                &std::hash::RandomState::new(),
+                std::process::id(),
+            ),
         }
     }
 
@@ -166,8 +177,9 @@ impl<R: Recorder> Limiter<R> {
 
     /// Serves `rules` from the next request on; requests in flight finish on the old ones.
     pub fn install(&self, rules: Rules) {
-        self.installed
-            .store(Arc::new(install(&self.recorder, rules)));
+        let old = self.installed.load();
+        let installed = install(&self.recorder, rules, Some(&old));
+        self.installed.store(Arc::new(installed));
     }
 
     /// The runtime overrides now in force.
@@ -311,26 +323,41 @@ impl<R: Recorder> Limiter<R> {
         Ok(decided)
     }
 
-    /// Tells the recorder of every counted descriptor, and logs each descriptor's decision.
+    /// Tells the recorder and the rule's heavy keys of every counted descriptor, and logs
+    /// each descriptor's decision.
     fn observe(
         &self,
         installed: &Installed<R::Rule>,
         req: &Request<'_>,
         decided: &[Decided<'_, '_>],
     ) {
+        let now = self.store.now();
         for (d, descriptor) in decided.iter().zip(&req.descriptors) {
-            if let (
+            let (
                 Count::Limited {
-                    rule: Some(rule), ..
+                    rule: Some(rule),
+                    counter,
+                    ..
                 },
                 Outcome::Limited(limited),
             ) = (&d.resolved.count, &d.outcome)
-                && let Some(Some(state)) = installed.prepared.get(rule.id())
-            {
+            else {
+                continue;
+            };
+            if let Some(Some(state)) = installed.prepared.get(rule.id()) {
                 self.recorder.record(rule, state, descriptor, limited);
             }
+            if let Some(Some(top)) = installed.top.get(rule.id()) {
+                let denied = match limited.admitted {
+                    true => None,
+                    false if limited.shadow || self.options.global_shadow_mode => {
+                        Some(TopBy::Shadow)
+                    }
+                    false => Some(TopBy::Denied),
+                };
+                top.record(now, counter.key(), denied);
+            }
         }
-        let now = self.store.now();
         for (d, descriptor) in decided.iter().zip(&req.descriptors) {
             self.log(&req.domain, descriptor, d, now);
         }
@@ -512,16 +539,29 @@ impl std::fmt::Display for RuleName<'_> {
     }
 }
 
-fn install<R: Recorder>(recorder: &R, rules: Rules) -> Installed<R::Rule> {
+/// `rules` with the recorder's state and their heavy keys: a rule that `old` rules had
+/// too (same domain, same place) keeps its heavy keys.
+fn install<R: Recorder>(
+    recorder: &R,
+    rules: Rules,
+    old: Option<&Installed<R::Rule>>,
+) -> Installed<R::Rule> {
     let mut prepared: Vec<Option<R::Rule>> = (0..rules.rule_count()).map(|_| None).collect();
+    let mut tops: Vec<Option<Arc<RuleTop>>> = vec![None; rules.rule_count()];
+    let kept = old.map(top::by_place).unwrap_or_default();
     for rule in rules.rules() {
         if let Some(slot) = prepared.get_mut(rule.id()) {
             *slot = Some(recorder.prepare(rule));
+        }
+        if let Some(slot) = tops.get_mut(rule.id()) {
+            let place = (rule.domain(), rule.path());
+            *slot = Some(kept.get(&place).cloned().unwrap_or_default());
         }
     }
     Installed {
         rules,
         prepared: prepared.into(),
+        top: tops.into(),
     }
 }
 

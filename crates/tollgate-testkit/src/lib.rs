@@ -24,6 +24,7 @@
 //!   it receives;
 //! - [`admin`]: `/explain` and `DELETE /counters`, and the reset every shared store
 //!   must carry to every instance;
+//! - [`chromium`]: a headless browser that loads a page and dumps its document;
 //! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
 //!   manifests;
 //! - [`reference`]: the reference service (envoyproxy/ratelimit, built from the Go module
@@ -33,6 +34,7 @@
 
 pub mod accuracy;
 pub mod admin;
+pub mod chromium;
 pub mod envoy;
 pub mod envoy_gateway;
 pub mod fuzz;

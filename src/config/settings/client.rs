@@ -1,4 +1,4 @@
-//! Settings of the command-line clients: `tollgate client`, `explain` and `reset`.
+//! Settings of the command-line clients: `tollgate client`, `explain`, `reset` and `top`.
 
 use super::flag::Flag as _;
 use clap::{Args, Subcommand};
@@ -27,6 +27,35 @@ pub(crate) struct AdminArgs {
     pub(crate) http_addr: String,
     #[command(flatten)]
     pub(crate) request: RequestArgs,
+}
+
+/// Settings of `tollgate top`: which heavy keys to ask the HTTP port for.
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    /// Tollgate's HTTP address (plain HTTP).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) http_addr: String,
+    /// Only this domain's rules.
+    #[arg(long)]
+    pub(crate) domain: Option<String>,
+    /// Only the rule at this place: its levels joined with dots (`key_value.key`).
+    #[arg(long)]
+    pub(crate) rule: Option<String>,
+    /// Rank by hits, denied or shadow (would-be denials).
+    #[arg(long, default_value = "denied")]
+    pub(crate) by: String,
+    /// Over the last minute or hour.
+    #[arg(long, default_value = "minute")]
+    pub(crate) window: String,
+    /// How many keys.
+    #[arg(short, long, default_value_t = 10)]
+    pub(crate) n: usize,
+    /// This instance, or the fleet sharing its store (instance or fleet).
+    #[arg(long, default_value = "instance")]
+    pub(crate) scope: String,
+    /// The server's ADMIN_TOKEN, needed unless asking over loopback.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
 }
 
 /// The request the client commands send: a domain and its descriptors.

@@ -21,7 +21,8 @@ use tollgate_core::Capacity;
 
 pub(crate) use self::answers::{AnswerArgs, HeaderFormat};
 pub(crate) use self::client::{
-    AdminArgs, ClientArgs, ClientTlsArgs, OverriddenArgs, OverrideAction, OverrideArgs, RequestArgs,
+    AdminArgs, ClientArgs, ClientTlsArgs, OverriddenArgs, OverrideAction, OverrideArgs,
+    RequestArgs, TopArgs,
 };
 pub(crate) use self::conn::{ConnArgs, TlsArgs};
 pub(crate) use self::ops::{LogArgs, LogFormat, OpsArgs, TracingArgs};
@@ -65,6 +66,9 @@ pub(crate) enum Command {
     /// Set, list or delete runtime overrides on a running Tollgate (/overrides on its
     /// HTTP port).
     Override(OverrideArgs),
+    /// Print the heaviest keys of a running Tollgate's rules, by hits, denials or shadow
+    /// mode's would-be denials (GET /top on its HTTP port).
+    Top(TopArgs),
     /// Create or update the PostgreSQL schema (serving does this too), print its version.
     Migrate(PostgresArgs),
     /// Validate rules: print every problem and exit 1, or print "ok".

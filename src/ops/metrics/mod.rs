@@ -8,6 +8,7 @@ mod detailed;
 mod rlqs;
 mod rules;
 mod store;
+pub(crate) mod top;
 pub(crate) mod types;
 mod xds;
 

@@ -19,7 +19,7 @@ use tollgate_core::overrides::{Override, OverrideEntry};
 use super::Refused;
 use crate::api::json::{reason, text};
 use crate::ops::admin::Admin;
-use crate::ops::reset::authorize;
+use crate::ops::token::authorize;
 
 /// What `DELETE /overrides` names: one overridden descriptor.
 #[derive(Debug, Deserialize)]

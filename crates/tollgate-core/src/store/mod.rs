@@ -280,6 +280,27 @@ impl Store {
         }
     }
 
+    /// Publishes an instance's heavy keys to the others sharing the store; nothing for a
+    /// store of this process alone.
+    pub(crate) async fn publish_top(&self, snapshot: String) {
+        #[cfg(any(feature = "redis", feature = "postgres"))]
+        if let Self::Shared(r) = self {
+            r.publish_top(snapshot).await;
+        }
+        #[cfg(not(any(feature = "redis", feature = "postgres")))]
+        let _ = snapshot;
+    }
+
+    /// The heavy keys instances sharing the store published lately; none for a store of
+    /// this process alone.
+    pub(crate) fn peer_tops(&self) -> Vec<String> {
+        match self {
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => r.peer_tops(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The store's clock now (for a shared store: local time moved onto the store's).
     pub(crate) fn now(&self) -> Timestamp {
         match self {

@@ -69,6 +69,8 @@ pub(crate) enum Heard<'a> {
     Overrides,
     /// Anything may have changed.
     All,
+    /// An instance's heavy keys (`top/snapshot.rs`): no counter changed.
+    Top(&'a str),
 }
 
 /// What is announced for a reset of `key`: the key itself.
@@ -97,6 +99,9 @@ pub(crate) fn hear(announced: &str) -> Heard<'_> {
     }
     if announced == OVERRIDES {
         return Heard::Overrides;
+    }
+    if crate::top::snapshot::is_snapshot(announced) {
+        return Heard::Top(announced);
     }
     match announced.split_once('#') {
         Some((micros, key)) if key.contains('#') => match micros.parse() {
@@ -156,6 +161,8 @@ mod tests {
         let long = format!("d|k={}#s1", "x".repeat(MAX_ANNOUNCED_KEY));
         assert_eq!(hear(announcement(&long)), Heard::All);
         assert_eq!(hear(&decrease(&long, at)), Heard::All);
+        let top = "%top|beef\nd\tm\tweb\tip\tip=a\t3\t0";
+        assert_eq!(hear(top), Heard::Top(top));
         // Not a decrease: a key whose first part is not a time stays a reset.
         assert_eq!(hear("x#y#z"), Heard::Reset("x#y#z"));
     }

@@ -25,6 +25,7 @@ pub(crate) mod lease;
 pub(crate) mod ledger;
 pub(crate) mod link;
 mod overrides;
+mod peer_tops;
 pub(crate) mod protocol;
 pub(crate) mod slots;
 
@@ -124,6 +125,8 @@ pub struct SharedStore {
     leases: lease::Leases,
     /// Told when the stored overrides may have changed elsewhere.
     overrides_changed: tokio::sync::Notify,
+    /// The heavy keys other instances published.
+    peer_tops: peer_tops::PeerTops,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -159,6 +162,7 @@ impl SharedStore {
             ledger: Arc::default(),
             leases: lease::Leases::new(behaviour.leases),
             overrides_changed: tokio::sync::Notify::new(),
+            peer_tops: peer_tops::PeerTops::default(),
         });
         background::spawn(&store, refresh_rx);
         announce::spawn(
@@ -185,8 +189,26 @@ impl SharedStore {
                 self.leases.forget(Some(key));
             }
             announce::Heard::Decrease { key, at } => self.local.decreased(key, at),
+            announce::Heard::Top(text) => return self.peer_tops.heard(text, self.now()),
         }
         bump(&self.counts.announcements_heard);
+    }
+
+    /// Publishes this instance's heavy keys to every instance, waiting at most the
+    /// request timeout: a snapshot lost is replaced by the next.
+    pub(crate) async fn publish_top(&self, snapshot: String) {
+        let sent = self.backend.announce(snapshot);
+        let timeout = self.behaviour.timeout;
+        match tokio::time::timeout(timeout, sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!("top keys were not published: {e:?}"),
+            Err(_) => tracing::debug!("top keys were not published within {timeout:?}"),
+        }
+    }
+
+    /// The heavy keys instances published lately, this one's included.
+    pub(crate) fn peer_tops(&self) -> Vec<String> {
+        self.peer_tops.fresh(self.now())
     }
 
     /// Whether the store answers.

@@ -1,0 +1,243 @@
+//! `GET /top`: the heaviest keys of the rules, as JSON, of this instance or (`scope=fleet`)
+//! of every instance sharing the store. Keys name clients (addresses, users), which is
+//! personal data: answered to loopback peers, and to others only with
+//! `Authorization: Bearer <ADMIN_TOKEN>` (compared in constant time).
+//!
+//! With a shared store, every instance publishes its heaviest keys through it every
+//! [`PUBLISH_PERIOD`] ([`spawn_publisher`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::http::{Extensions, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tollgate_core::TopQuery;
+use tollgate_core::top::{TopBy, TopEntry, TopWindow};
+
+use crate::api::json::text;
+use crate::app::App;
+use crate::ops::token::{AdminToken, bearer, same};
+
+/// The most entries one answer holds.
+pub(crate) const MAX_ENTRIES: usize = 1_000;
+/// How often an instance publishes its heaviest keys through a shared store.
+pub(crate) const PUBLISH_PERIOD: Duration = Duration::from_secs(5);
+
+/// Publishes this instance's heaviest keys every [`PUBLISH_PERIOD`] while the server runs.
+pub(crate) fn spawn_publisher(app: &Arc<App>) {
+    let app = Arc::downgrade(app);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(PUBLISH_PERIOD);
+        loop {
+            ticks.tick().await;
+            let Some(app) = app.upgrade() else {
+                return;
+            };
+            app.limiter.publish_top().await;
+        }
+    });
+}
+
+/// `GET /top?domain=web&rule=ip&by=denied&window=minute&n=10&scope=fleet`: 200 with the entries,
+/// heaviest first; 400 for a bad parameter; 403 to a peer that is neither loopback nor
+/// holding the admin token.
+pub(crate) async fn handler(
+    State(app): State<Arc<App>>,
+    State(AdminToken(token)): State<AdminToken>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    if !allowed(peer, token.as_deref(), &headers) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "top keys name clients: ask from loopback, or with Authorization: Bearer <ADMIN_TOKEN>"
+                .to_owned(),
+        );
+    }
+    let params = match Params::parse(query.as_deref().unwrap_or("")) {
+        Ok(params) => params,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+    };
+    let entries = app.limiter.top(&params.query());
+    Json(answer(&params, &entries)).into_response()
+}
+
+/// Loopback peers may ask; others need the admin token.
+fn allowed(peer: Option<SocketAddr>, token: Option<&str>, headers: &HeaderMap) -> bool {
+    let loopback = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
+    let holds_token = match (token, bearer(headers)) {
+        (Some(token), Some(given)) => same(given.as_bytes(), token.as_bytes()),
+        _ => false,
+    };
+    loopback || holds_token
+}
+
+/// `/top`'s parameters.
+#[derive(Debug)]
+pub(crate) struct Params {
+    domain: Option<String>,
+    rule: Option<String>,
+    by: TopBy,
+    window: TopWindow,
+    n: usize,
+    fleet: bool,
+}
+
+impl Params {
+    /// The parameters of `query` (`a=b&c=d`); unknown or repeated names and bad values are
+    /// refused with what is wrong.
+    pub(crate) fn parse(query: &str) -> Result<Self, String> {
+        let mut params = Params {
+            domain: None,
+            rule: None,
+            by: TopBy::Denied,
+            window: TopWindow::Minute,
+            n: 10,
+            fleet: false,
+        };
+        let mut seen = Vec::new();
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            if seen.contains(&name) {
+                return Err(format!("parameter {name} is given twice"));
+            }
+            match &*name {
+                "domain" => params.domain = Some(value.to_string()),
+                "rule" => params.rule = Some(value.to_string()),
+                "by" => params.by = by(&value)?,
+                "window" => params.window = window(&value)?,
+                "n" => params.n = n(&value)?,
+                "scope" => params.fleet = fleet(&value)?,
+                _ => {
+                    return Err(format!(
+                        "unknown parameter {name}: /top takes domain, rule, by, window, n and scope"
+                    ));
+                }
+            }
+            seen.push(name);
+        }
+        Ok(params)
+    }
+
+    fn query(&self) -> TopQuery<'_> {
+        TopQuery {
+            domain: self.domain.as_deref(),
+            rule: self.rule.as_deref(),
+            by: self.by,
+            window: self.window,
+            n: self.n,
+            fleet: self.fleet,
+        }
+    }
+}
+
+fn by(value: &str) -> Result<TopBy, String> {
+    match value {
+        "hits" => Ok(TopBy::Hits),
+        "denied" => Ok(TopBy::Denied),
+        "shadow" => Ok(TopBy::Shadow),
+        _ => Err(format!("by={value}: expected hits, denied or shadow")),
+    }
+}
+
+fn window(value: &str) -> Result<TopWindow, String> {
+    match value {
+        "minute" => Ok(TopWindow::Minute),
+        "hour" => Ok(TopWindow::Hour),
+        _ => Err(format!("window={value}: expected minute or hour")),
+    }
+}
+
+fn n(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n @ 1..=MAX_ENTRIES) => Ok(n),
+        _ => Err(format!(
+            "n={value}: expected a number from 1 to {MAX_ENTRIES}"
+        )),
+    }
+}
+
+fn fleet(value: &str) -> Result<bool, String> {
+    match value {
+        "instance" => Ok(false),
+        "fleet" => Ok(true),
+        _ => Err(format!("scope={value}: expected instance or fleet")),
+    }
+}
+
+fn by_name(by: TopBy) -> &'static str {
+    match by {
+        TopBy::Hits => "hits",
+        TopBy::Denied => "denied",
+        TopBy::Shadow => "shadow",
+    }
+}
+
+fn window_name(window: TopWindow) -> &'static str {
+    match window {
+        TopWindow::Minute => "minute",
+        TopWindow::Hour => "hour",
+    }
+}
+
+/// The JSON answer.
+fn answer(params: &Params, entries: &[TopEntry]) -> Value {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "domain": e.domain,
+                "rule": e.rule,
+                "descriptor": e.descriptor,
+                "count": e.count,
+                "error": e.error,
+            })
+        })
+        .collect();
+    json!({
+        "by": by_name(params.by),
+        "window": window_name(params.window),
+        "scope": if params.fleet { "fleet" } else { "instance" },
+        "entries": entries,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_read_and_bad_ones_named() {
+        let p = Params::parse("domain=web&by=shadow&window=hour&n=3&rule=ip").expect("parses");
+        assert_eq!(p.domain.as_deref(), Some("web"));
+        assert_eq!((p.by, p.window, p.n), (TopBy::Shadow, TopWindow::Hour, 3));
+        let err = |q| Params::parse(q).expect_err(q);
+        assert_eq!(err("by=who"), "by=who: expected hits, denied or shadow");
+        assert_eq!(err("n=0"), "n=0: expected a number from 1 to 1000");
+        assert_eq!(err("n=x"), "n=x: expected a number from 1 to 1000");
+        assert_eq!(err("n=1&n=2"), "parameter n is given twice");
+        assert!(err("color=red").starts_with("unknown parameter color"));
+    }
+
+    #[test]
+    fn loopback_or_the_token_may_ask() {
+        let local: SocketAddr = "127.0.0.1:5000".parse().expect("addr");
+        let far: SocketAddr = "192.0.2.1:5000".parse().expect("addr");
+        let mut with_token = HeaderMap::new();
+        with_token.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer s3cret".parse().expect("header"),
+        );
+        let none = HeaderMap::new();
+        assert!(allowed(Some(local), None, &none));
+        assert!(!allowed(Some(far), None, &with_token));
+        assert!(!allowed(Some(far), Some("s3cret"), &none));
+        assert!(allowed(Some(far), Some("s3cret"), &with_token));
+        assert!(!allowed(None, Some("other"), &with_token));
+    }
+}
