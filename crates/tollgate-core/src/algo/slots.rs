@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{LimitVerdict, MAX_UNITS};
+use super::{LimitState, LimitVerdict, MAX_UNITS};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 
@@ -105,6 +105,17 @@ impl Slots {
         self.held.retain(|(expires, _)| *expires > now);
     }
 
+    /// Drops the slots that freed themselves by `now`, and says how many they were.
+    pub(crate) fn expire(&mut self, now: Timestamp) -> u64 {
+        let before = self
+            .held
+            .iter()
+            .map(|(_, n)| *n)
+            .fold(0, u64::saturating_add);
+        self.forget(now);
+        before.saturating_sub(self.count(now))
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.held.capacity() * std::mem::size_of::<(Timestamp, u64)>()
     }
@@ -112,6 +123,22 @@ impl Slots {
     /// When the last slot frees itself.
     pub(crate) fn expires_at(&self) -> Timestamp {
         self.held.last().map(|(e, _)| *e).unwrap_or_default()
+    }
+}
+
+/// The slots of an in-flight counter, if `states` are one.
+pub(super) fn of(states: &[LimitState]) -> Option<&Slots> {
+    match states {
+        [LimitState::Slots(s)] => Some(s),
+        _ => None,
+    }
+}
+
+/// The slots of an in-flight counter, if `states` are one, to change.
+pub(super) fn of_mut(states: &mut [LimitState]) -> Option<&mut Slots> {
+    match states {
+        [LimitState::Slots(s)] => Some(s),
+        _ => None,
     }
 }
 

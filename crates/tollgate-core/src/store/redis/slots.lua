@@ -7,7 +7,8 @@
 -- ARGV     mode ('a' acquire n slots if all fit under max; 'r' release n slots, the
 --          oldest first; 'k' check), n, max, expire_after_us, deadline_us (0: none)
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
---           now_us, then per group of live slots before this call: frees_at_us, count}
+--           now_us, slots this call found past their time and dropped, then per group
+--           of live slots before this call: frees_at_us, count}
 
 local key = KEYS[1]
 local mode = ARGV[1]
@@ -19,11 +20,12 @@ if deadline > 0 and now > deadline then return { -1, now } end
 
 if redis.call('TYPE', key).ok ~= 'hash' then redis.call('DEL', key) end
 local flat = redis.call('HGETALL', key)
-local reply, live, held = { 1, now }, {}, 0
+local reply, live, held = { 1, now, 0 }, {}, 0
 for i = 1, #flat, 2 do
   local frees, count = tonumber(flat[i]), tonumber(flat[i + 1])
   if frees <= now then
     redis.call('HDEL', key, flat[i])
+    reply[3] = reply[3] + count
   else
     held = held + count
     live[#live + 1] = { frees, count, flat[i] }
