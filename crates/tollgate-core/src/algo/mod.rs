@@ -151,7 +151,7 @@ impl LimitState {
             Self::Sliding(s) => s.expires_at(limit),
             Self::Fixed(s) => s.expires_at(limit),
             Self::Gcra(s) => s.expires_at(),
-            Self::Slots(s) => s.expires_at(),
+            Self::Slots(s) => s.expires_at(limit),
         }
     }
 }

@@ -120,9 +120,13 @@ impl Slots {
         self.held.capacity() * std::mem::size_of::<(Timestamp, u64)>()
     }
 
-    /// When the last slot frees itself.
-    pub(crate) fn expires_at(&self) -> Timestamp {
-        self.held.last().map(|(e, _)| *e).unwrap_or_default()
+    /// A window after the last slot frees itself: kept that long so that a call then
+    /// finds the slots never released and counts them as expired.
+    pub(crate) fn expires_at(&self, limit: &Limit) -> Timestamp {
+        self.held
+            .last()
+            .map(|(e, _)| *e + limit.window)
+            .unwrap_or_default()
     }
 }
 
@@ -192,7 +196,12 @@ mod tests {
         s.record(&l, at(0), 2);
         assert!(!s.evaluate(&l, at(60 * SECOND - 1), 1).admitted);
         assert!(s.evaluate(&l, at(60 * SECOND), 2).admitted);
-        assert_eq!(s.expires_at(), at(60 * SECOND));
+        assert_eq!(
+            s.expires_at(&l),
+            at(120 * SECOND),
+            "kept to count them expired"
+        );
+        assert_eq!(s.clone().expire(at(60 * SECOND)), 2);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 -- Tollgate: the slots of one in-flight counter (schema version 7), in the database's
 -- clock (microseconds). The counter is a row of tollgate_counters with shape 'i', so that
 -- resets and the sweep treat it as any other: its state holds, per group of slots, when
--- they free themselves and how many, oldest first; its expires_us is when the last frees
--- itself. Idempotent, like schema.sql, after which it runs.
+-- they free themselves and how many, oldest first; its expires_us is an expire_after
+-- after the last frees itself, so that a call then counts the slots never released. Idempotent, like schema.sql, after which it runs.
 --
 --   p_mode       'a' acquire p_n slots if all fit under p_max; 'r' release p_n slots,
 --                the oldest first; 'k' check
@@ -79,7 +79,7 @@ BEGIN
         DELETE FROM tollgate_counters WHERE key = p_key;
     ELSE
         UPDATE tollgate_counters
-        SET state = after, expires_us = after[cardinality(after) - 1]
+        SET state = after, expires_us = after[cardinality(after) - 1] + p_expire
         WHERE key = p_key;
     END IF;
     RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us, expired] || before;

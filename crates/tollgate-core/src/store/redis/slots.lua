@@ -1,7 +1,7 @@
 -- Tollgate: the slots of one in-flight counter, atomically, in Redis server time
 -- (microseconds). The layout is a hash: field, when a group of slots frees itself (µs,
--- as decimal text); value, how many slots. Slots past their time are dropped here, and
--- the key expires with its last slot.
+-- as decimal text); value, how many slots. Slots past their time are dropped (and
+-- counted) here; the key expires an expire_after after its last slot.
 --
 -- KEYS[1]  the counter
 -- ARGV     mode ('a' acquire n slots if all fit under max; 'r' release n slots, the
@@ -39,8 +39,9 @@ if mode == 'a' then
     reply[1] = 0
   elseif n > 0 then
     redis.call('HINCRBY', key, string.format('%.0f', now + expire), n)
-    -- The newest slots free themselves last: the key goes with them.
-    redis.call('PEXPIRE', key, math.ceil(expire / 1000) + 1)
+    -- The newest slots free themselves last; the key outlives them by expire_after, so
+    -- that a call then finds the slots never released and counts them as expired.
+    redis.call('PEXPIRE', key, 2 * math.ceil(expire / 1000) + 1)
   end
 elseif mode == 'r' then
   table.sort(live, function(a, b) return a[1] < b[1] end)
