@@ -381,6 +381,7 @@ mod tests {
             reset: std::time::Duration::ZERO,
             hits: 1,
             metadata: meta.map(std::sync::Arc::new),
+            in_flight: None,
         })
     }
 
@@ -448,6 +449,7 @@ mod tests {
                 reset: std::time::Duration::ZERO,
                 hits,
                 metadata: Some(std::sync::Arc::new(held.clone())),
+                in_flight: None,
             })
         };
         let req = proto(0, vec![one("user", "ann")]);
@@ -478,6 +480,7 @@ mod tests {
                     reset: std::time::Duration::from_millis(1_200),
                     hits: 1,
                     metadata: None,
+                    in_flight: None,
                 }),
             ],
         };

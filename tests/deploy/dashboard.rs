@@ -1,7 +1,8 @@
 //! The Grafana dashboard queries series that exist: a real Tollgate on a real Redis, with
 //! rules over xDS, serves admitted, denied and invalid ShouldRateLimit calls and an RLQS
-//! report; then every metric each panel and variable selects must be on its `/metrics`
-//! page, with every label the query names or groups by.
+//! report, and another from a rule file takes and releases in-flight slots (xDS has no
+//! in-flight rules); then every metric each panel and variable selects must be on one of
+//! their `/metrics` pages, with every label the query names or groups by.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -149,6 +150,25 @@ async fn rlqs_report(server: &tollgate::Server) {
     assert!(answer.is_some(), "the stream ended without an assignment");
 }
 
+/// The `/metrics` page of a Tollgate whose in-flight rule took a slot and released it.
+async fn in_flight_page() -> String {
+    let rules = concat!(
+        "domain: edge\ndescriptors:\n",
+        tollgate_testkit::in_flight_rules!()
+    );
+    let server = Serve::rules(rules).start();
+    let mut client = server.client().await;
+    for release in [false, true] {
+        let answer = client
+            .check_own_hits("edge", &[("slots", "ann")], 1, release)
+            .await;
+        assert_eq!(code(&answer), Code::Ok, "{answer:?}");
+    }
+    let page = server.get("/metrics").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    page.body
+}
+
 #[tokio::test]
 async fn every_series_the_dashboard_queries_exists_after_real_traffic() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/tollgate.json");
@@ -195,7 +215,8 @@ async fn every_series_the_dashboard_queries_exists_after_real_traffic() {
 
     let page = server.get("/metrics").await;
     assert_eq!(page.status, 200, "{page:?}");
-    let exported = series(&page.body);
+    let mut exported = series(&page.body);
+    exported.extend(series(&in_flight_page().await));
     let mut missing = Vec::new();
     for (place, uses) in &queries {
         for (metric, labels) in &uses.selectors {

@@ -4,7 +4,9 @@
 //! shows the slots held.
 
 use tollgate_testkit::admin;
-use tollgate_testkit::in_flight::{assert_leaked_slots_free_themselves, assert_slots_shared};
+use tollgate_testkit::in_flight::{
+    assert_in_flight_series, assert_leaked_slots_free_themselves, assert_slots_shared,
+};
 use tollgate_testkit::redis::RedisServer;
 
 use crate::support::{DOMAIN, two_connected};
@@ -26,4 +28,12 @@ async fn slots_are_shared_by_instances_and_leaked_ones_free_themselves() {
         "no view holds slots: {explained}"
     );
     assert_leaked_slots_free_themselves(&mut clients, DOMAIN, "bob").await;
+}
+
+#[tokio::test]
+async fn in_flight_series_count_acquired_released_expired_and_held() {
+    let redis = RedisServer::start();
+    let (servers, mut clients) =
+        two_connected("single", &redis.url(), &["--store-timeout", "1s"]).await;
+    assert_in_flight_series(&servers, &mut clients, DOMAIN).await;
 }

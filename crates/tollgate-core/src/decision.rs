@@ -49,6 +49,19 @@ pub struct Limited {
     pub hits: u64,
     /// The rule's metadata, for answers that carry it.
     pub metadata: Option<Arc<Metadata>>,
+    /// For an in-flight rule answered by its store: what the call did to the slots.
+    pub in_flight: Option<InFlight>,
+}
+
+/// What one call did to the slots of an in-flight counter, as its store answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// Slots held after the call.
+    pub held: u64,
+    /// Slots the call released (a refund).
+    pub released: u64,
+    /// Slots the call found past their `expire_after` and dropped.
+    pub expired: u64,
 }
 
 impl Limited {

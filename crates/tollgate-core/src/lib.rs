@@ -53,7 +53,7 @@ pub use clock::{
     nanos_of,
 };
 pub use counter::Counter;
-pub use decision::{Decision, Limited, Outcome};
+pub use decision::{Decision, InFlight, Limited, Outcome};
 pub use limit::{
     Algorithm, AlgorithmKind, DEFAULT_PRECISION, Limit, LimitError, MAX_PRECISION, UnknownName,
 };

@@ -385,6 +385,11 @@ impl<R: Recorder> Limiter<R> {
             if let (Outcome::Limited(l), Some(verdict)) = (&mut d.outcome, refund) {
                 l.remaining = verdict.decision.remaining;
                 l.hits = 0;
+                // The slot taken is given back: held as after the refund, nothing released.
+                if let (Some(seen), Some(back)) = (&mut l.in_flight, verdict.in_flight) {
+                    seen.held = back.held;
+                    seen.expired = seen.expired.saturating_add(back.expired);
+                }
             }
         }
     }
@@ -502,6 +507,7 @@ fn outcome(
             reset: verdict.decision.reset,
             hits,
             metadata: rule.and_then(|r| r.metadata.clone()),
+            in_flight: verdict.in_flight,
         }),
         None => Outcome::NoLimit,
     }

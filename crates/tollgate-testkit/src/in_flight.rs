@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::grpc::{Code, Rls, code, until_reset};
+use crate::tollgate::Server;
 use crate::wait::until_async;
 
 /// Slots held at most at once by `slots` and `leaky`.
@@ -106,5 +107,48 @@ pub async fn assert_leaked_slots_free_themselves(clients: &mut [Rls], domain: &s
     assert!(
         freed_after >= LEAK_EXPIRY.mul_f64(0.9),
         "freed after {freed_after:?}, before expire_after"
+    );
+}
+
+/// Through two instances on one store, the `leaky=value` counter: the first takes both
+/// slots, the second releases one, then asks for two until the leaked one expired. Each
+/// instance's in-flight series of the `leaky` rule say what it saw, the second's held
+/// as the store answered after the other instance's acquisitions.
+pub async fn assert_in_flight_series(servers: &[Server], clients: &mut [Rls], domain: &str) {
+    let entries = [("leaky", "carl")];
+    for _ in 0..MAX_IN_FLIGHT {
+        assert_eq!(take(&mut clients[0], domain, &entries).await.0, Code::Ok);
+    }
+    let released = clients[1].check_own_hits(domain, &entries, 1, true).await;
+    assert_eq!(code(&released), Code::Ok, "{released:?}");
+    let rls = &mut clients[1];
+    until_async(
+        "the leaked slot expired and two taken",
+        LEAK_EXPIRY * 10,
+        async || {
+            let two = rls.check_own_hits(domain, &entries, 2, false).await;
+            match code(&two) {
+                Code::Ok => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let series = |name: &str| {
+        format!("tollgate_in_flight_{name}{{domain=\"{domain}\",key1=\"leaky\",key2=\"\"}}")
+    };
+    let mut seen = Vec::new();
+    for server in servers {
+        let mut values = Vec::new();
+        for name in ["acquired_total", "released_total", "expired_total", "held"] {
+            values.push(server.metric(&series(name)).await);
+        }
+        seen.push(values);
+    }
+    let all = |a, r, e, h| vec![Some(a), Some(r), Some(e), Some(h)];
+    assert_eq!(
+        seen,
+        [all(2.0, 0.0, 0.0, 2.0), all(2.0, 1.0, 1.0, 2.0)],
+        "acquired, released, expired, held on each instance"
     );
 }

@@ -5,6 +5,7 @@
 //! from its snapshot at scrape time.
 
 mod detailed;
+mod in_flight;
 mod rlqs;
 mod rules;
 mod store;
@@ -119,6 +120,7 @@ impl Metrics {
             "Units charged to a budget past its limit (usage reported after the fact)",
             families.overspend.clone(),
         );
+        families.in_flight.register(&mut registry);
         let config_load_success = PlainCounter::default();
         let config_load_error = PlainCounter::default();
         registry.register(

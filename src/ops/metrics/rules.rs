@@ -2,6 +2,7 @@
 //! the core's recorder, through handles resolved when rules are installed.
 
 use super::detailed::ByValue;
+use super::in_flight::{InFlightFamilies, InFlightStats};
 use super::types::PlainCounter;
 use crate::ops::unmatched::Unmatched;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -40,12 +41,14 @@ pub(super) struct DescriptorFamilies {
     pub(super) within_limit: Family<DescriptorLabels, PlainCounter>,
     pub(super) shadow_mode: Family<DescriptorLabels, PlainCounter>,
     pub(super) overspend: Family<DescriptorLabels, PlainCounter>,
+    pub(super) in_flight: InFlightFamilies,
 }
 
 impl DescriptorFamilies {
-    /// The handles of one label set.
-    pub(super) fn stats(&self, labels: &DescriptorLabels) -> DescriptorStats {
+    /// The handles of one label set; the in-flight ones only for an in-flight rule.
+    pub(super) fn stats(&self, labels: &DescriptorLabels, in_flight: bool) -> DescriptorStats {
         DescriptorStats {
+            in_flight: in_flight.then(|| self.in_flight.stats(labels)),
             total_hits: self.total_hits.get_or_create(labels).clone(),
             over_limit: self.over_limit.get_or_create(labels).clone(),
             near_limit: self.near_limit.get_or_create(labels).clone(),
@@ -66,12 +69,17 @@ pub(crate) struct DescriptorStats {
     pub(super) shadow_mode: PlainCounter,
     /// Units charged past a budget's limit (ours).
     pub(super) overspend: PlainCounter,
+    /// Slots of an in-flight rule (ours).
+    pub(super) in_flight: Option<InFlightStats>,
 }
 
 impl DescriptorStats {
     /// Counts one decision the way the reference does: hits above `near_ratio × limit`
     /// are near the limit.
     pub(super) fn record(&self, outcome: &Limited, charged: bool, near_ratio: f64) {
+        if let (Some(stats), Some(slots)) = (&self.in_flight, outcome.in_flight) {
+            stats.record(outcome, slots);
+        }
         let hits = outcome.hits;
         self.total_hits.inc_by(hits);
         if !outcome.admitted {
@@ -122,7 +130,7 @@ impl Recorder for RuleMetrics {
     fn prepare(&self, rule: &Rule) -> RuleStats {
         let labels = DescriptorLabels::new(rule.domain(), rule.path());
         if !rule.detailed_metric() {
-            return RuleStats::Fixed(self.families.stats(&labels));
+            return RuleStats::Fixed(self.families.stats(&labels, rule.in_flight()));
         }
         let overflow = DescriptorLabels {
             key2: "other".into(),
@@ -130,7 +138,7 @@ impl Recorder for RuleMetrics {
         };
         RuleStats::Detailed {
             by_value: ByValue::new(self.detailed_cap),
-            overflow: self.families.stats(&overflow),
+            overflow: self.families.stats(&overflow, rule.in_flight()),
         }
     }
 
@@ -150,8 +158,8 @@ impl Recorder for RuleMetrics {
                 };
                 let make = || {
                     let names: Vec<String> = names().map(|(k, v)| format!("{k}_{v}")).collect();
-                    self.families
-                        .stats(&DescriptorLabels::new(rule.domain(), &names))
+                    let labels = DescriptorLabels::new(rule.domain(), &names);
+                    self.families.stats(&labels, rule.in_flight())
                 };
                 let stats = by_value.get(names, make).unwrap_or(overflow);
                 stats.record(outcome, rule.charged(), self.near_ratio);

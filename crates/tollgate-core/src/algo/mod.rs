@@ -15,6 +15,7 @@ pub(crate) use slots::Slots;
 use std::time::Duration;
 
 use crate::clock::Timestamp;
+use crate::decision::InFlight;
 use crate::limit::{Algorithm, Limit};
 
 /// The most units one ask carries into a store, and the most a count holds: 2^53 − 1.
@@ -150,7 +151,7 @@ impl LimitState {
             Self::Sliding(s) => s.expires_at(limit),
             Self::Fixed(s) => s.expires_at(limit),
             Self::Gcra(s) => s.expires_at(),
-            Self::Slots(s) => s.expires_at(),
+            Self::Slots(s) => s.expires_at(limit),
         }
     }
 }
@@ -162,6 +163,8 @@ pub(crate) struct Verdict {
     pub(crate) limit_index: usize,
     /// That limit's verdict.
     pub(crate) decision: LimitVerdict,
+    /// For an in-flight counter: what the call did to its slots.
+    pub(crate) in_flight: Option<InFlight>,
 }
 
 /// Applies `hits` to the states of all `limits` of one counter, all or nothing: consumed
@@ -174,6 +177,10 @@ pub(crate) fn apply(
     now: Timestamp,
     hits: Hits,
 ) -> Verdict {
+    // An in-flight counter drops its slots past their time first, counted for the metrics.
+    let expired = slots::of_mut(states).map(|s| s.expire(now));
+    let held = |states: &[LimitState]| slots::of(states).map_or(0, |s| s.count(now));
+    let before = held(states);
     let asked = match hits {
         Hits::Consume(n) | Hits::Charge(n) => n,
         Hits::Check => 0,
@@ -184,7 +191,8 @@ pub(crate) fn apply(
             0
         }
     };
-    let outcome = evaluate(states, limits, now, asked);
+    let released = before.saturating_sub(held(states));
+    let mut outcome = evaluate(states, limits, now, asked);
     let counted = match hits {
         Hits::Consume(n) if outcome.decision.admitted => n,
         Hits::Charge(n) => n,
@@ -195,6 +203,11 @@ pub(crate) fn apply(
             state.record(limit, now, counted);
         }
     }
+    outcome.in_flight = expired.map(|expired| InFlight {
+        held: held(states),
+        released,
+        expired,
+    });
     outcome
 }
 
@@ -211,6 +224,7 @@ pub(crate) fn evaluate(
         let candidate = Verdict {
             limit_index,
             decision,
+            in_flight: None,
         };
         best = Some(match best {
             None => candidate,
@@ -226,6 +240,7 @@ pub(crate) fn evaluate(
             remaining: u64::MAX,
             reset: Duration::ZERO,
         },
+        in_flight: None,
     })
 }
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{LimitVerdict, MAX_UNITS};
+use super::{LimitState, LimitVerdict, MAX_UNITS};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 
@@ -105,13 +105,44 @@ impl Slots {
         self.held.retain(|(expires, _)| *expires > now);
     }
 
+    /// Drops the slots that freed themselves by `now`, and says how many they were.
+    pub(crate) fn expire(&mut self, now: Timestamp) -> u64 {
+        let before = self
+            .held
+            .iter()
+            .map(|(_, n)| *n)
+            .fold(0, u64::saturating_add);
+        self.forget(now);
+        before.saturating_sub(self.count(now))
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.held.capacity() * std::mem::size_of::<(Timestamp, u64)>()
     }
 
-    /// When the last slot frees itself.
-    pub(crate) fn expires_at(&self) -> Timestamp {
-        self.held.last().map(|(e, _)| *e).unwrap_or_default()
+    /// A window after the last slot frees itself: kept that long so that a call then
+    /// finds the slots never released and counts them as expired.
+    pub(crate) fn expires_at(&self, limit: &Limit) -> Timestamp {
+        self.held
+            .last()
+            .map(|(e, _)| *e + limit.window)
+            .unwrap_or_default()
+    }
+}
+
+/// The slots of an in-flight counter, if `states` are one.
+pub(super) fn of(states: &[LimitState]) -> Option<&Slots> {
+    match states {
+        [LimitState::Slots(s)] => Some(s),
+        _ => None,
+    }
+}
+
+/// The slots of an in-flight counter, if `states` are one, to change.
+pub(super) fn of_mut(states: &mut [LimitState]) -> Option<&mut Slots> {
+    match states {
+        [LimitState::Slots(s)] => Some(s),
+        _ => None,
     }
 }
 
@@ -165,7 +196,12 @@ mod tests {
         s.record(&l, at(0), 2);
         assert!(!s.evaluate(&l, at(60 * SECOND - 1), 1).admitted);
         assert!(s.evaluate(&l, at(60 * SECOND), 2).admitted);
-        assert_eq!(s.expires_at(), at(60 * SECOND));
+        assert_eq!(
+            s.expires_at(&l),
+            at(120 * SECOND),
+            "kept to count them expired"
+        );
+        assert_eq!(s.clone().expire(at(60 * SECOND)), 2);
     }
 
     #[test]

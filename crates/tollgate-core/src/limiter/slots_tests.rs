@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::{ManualClock, Timestamp};
+use crate::decision::InFlight;
 use crate::store::MemoryStore;
 
 const RULES: &str = r#"
@@ -116,4 +117,29 @@ async fn explain_shows_the_slots_held() {
         1,
         "explaining took none"
     );
+}
+
+#[tokio::test]
+async fn each_call_says_the_slots_held_released_and_expired() {
+    let (l, clock) = limiter();
+    let moved = |held, released, expired| {
+        Some(InFlight {
+            held,
+            released,
+            expired,
+        })
+    };
+    assert_eq!(hit(&l, Hits::Consume(1)).await.in_flight, moved(1, 0, 0));
+    assert_eq!(hit(&l, Hits::Consume(1)).await.in_flight, moved(2, 0, 0));
+    let refused = hit(&l, Hits::Consume(1)).await;
+    assert_eq!(refused.in_flight, moved(2, 0, 0), "a refusal takes nothing");
+    let released = hit(&l, Hits::Refund(5)).await;
+    assert_eq!(released.in_flight, moved(0, 2, 0), "released: those held");
+    assert_eq!(hit(&l, Hits::Consume(2)).await.in_flight, moved(2, 0, 0));
+    // Never released: the next call after expire_after counts them, even once the last
+    // slot is gone (the counter is kept a window longer for that).
+    clock.advance(Duration::from_secs(119));
+    let found = hit(&l, Hits::Check).await;
+    assert_eq!(found.in_flight, moved(0, 0, 2), "the leaked slots counted");
+    assert_eq!(hit(&l, Hits::Check).await.in_flight, moved(0, 0, 0), "once");
 }

@@ -1,15 +1,15 @@
 -- Tollgate: the slots of one in-flight counter (schema version 7), in the database's
 -- clock (microseconds). The counter is a row of tollgate_counters with shape 'i', so that
 -- resets and the sweep treat it as any other: its state holds, per group of slots, when
--- they free themselves and how many, oldest first; its expires_us is when the last frees
--- itself. Idempotent, like schema.sql, after which it runs.
+-- they free themselves and how many, oldest first; its expires_us is an expire_after
+-- after the last frees itself, so that a call then counts the slots never released. Idempotent, like schema.sql, after which it runs.
 --
 --   p_mode       'a' acquire p_n slots if all fit under p_max; 'r' release p_n slots,
 --                the oldest first; 'k' check
 --   p_expire     how long a slot lives unless released (microseconds)
 --   p_deadline   microseconds; past it nothing changes and {-1, now} is returned (0: none)
--- Returns {admitted (1/0), now, then per group of live slots before this call: frees_at,
--- count}.
+-- Returns {admitted (1/0), now, slots this call found past their time and dropped, then
+-- per group of live slots before this call: frees_at, count}.
 CREATE OR REPLACE FUNCTION tollgate_slots(
     p_key text, p_mode text, p_n bigint, p_max bigint, p_expire bigint, p_deadline bigint)
 RETURNS bigint[]
@@ -20,6 +20,7 @@ DECLARE
     after bigint[] := '{}';
     now_us bigint;
     held bigint := 0;
+    expired bigint := 0;
     admitted boolean := true;
     left_n bigint := p_n;
     released bigint;
@@ -57,6 +58,8 @@ BEGIN
             IF cnt > 0 THEN
                 after := after || ARRAY[frees, cnt];
             END IF;
+        ELSE
+            expired := expired + cnt;
         END IF;
     END LOOP;
 
@@ -76,9 +79,9 @@ BEGIN
         DELETE FROM tollgate_counters WHERE key = p_key;
     ELSE
         UPDATE tollgate_counters
-        SET state = after, expires_us = after[cardinality(after) - 1]
+        SET state = after, expires_us = after[cardinality(after) - 1] + p_expire
         WHERE key = p_key;
     END IF;
-    RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us] || before;
+    RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us, expired] || before;
 END;
 $$;

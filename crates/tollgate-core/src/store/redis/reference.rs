@@ -192,6 +192,7 @@ impl ReferenceStore {
                         remaining: remaining.saturating_sub(hits),
                         reset,
                     },
+                    in_flight: None,
                 },
             }
         });
@@ -249,6 +250,7 @@ impl ReferenceStore {
                 remaining,
                 reset,
             },
+            in_flight: None,
         };
         if self
             .over
@@ -290,6 +292,7 @@ impl ReferenceStore {
                 remaining: allowed - count,
                 reset,
             },
+            in_flight: None,
         })
     }
 
@@ -364,6 +367,7 @@ impl ReferenceStore {
                 remaining: if admitted { allowed } else { 0 },
                 reset,
             },
+            in_flight: None,
         })
     }
 
@@ -430,6 +434,7 @@ fn unlimited() -> Verdict {
             remaining: u64::MAX,
             reset: Duration::ZERO,
         },
+        in_flight: None,
     }
 }
 

@@ -1,13 +1,14 @@
 -- Tollgate: the slots of one in-flight counter, atomically, in Redis server time
 -- (microseconds). The layout is a hash: field, when a group of slots frees itself (µs,
--- as decimal text); value, how many slots. Slots past their time are dropped here, and
--- the key expires with its last slot.
+-- as decimal text); value, how many slots. Slots past their time are dropped (and
+-- counted) here; the key expires an expire_after after its last slot.
 --
 -- KEYS[1]  the counter
 -- ARGV     mode ('a' acquire n slots if all fit under max; 'r' release n slots, the
 --          oldest first; 'k' check), n, max, expire_after_us, deadline_us (0: none)
 -- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
---           now_us, then per group of live slots before this call: frees_at_us, count}
+--           now_us, slots this call found past their time and dropped, then per group
+--           of live slots before this call: frees_at_us, count}
 
 local key = KEYS[1]
 local mode = ARGV[1]
@@ -19,11 +20,12 @@ if deadline > 0 and now > deadline then return { -1, now } end
 
 if redis.call('TYPE', key).ok ~= 'hash' then redis.call('DEL', key) end
 local flat = redis.call('HGETALL', key)
-local reply, live, held = { 1, now }, {}, 0
+local reply, live, held = { 1, now, 0 }, {}, 0
 for i = 1, #flat, 2 do
   local frees, count = tonumber(flat[i]), tonumber(flat[i + 1])
   if frees <= now then
     redis.call('HDEL', key, flat[i])
+    reply[3] = reply[3] + count
   else
     held = held + count
     live[#live + 1] = { frees, count, flat[i] }
@@ -37,8 +39,9 @@ if mode == 'a' then
     reply[1] = 0
   elseif n > 0 then
     redis.call('HINCRBY', key, string.format('%.0f', now + expire), n)
-    -- The newest slots free themselves last: the key goes with them.
-    redis.call('PEXPIRE', key, math.ceil(expire / 1000) + 1)
+    -- The newest slots free themselves last; the key outlives them by expire_after, so
+    -- that a call then finds the slots never released and counts them as expired.
+    redis.call('PEXPIRE', key, 2 * math.ceil(expire / 1000) + 1)
   end
 elseif mode == 'r' then
   table.sort(live, function(a, b) return a[1] < b[1] end)

@@ -59,25 +59,29 @@ pub(crate) fn in_flight(limits: &[Limit]) -> Option<&Limit> {
     }
 }
 
-/// A store's answer to a [`SlotCall`]: whether it admitted, its clock, the slots held
-/// before the call.
+/// A store's answer to a [`SlotCall`]: whether it admitted, its clock, the slots it
+/// found past their time and dropped, the slots held before the call.
 struct SlotReply {
     admitted: bool,
     now: Timestamp,
+    expired: u64,
     before: Slots,
 }
 
 /// Reads the raw reply: the flag (1 admitted, 0 denied, -1 late), the store's clock in
-/// microseconds, then per group of live slots when it frees itself (microseconds) and
-/// how many. `None` for a late call, which changed nothing.
+/// microseconds, the slots expired, then per group of live slots when it frees itself
+/// (microseconds) and how many. `None` for a late call, which changed nothing.
 fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
     let number = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
-    let (flag, now, held) = (&raw.flag, &raw.now_us, &raw.state);
+    let (flag, now) = (&raw.flag, &raw.now_us);
     if *flag == -1 {
         return Ok(None);
     }
+    let Some((expired, held)) = raw.state.split_first() else {
+        return Err(ReplyError::Short(2));
+    };
     if held.len() % 2 != 0 {
-        return Err(ReplyError::Short(2 + held.len()));
+        return Err(ReplyError::Short(3 + held.len()));
     }
     let held = held
         .chunks_exact(2)
@@ -86,6 +90,7 @@ fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
     Ok(Some(SlotReply {
         admitted: *flag == 1,
         now: Timestamp::from_micros(number(*now)?),
+        expired: number(*expired)?,
         before: Slots::from_held(held),
     }))
 }
@@ -116,6 +121,7 @@ impl SharedStore {
                 let verdict = Verdict {
                     limit_index: 0,
                     decision,
+                    in_flight: None,
                 };
                 return Ok((verdict, DecidedBy::Fallback));
             }
@@ -172,11 +178,19 @@ impl SharedStore {
         self.local.learn_time(reply.now);
         let mut states = [LimitState::Slots(reply.before.clone())];
         let mut verdict = apply(&mut states, limits, reply.now, hits);
-        if let Hits::Consume(_) = hits
+        if let Hits::Consume(n) = hits
             && verdict.decision.admitted != reply.admitted
         {
             bump(&self.counts.disagreements);
             verdict.decision.admitted = reply.admitted;
+            let taken = if reply.admitted { units(n) } else { 0 };
+            if let Some(f) = &mut verdict.in_flight {
+                f.held = reply.before.count(reply.now).saturating_add(taken);
+            }
+        }
+        // The store dropped the expired slots before answering: `before` holds none.
+        if let Some(f) = &mut verdict.in_flight {
+            f.expired = reply.expired;
         }
         Ok((verdict, (reply.now, reply.before)))
     }
@@ -192,11 +206,12 @@ mod tests {
 
     #[test]
     fn a_reply_reads_as_the_slots_held_before() {
-        let reply = decode(&[1, 5_000_000, 70_000_000, 1, 65_000_000, 2])
+        let reply = decode(&[1, 5_000_000, 3, 70_000_000, 1, 65_000_000, 2])
             .expect("readable")
             .expect("ran");
         assert!(reply.admitted);
         assert_eq!(reply.now, Timestamp::from_micros(5_000_000));
+        assert_eq!(reply.expired, 3);
         let in_order = vec![
             (Timestamp::from_micros(65_000_000), 2),
             (Timestamp::from_micros(70_000_000), 1),
@@ -204,7 +219,9 @@ mod tests {
         assert_eq!(reply.before, Slots::from_held(in_order));
         assert!(decode(&[-1, 5]).expect("readable").is_none(), "late");
         assert!(decode(&[1]).is_err());
-        assert!(decode(&[1, 5, 7]).is_err(), "a group without its count");
-        assert!(decode(&[1, 5, -7, 1]).is_err());
+        assert!(decode(&[1, 5]).is_err(), "no count of expired slots");
+        assert!(decode(&[1, 5, 0, 7]).is_err(), "a group without its count");
+        assert!(decode(&[1, 5, 0, -7, 1]).is_err());
+        assert!(decode(&[1, 5, -1]).is_err());
     }
 }
