@@ -32,7 +32,7 @@ use super::shared::announce::{OVERRIDES, Subscribe, announcement};
 use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
-use super::shared::slots::SlotCall;
+use super::shared::slot_call::SlotCall;
 
 /// How a PostgreSQL store is set up.
 #[derive(Debug, Clone)]

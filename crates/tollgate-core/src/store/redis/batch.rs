@@ -13,7 +13,7 @@ use futures_util::stream::FuturesUnordered;
 use redis::cluster_routing::Slot;
 use tokio::sync::{mpsc, oneshot};
 
-use super::classify;
+use super::classify::classify;
 use super::connect::{Conn, RedisConnector};
 use super::script::{self, BadBatch, Packed, ScriptReply};
 use crate::store::shared::backend::TripError;

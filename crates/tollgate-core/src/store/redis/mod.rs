@@ -2,6 +2,7 @@
 //! counted by one script call, behind the local view of [`super::shared`].
 
 mod batch;
+mod classify;
 mod connect;
 #[cfg(test)]
 mod differential;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 
 use self::batch::Batcher;
+use self::classify::classify;
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::SharedBehaviour;
 use super::shared::announce::{
@@ -26,7 +28,7 @@ use super::shared::announce::{
 use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
-use super::shared::slots::SlotCall;
+use super::shared::slot_call::SlotCall;
 use crate::clock::Timestamp;
 use crate::log_limit::LogLimit;
 
@@ -278,21 +280,5 @@ impl RedisBackend {
                 .map_err(|e| classify(&link, e))?;
             announce.await
         })
-    }
-}
-
-fn classify(link: &Link<RedisConnector>, e: redis::RedisError) -> TripError {
-    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
-        // A replica, or a former master after a failover: the supervisor's counter-call
-        // probe confirms it and takes the store down (reconnecting a Sentinel set) until
-        // counter calls work again.
-        link.health.report_call_failed();
-        return TripError::Lost(Arc::new(e));
-    }
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        link.health.report_down(&e);
-        TripError::Lost(Arc::new(e))
-    } else {
-        TripError::Failed(Arc::new(e))
     }
 }

@@ -1,7 +1,7 @@
 //! The Redis side of in-flight counters: `slots.lua`, its own script, so that the
 //! counters' check-and-count script knows nothing of slots.
 
-use crate::store::shared::slots::SlotCall;
+use crate::store::shared::slot_call::SlotCall;
 
 use super::script::redis_key;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::announce::Subscribe;
 use super::link::Health;
 use super::protocol::{Ask, PROBE_CALL, PROBE_KEY, RawReply};
-use super::slots::SlotCall;
+use super::slot_call::SlotCall;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 

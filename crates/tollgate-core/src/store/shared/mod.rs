@@ -27,6 +27,7 @@ pub(crate) mod link;
 mod overrides;
 mod peer_tops;
 pub(crate) mod protocol;
+pub(crate) mod slot_call;
 pub(crate) mod slots;
 
 use std::sync::Arc;
