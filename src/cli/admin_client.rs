@@ -1,16 +1,18 @@
 //! `tollgate explain` (and the other admin commands): a request for the HTTP port built
-//! from the command line, sent over plain HTTP/1.1, and the answer printed for a person.
+//! from the command line, sent over HTTP/1.1 (over TLS with `--tls`), and the answer
+//! printed for a person.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::api::json::request_body;
+use crate::cli::admin_tls;
 use crate::cli::client::request;
-use crate::config::settings::{AdminArgs, TopArgs};
+use crate::config::settings::{AdminArgs, ClientTlsArgs, TopArgs};
 
 /// How long connecting and the whole exchange may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,36 +25,51 @@ struct Answer {
     body: String,
 }
 
-/// Sends `method path` with a JSON body (and a bearer token) and reads the answer.
+/// Sends `method path` with a JSON body (and a bearer token) to `addr`, over TLS if `tls`
+/// asks, and reads the answer.
 async fn call(
     addr: &str,
+    tls: &ClientTlsArgs,
     method: &str,
     path: &str,
     body: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Answer> {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
+        body.len()
+    );
     let exchange = async {
-        let mut stream = TcpStream::connect(addr)
+        let tcp = TcpStream::connect(addr)
             .await
             .with_context(|| format!("cannot connect to {addr}"))?;
-        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream
-            .take(MAX_ANSWER_BYTES)
-            .read_to_end(&mut raw)
-            .await
-            .with_context(|| format!("reading the answer of {addr}"))?;
-        parse_answer(&raw)
+        let raw = if tls.enabled() {
+            let mut stream = admin_tls::connect(tcp, addr, tls).await?;
+            exchange(&mut stream, &request).await
+        } else {
+            exchange(&mut { tcp }, &request).await
+        };
+        parse_answer(&raw.with_context(|| format!("reading the answer of {addr}"))?)
     };
     tokio::time::timeout(TIMEOUT, exchange)
         .await
         .map_err(|_| anyhow::anyhow!("{addr} did not answer within {TIMEOUT:?}"))?
+}
+
+/// Writes `request` on `stream` and reads until the server closes it.
+async fn exchange(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    request: &str,
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    match stream.take(MAX_ANSWER_BYTES).read_to_end(&mut raw).await {
+        // A TLS server may close without its close_notify: the answer is whole all the
+        // same, as `Connection: close` ends it.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+        read => read.map(|_| raw),
+    }
 }
 
 /// The status and body of an HTTP/1.1 answer whose connection closed after it.
@@ -80,19 +97,20 @@ async fn ask(
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
     let body = request_body(&request(&args.request, 0)?);
-    call_json(&args.http_addr, method, path, &body, token).await
+    call_json(&args.http_addr, &args.tls, method, path, &body, token).await
 }
 
 /// Sends `method path` with a JSON `body` (and a bearer token) to `addr` and reads the
 /// JSON answer of a 200; any other status is the error, with the server's words.
 pub(super) async fn call_json(
     addr: &str,
+    tls: &ClientTlsArgs,
     method: &str,
     path: &str,
     body: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
-    let answer = call(addr, method, path, body, token).await?;
+    let answer = call(addr, tls, method, path, body, token).await?;
     if answer.status != 200 {
         anyhow::bail!("{addr} answered {}: {}", answer.status, answer.body.trim());
     }
@@ -135,7 +153,7 @@ pub(crate) async fn top(args: TopArgs) -> anyhow::Result<()> {
         .append_pair("scope", &args.scope);
     let path = format!("/top?{}", query.finish());
     let token = args.admin_token.as_deref();
-    let top = call_json(&args.http_addr, "GET", &path, "", token).await?;
+    let top = call_json(&args.http_addr, &args.tls, "GET", &path, "", token).await?;
     print!("{}", render_top(&top));
     Ok(())
 }

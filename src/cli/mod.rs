@@ -2,6 +2,7 @@
 //! ask a running server (`client`, `explain`, `reset`, `override`, `top`).
 
 pub(crate) mod admin_client;
+mod admin_tls;
 pub(crate) mod client;
 mod overrides;
 mod serve;

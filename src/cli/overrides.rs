@@ -51,7 +51,7 @@ pub(crate) async fn run(args: OverrideArgs) -> anyhow::Result<()> {
             ("DELETE", "/overrides".to_owned(), body.to_string())
         }
     };
-    let answer = call_json(&args.http_addr, method, &path, &body, token).await?;
+    let answer = call_json(&args.http_addr, &args.tls, method, &path, &body, token).await?;
     print!("{}", render(&answer));
     Ok(())
 }

@@ -5,6 +5,7 @@
 use tollgate_testkit::admin::{self, TOKEN, override_body};
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::http::{self, Method};
+use tollgate_testkit::pki::Pki;
 use tollgate_testkit::process;
 use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, Serve};
 
@@ -359,4 +360,68 @@ async fn the_cli_sets_lists_and_deletes_an_override() {
         Some(2),
         "the rule again"
     );
+}
+
+/// The HTTP port served over TLS: `tollgate override` reaches it with the `--tls` options
+/// (trusting the test CA), and without them gets no answer.
+#[tokio::test]
+async fn the_cli_reaches_an_http_port_served_over_tls() {
+    let pki = Pki::new();
+    let issued = pki.issue("server", "DNS:localhost,IP:127.0.0.1");
+    let server = Serve::rules(RULES)
+        .env("ADMIN_TOKEN", TOKEN)
+        .env("GRPC_SERVER_USE_TLS", "true")
+        .env("GRPC_SERVER_TLS_CERT", &issued.cert)
+        .env("GRPC_SERVER_TLS_KEY", &issued.key)
+        .env("HTTP_SERVER_USE_TLS", "true")
+        .start();
+    let addr = server.http_addr().to_string();
+    let ca = pki.ca().display().to_string();
+    let run = |tls: &[&str], args: &[&str]| {
+        let mut cmd = tollgate::command();
+        cmd.args(["override", "--http-addr", &addr])
+            .args(tls)
+            .args(args)
+            .env("ADMIN_TOKEN", TOKEN);
+        process::run("tollgate override", cmd, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let set = run(
+        &["--tls-ca", &ca],
+        &[
+            "set",
+            "--domain",
+            "api",
+            "--descriptor",
+            "tenant=acme",
+            "--requests-per-unit",
+            "5",
+            "--unit",
+            "minute",
+        ],
+    );
+    assert!(set.status.success(), "{set:?}");
+    assert_eq!(set.stdout, "set api tenant=acme: 5 per minute\n", "{set:?}");
+    let listed = run(&["--tls-ca", &ca], &["list"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        listed
+            .stdout
+            .contains("override api tenant=acme: 5 per minute"),
+        "{listed:?}"
+    );
+    let plain = run(&[], &["list"]);
+    assert!(
+        !plain.status.success(),
+        "plain HTTP to a TLS port: {plain:?}"
+    );
+    let stranger = Pki::new();
+    let untrusted = run(
+        &["--tls-ca", &stranger.ca().display().to_string()],
+        &["list"],
+    );
+    assert!(
+        !untrusted.status.success(),
+        "an untrusted certificate: {untrusted:?}"
+    );
+    assert!(untrusted.stderr.contains("no TLS with"), "{untrusted:?}");
 }

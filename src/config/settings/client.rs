@@ -22,9 +22,11 @@ pub(crate) struct ClientArgs {
 /// Settings of `tollgate explain` and `tollgate reset`: a request for the HTTP port.
 #[derive(Debug, Args)]
 pub(crate) struct AdminArgs {
-    /// Tollgate's HTTP address (plain HTTP).
+    /// Tollgate's HTTP address (HTTP, or HTTPS with the --tls options).
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub(crate) http_addr: String,
+    #[command(flatten)]
+    pub(crate) tls: ClientTlsArgs,
     #[command(flatten)]
     pub(crate) request: RequestArgs,
 }
@@ -32,9 +34,11 @@ pub(crate) struct AdminArgs {
 /// Settings of `tollgate top`: which heavy keys to ask the HTTP port for.
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {
-    /// Tollgate's HTTP address (plain HTTP).
+    /// Tollgate's HTTP address (HTTP, or HTTPS with the --tls options).
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub(crate) http_addr: String,
+    #[command(flatten)]
+    pub(crate) tls: ClientTlsArgs,
     /// Only this domain's rules.
     #[arg(long)]
     pub(crate) domain: Option<String>,
@@ -105,9 +109,11 @@ impl ClientTlsArgs {
 /// port).
 #[derive(Debug, Args)]
 pub(crate) struct OverrideArgs {
-    /// Tollgate's HTTP address (plain HTTP).
+    /// Tollgate's HTTP address (HTTP, or HTTPS with the --tls options).
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub(crate) http_addr: String,
+    #[command(flatten)]
+    pub(crate) tls: ClientTlsArgs,
     /// The server's ADMIN_TOKEN.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: String,
