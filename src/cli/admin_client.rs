@@ -25,38 +25,6 @@ struct Answer {
     body: String,
 }
 
-/// Sends `method path` with a JSON body (and a bearer token) to `addr`, over TLS if `tls`
-/// asks, and reads the answer.
-async fn call(
-    addr: &str,
-    tls: &ClientTlsArgs,
-    method: &str,
-    path: &str,
-    body: &str,
-    token: Option<&str>,
-) -> anyhow::Result<Answer> {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let exchange = async {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        let raw = if tls.enabled() {
-            let mut stream = admin_tls::connect(tcp, addr, tls).await?;
-            exchange(&mut stream, &request).await
-        } else {
-            exchange(&mut { tcp }, &request).await
-        };
-        parse_answer(&raw.with_context(|| format!("reading the answer of {addr}"))?)
-    };
-    tokio::time::timeout(TIMEOUT, exchange)
-        .await
-        .map_err(|_| anyhow::anyhow!("{addr} did not answer within {TIMEOUT:?}"))?
-}
-
 /// Writes `request` on `stream` and reads until the server closes it.
 async fn exchange(
     stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
@@ -100,8 +68,9 @@ async fn ask(
     call_json(&args.http_addr, &args.tls, method, path, &body, token).await
 }
 
-/// Sends `method path` with a JSON `body` (and a bearer token) to `addr` and reads the
-/// JSON answer of a 200; any other status is the error, with the server's words.
+/// Sends `method path` with a JSON `body` (and a bearer token) to `addr`, over TLS if
+/// `tls` asks, and reads the JSON answer of a 200; any other status is the error, with
+/// the server's words.
 pub(super) async fn call_json(
     addr: &str,
     tls: &ClientTlsArgs,
@@ -110,7 +79,26 @@ pub(super) async fn call_json(
     body: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
-    let answer = call(addr, tls, method, path, body, token).await?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = async {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        let raw = if tls.enabled() {
+            let mut stream = admin_tls::connect(tcp, addr, tls).await?;
+            exchange(&mut stream, &request).await
+        } else {
+            exchange(&mut { tcp }, &request).await
+        };
+        parse_answer(&raw.with_context(|| format!("reading the answer of {addr}"))?)
+    };
+    let answer = tokio::time::timeout(TIMEOUT, answer)
+        .await
+        .map_err(|_| anyhow::anyhow!("{addr} did not answer within {TIMEOUT:?}"))??;
     if answer.status != 200 {
         anyhow::bail!("{addr} answered {}: {}", answer.status, answer.body.trim());
     }
