@@ -239,14 +239,14 @@ async fn a_value_the_layout_cannot_hold_reads_as_a_fresh_counter() {
     let server = single(&redis, &["--on-store-error", "error"]).await;
     let mut rls = server.client().await;
 
-    // A sliding window's twelve numbers, the newest sub-window past 2^53 (0xcf: a 64-bit
-    // integer, here 0x80 followed by zeros; "π" is 0xcf 0x80): a script that trusted it
-    // would loop for ever and stall Redis for every client.
+    // A sliding window's 89 bytes, as the layout holds them (newest sub-window, kept sum,
+    // eleven sub-windows), the newest sub-window far past now: read as no state, not as a
+    // window that denies until then ("ÿ" is 0xc3 0xbf).
     let odd = key("", "user", "odd");
-    let huge = format!("π{}", "\u{0}".repeat(7 + 11));
-    let () = redis.query(&["SET", &odd, &huge]);
-    // A value of another length, and one that is not MessagePack at all ("Ï" is 0xc3 0x8f:
-    // `true`, then a map cut off).
+    let ahead = format!("{}\u{7f}", "ÿ".repeat(44));
+    assert_eq!(ahead.len(), 89);
+    let () = redis.query(&["SET", &odd, &ahead]);
+    // A value of another length, and one that is not MessagePack at all ("Ï" is 0xc3 0x8f).
     let short = key("", "user", "short");
     let () = redis.query(&["SET", &short, "not a counter"]);
     let cut = key("", "user", "cut");

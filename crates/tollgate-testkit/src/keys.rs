@@ -1,7 +1,7 @@
 //! Where Tollgate keeps a counter: the counter key is `domain|key=value|…#SHAPE`, the shape
 //! naming each limit's algorithm and window; PostgreSQL rows are keyed `PREFIX` and the
-//! counter key, Redis keys are `PREFIX{COUNTER KEY}:v2` (the braces make the whole counter
-//! key the Redis Cluster hash tag; `:v2` names the layout of the value). Every test that
+//! counter key, Redis keys are `PREFIX{COUNTER KEY}:v3` (the braces make the whole counter
+//! key the Redis Cluster hash tag; `:v3` names the layout of the value). Every test that
 //! looks a counter up in a store builds its key here, from the limit's parameters.
 
 use std::fmt;
@@ -83,7 +83,7 @@ pub fn counter_key(domain: &str, entries: &[(&str, &str)], shapes: &[Shape]) -> 
 
 /// The Redis key of the counter for `entries` in `domain` under limits of `shapes`.
 pub fn redis_key(prefix: &str, domain: &str, entries: &[(&str, &str)], shapes: &[Shape]) -> String {
-    format!("{prefix}{{{}}}:v2", counter_key(domain, entries, shapes))
+    format!("{prefix}{{{}}}:v3", counter_key(domain, entries, shapes))
 }
 
 #[cfg(test)]
@@ -95,7 +95,7 @@ mod tests {
         let minute = Duration::from_secs(60);
         assert_eq!(
             redis_key("p:", "rl", &[("user", "ann")], &[Shape::sliding(minute)]),
-            "p:{rl|user=ann#s60000000000.10}:v2"
+            "p:{rl|user=ann#s60000000000.10}:v3"
         );
         let shapes = [
             Shape::Fixed { window: minute },

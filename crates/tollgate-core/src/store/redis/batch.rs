@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::classify::classify;
 use super::connect::{Conn, RedisConnector};
-use super::script::{self, BadBatch, Packed, ScriptReply};
+use super::script::{self, BadBatch, Packed, Replies, ScriptReply};
 use crate::store::shared::backend::TripError;
 use crate::store::shared::link::Link;
 
@@ -146,14 +146,14 @@ async fn send(
     give_up: Duration,
 ) {
     let cmd = script::batch(script, group.iter().map(|q| &q.call));
-    let replies = tokio::time::timeout(give_up, conn.eval::<Vec<ScriptReply>>(&cmd, script)).await;
+    let replies = tokio::time::timeout(give_up, conn.eval::<Replies>(&cmd, script)).await;
     match replies {
-        Ok(Ok(replies)) if replies.len() == group.len() => {
+        Ok(Ok(Replies(replies))) if replies.len() == group.len() => {
             for (queued, reply) in group.into_iter().zip(replies) {
                 let _ = queued.answer.send(Ok(reply));
             }
         }
-        Ok(Ok(replies)) => {
+        Ok(Ok(Replies(replies))) => {
             let error = TripError::Failed(Arc::new(BadBatch(replies.len())));
             answer_all(group.into_iter(), &Err(error));
         }

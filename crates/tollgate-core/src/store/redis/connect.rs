@@ -436,11 +436,11 @@ impl Connector for RedisConnector {
         };
         let call = script::call(&self.script, &self.key_prefix, &check);
         let mut conn = conn.clone();
-        let replies: Vec<script::ScriptReply> = conn
+        let replies: script::Replies = conn
             .eval(&call, &self.script)
             .await
             .map_err(LinkError::Call)?;
-        script::raw(script::only(replies)?)?;
+        script::raw(script::only(replies)?, &script::parts(&limits))?;
         // The probe leaves no key behind: one key per counter, and none that is not.
         let mut del = redis::cmd("DEL");
         del.arg(script::redis_key(&self.key_prefix, PROBE_KEY));

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use tollgate_testkit::redis::RedisServer;
 
-use super::script::{self, Check, ScriptReply};
+use super::script::{self, Check, Replies};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::differential::{
@@ -66,11 +66,11 @@ fn run(
     script: &redis::Script,
     check: &Check<'_>,
 ) -> Result<RawReply, String> {
-    let replies: Vec<ScriptReply> = script::call(script, "differential", check)
+    let replies: Replies = script::call(script, "differential", check)
         .query(conn)
         .map_err(|e| e.to_string())?;
     let reply = script::only(replies).map_err(|e| e.to_string())?;
-    script::raw(reply).map_err(|e| e.to_string())
+    script::raw(reply, &script::parts(check.limits)).map_err(|e| e.to_string())
 }
 
 /// Charges far past any limit (usage reported after the fact) leave a counter that still
@@ -107,7 +107,7 @@ fn huge_charges_still_deny() {
                 now: Some(now),
                 around: now,
             };
-            let replies: Result<Vec<ScriptReply>, _> =
+            let replies: Result<Replies, _> =
                 script::call(&script, "differential", &check).query(&mut conn);
             let reply = replies.map_err(|e| e.to_string())?;
             script::only(reply)
@@ -141,7 +141,7 @@ fn a_counter_stored_before_ends_were_kept_still_counts() {
              redis.call('SET', KEYS[1], cmsgpack.pack(unpack(v)))",
         )
         .arg(1)
-        .arg(script::redis_key("differential", &key))
+        .arg(script::previous_key("differential", &key))
         .arg(&state)
         .query(&mut conn);
     assert!(stored.is_ok(), "{stored:?}");
@@ -149,4 +149,62 @@ fn a_counter_stored_before_ends_were_kept_still_counts() {
         call_at(&mut conn, &script, (&key, &limits), Ask::Hits(hits), now)
     });
     assert_eq!(read, Ok(()));
+}
+
+/// A counter the previous layout stored (MessagePack, its ends kept) reads after an
+/// upgrade as exactly the numbers it held: the script moves it to this layout unchanged.
+#[test]
+fn a_counter_of_the_previous_layout_keeps_its_numbers() {
+    use crate::algo::Hits;
+    use crate::limit::Algorithm;
+    use crate::unit::Unit;
+
+    let mut conn = redis().connection_as(None);
+    let script = script::script();
+    let loaded = script.load(&mut conn);
+    assert!(loaded.is_ok(), "{loaded:?}");
+    // Per minute in three sub-windows of 20 s, and per hour in a fixed window.
+    let minute = Limit::new(50, Unit::Minute);
+    let limits = [
+        minute
+            .clone()
+            .with_algorithm(Algorithm::SlidingWindow { precision: 3 })
+            .unwrap_or(minute),
+        Limit::new(500, Unit::Hour)
+            .with_algorithm(Algorithm::FixedWindow)
+            .unwrap_or(Limit::new(500, Unit::Hour)),
+    ];
+    let at = Timestamp::from_micros(1_790_000_000_250_000);
+    let newest = at.as_micros() / 20_000_000;
+    let hour = at.as_micros() / 3_600_000_000;
+    // newest, four sub-windows by number modulo four, window, count, then the four ends.
+    let mut numbers = vec![newest, 0, 0, 0, 0, hour, 17, 0, 0, 0, 0];
+    for (age, (count, end)) in [(3u64, 40_000u64), (5, 65_535), (9, 12), (2, 3)]
+        .into_iter()
+        .enumerate()
+    {
+        let index = usize::try_from((newest - age as u64) % 4).unwrap_or(0);
+        numbers[1 + index] = count * 256 + age as u64;
+        numbers[7 + index] = end;
+    }
+    let key = fresh_key().to_string();
+    let stored: redis::RedisResult<()> = redis::cmd("EVAL")
+        .arg(
+            "local v = {} for i, a in ipairs(ARGV) do v[i] = tonumber(a) end \
+             redis.call('SET', KEYS[1], cmsgpack.pack(unpack(v)), 'PX', 60000)",
+        )
+        .arg(1)
+        .arg(script::previous_key("differential", &key))
+        .arg(&numbers)
+        .query(&mut conn);
+    assert!(stored.is_ok(), "{stored:?}");
+    let read = call_at(
+        &mut conn,
+        &script,
+        (&key, &limits),
+        Ask::Hits(Hits::Check),
+        at,
+    );
+    let expected: Vec<i64> = numbers.iter().map(|&n| n as i64).collect();
+    assert_eq!(read.map(|r| r.state), Ok(expected));
 }

@@ -122,6 +122,7 @@ impl Backend for RedisBackend {
             around: args.around,
         };
         let call = script::pack(&self.key_prefix, &check);
+        let parts = script::parts(args.limits);
         let batcher = self.batcher.clone();
         let foreign_keys = self.foreign_keys.clone();
         Box::pin(async move {
@@ -137,7 +138,7 @@ impl Backend for RedisBackend {
                     reply.foreign
                 );
             }
-            script::raw(reply).map_err(|e| TripError::Failed(Arc::new(e)))
+            script::raw(reply, &parts).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 

@@ -1,15 +1,20 @@
 //! The one round trip of the Redis store: arguments in, the counter's state out. The
-//! counter's layout lives only in `check_and_count.lua`; its reply carries the state as
-//! the script stored it.
+//! counter's layout is defined in `check_and_count.lua`; its reply carries the state as
+//! the script stored it, which [`raw`] reads.
 
 use crate::clock::Timestamp;
-use crate::limit::Limit;
+use crate::limit::{Algorithm, Limit};
 use crate::store::shared::protocol::{Ask, RawReply, limit_args, mode, units};
 
 /// Ends every counter's key: the version of the layout the script keeps there. A build
-/// with another layout (hashes, before this one) counts in other keys instead of failing
-/// on these, so a rolling upgrade never runs two layouts on one key.
-const LAYOUT: &str = ":v2";
+/// with another layout counts in other keys instead of failing on these, so a rolling
+/// upgrade never runs two layouts on one key; the script reads a counter of the previous
+/// layout ([`PREVIOUS_LAYOUT`]) once, when its key of this layout does not exist yet.
+const LAYOUT: &str = ":v3";
+
+/// The previous layout's ending (MessagePack integers).
+#[cfg(test)]
+const PREVIOUS_LAYOUT: &str = ":v2";
 
 /// The check-and-count script, loaded once and run with EVALSHA.
 pub(super) fn script() -> redis::Script {
@@ -23,57 +28,150 @@ pub(super) struct ScriptReply {
     pub(super) flag: i64,
     /// Redis' clock in microseconds.
     pub(super) now_us: i64,
-    /// The counter's state as stored (MessagePack integers; empty for a new counter).
+    /// The counter's state as stored (see [`raw`]; empty for a new counter).
     pub(super) state: Vec<u8>,
     /// "KEY held a TYPE" when the key held another type than a string; empty otherwise.
     pub(super) foreign: String,
 }
 
-impl redis::FromRedisValue for ScriptReply {
+/// The script's reply to a batch: one [`ScriptReply`] per call, in order. It comes as one
+/// flat array (flag, clock, state per call, then the calls whose keys held another type,
+/// each as its number and a text), which Redis answers faster than an array per call.
+#[derive(Debug)]
+pub(super) struct Replies(pub(super) Vec<ScriptReply>);
+
+impl redis::FromRedisValue for Replies {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
-        let (flag, now_us, state, foreign) = redis::FromRedisValue::from_redis_value(v)?;
-        Ok(Self {
-            flag,
-            now_us,
-            state,
-            foreign,
-        })
+        use redis::{ParsingError, Value};
+        let Value::Array(mut items) = v else {
+            return Err(ParsingError::from("the script's reply is not an array"));
+        };
+        let Some(Value::Array(foreign)) = items.pop() else {
+            return Err(ParsingError::from(
+                "the script's reply ends without its foreign keys",
+            ));
+        };
+        if !items.len().is_multiple_of(3) {
+            return Err(ParsingError::from(
+                "the script's reply is not three values per call",
+            ));
+        }
+        let mut replies = Vec::with_capacity(items.len() / 3);
+        let mut values = items.into_iter();
+        while let (Some(flag), Some(now_us), Some(state)) =
+            (values.next(), values.next(), values.next())
+        {
+            replies.push(ScriptReply {
+                flag: i64::from_redis_value(flag)?,
+                now_us: i64::from_redis_value(now_us)?,
+                state: Vec::from_redis_value(state)?,
+                foreign: String::new(),
+            });
+        }
+        let mut foreign = foreign.into_iter();
+        while let (Some(call), Some(text)) = (foreign.next(), foreign.next()) {
+            let call = usize::from_redis_value(call)?;
+            let reply = call.checked_sub(1).and_then(|i| replies.get_mut(i));
+            let Some(reply) = reply else {
+                return Err(ParsingError::from(
+                    "the script named a foreign key of no call",
+                ));
+            };
+            reply.foreign = String::from_redis_value(text)?;
+        }
+        Ok(Self(replies))
     }
 }
 
-/// A stored state that is not a run of MessagePack unsigned integers below 2^63.
+/// How one limit's state lies in the stored string (see `check_and_count.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// A sliding window of `ring` sub-windows: newest and kept sum (6 bytes each), then
+    /// per sub-window, newest first, count * 256 + start (5) and end (2).
+    Sliding { ring: usize },
+    /// A fixed or calendar window: window and count (7 bytes each).
+    Window,
+    /// A token or leaky bucket: the arrival time (7 bytes).
+    Arrival,
+}
+
+/// The parts of the state of `limits`, in order.
+pub(super) fn parts(limits: &[Limit]) -> Vec<Part> {
+    limits
+        .iter()
+        .filter_map(|limit| match limit.algorithm {
+            Algorithm::SlidingWindow { precision } => Some(Part::Sliding {
+                ring: precision as usize + 1,
+            }),
+            Algorithm::FixedWindow => Some(Part::Window),
+            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Some(Part::Arrival),
+            // In-flight counters have a script of their own (`slots.rs`).
+            Algorithm::Slots => None,
+        })
+        .collect()
+}
+
+/// A stored state that is not the layout of the call's limits.
 #[derive(Debug, thiserror::Error)]
-#[error("the script replied with a state that is not MessagePack integers (at byte {0})")]
+#[error("the script replied with a state of {0} bytes, not the layout of the call's limits")]
 pub(super) struct BadState(usize);
 
 /// `reply` as [`crate::store::shared::protocol::decode`] reads it: the stored state as
-/// numbers.
-pub(super) fn raw(reply: ScriptReply) -> Result<RawReply, BadState> {
+/// the numbers of every limit in order, a sliding window's sub-windows indexed by number
+/// modulo their count, then each sliding window's ends in the same order.
+pub(super) fn raw(reply: ScriptReply, parts: &[Part]) -> Result<RawReply, BadState> {
     let ScriptReply {
         flag,
         now_us,
         state,
         ..
     } = reply;
-    let mut numbers = Vec::with_capacity(state.len());
-    let mut at = 0;
-    while let Some(&marker) = state.get(at) {
-        let width = match marker {
-            0x00..=0x7f => 0,
-            0xcc => 1,
-            0xcd => 2,
-            0xce => 4,
-            0xcf => 8,
-            _ => return Err(BadState(at)),
-        };
-        let bytes = state.get(at + 1..at + 1 + width).ok_or(BadState(at))?;
-        let value = match width {
-            0 => u64::from(marker),
-            _ => bytes.iter().fold(0, |n, &b| n << 8 | u64::from(b)),
-        };
-        numbers.push(i64::try_from(value).map_err(|_| BadState(at))?);
-        at += 1 + width;
+    if state.is_empty() {
+        return Ok(RawReply {
+            flag,
+            now_us,
+            state: Vec::new(),
+        });
     }
+    let bad = || BadState(state.len());
+    let mut numbers = Vec::with_capacity(state.len() / 3);
+    let mut ends = Vec::new();
+    let mut at = 0;
+    let mut take = |width: usize| -> Result<i64, BadState> {
+        let bytes = state.get(at..at + width).ok_or_else(bad)?;
+        at += width;
+        // At most seven bytes: below 2^56.
+        Ok(bytes.iter().fold(0, |n, &b| n << 8 | i64::from(b)))
+    };
+    for part in parts {
+        match *part {
+            Part::Sliding { ring } => {
+                let newest = take(6)?;
+                take(6)?;
+                let from = numbers.len();
+                numbers.push(newest);
+                numbers.resize(from + 1 + ring, 0);
+                let ends_from = ends.len();
+                ends.resize(ends_from + ring, 0);
+                let ring_i64 = i64::try_from(ring).map_err(|_| bad())?;
+                for age in 0..ring_i64 {
+                    let index =
+                        usize::try_from((newest - age).rem_euclid(ring_i64)).map_err(|_| bad())?;
+                    numbers[from + 1 + index] = take(5)?;
+                    ends[ends_from + index] = take(2)?;
+                }
+            }
+            Part::Window => {
+                numbers.push(take(7)?);
+                numbers.push(take(7)?);
+            }
+            Part::Arrival => numbers.push(take(7)?),
+        }
+    }
+    if at != state.len() {
+        return Err(bad());
+    }
+    numbers.append(&mut ends);
     Ok(RawReply {
         flag,
         now_us,
@@ -158,7 +256,7 @@ pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> r
 }
 
 /// The one reply of a batch of one call.
-pub(super) fn only(mut replies: Vec<ScriptReply>) -> Result<ScriptReply, BadBatch> {
+pub(super) fn only(Replies(mut replies): Replies) -> Result<ScriptReply, BadBatch> {
     match (replies.pop(), replies.is_empty()) {
         (Some(reply), true) => Ok(reply),
         _ => Err(BadBatch(replies.len() + 1)),
@@ -174,6 +272,12 @@ pub(super) struct BadBatch(pub(super) usize);
 /// and the layout.
 pub(super) fn redis_key(prefix: &str, key: &str) -> String {
     format!("{prefix}{{{key}}}{LAYOUT}")
+}
+
+/// The key the previous layout kept counter `key` in.
+#[cfg(test)]
+pub(super) fn previous_key(prefix: &str, key: &str) -> String {
+    format!("{prefix}{{{key}}}{PREVIOUS_LAYOUT}")
 }
 
 /// MessagePack values, written in the shortest form `cmsgpack` reads.
@@ -231,58 +335,114 @@ mod tests {
         }
     }
 
+    fn be(n: u64, width: usize) -> Vec<u8> {
+        n.to_be_bytes()[8 - width..].to_vec()
+    }
+
     #[test]
-    fn packed_numbers_read_back_as_written() {
-        let edges = [
-            0,
-            0x7f,
-            0x80,
-            0xff,
-            0x100,
-            0xffff,
-            0x1_0000,
-            0xffff_ffff,
-            0x1_0000_0000,
-            (1 << 53) - 1,
-        ];
+    fn packed_numbers_take_their_shortest_form() {
         let mut packed = Values(Vec::new());
-        for n in edges {
+        for n in [0x7f, 0x80, 0x100, 0x1_0000, 0x1_0000_0000] {
             packed.number(n);
         }
-        let read = raw(reply(0, packed.0)).ok().map(|r| r.state);
-        assert_eq!(read, Some(edges.map(|n| n as i64).to_vec()));
-
+        let expected: Vec<u8> = [
+            vec![0x7f],
+            vec![0xcc, 0x80],
+            vec![0xcd, 0x01, 0x00],
+            vec![0xce, 0, 1, 0, 0],
+            vec![0xcf, 0, 0, 0, 1, 0, 0, 0, 0],
+        ]
+        .concat();
+        assert_eq!(packed.0, expected);
         let mut packed = Values(Vec::new());
         packed.letter("s");
         assert_eq!(packed.0, [0xa1, b's']);
     }
 
+    /// A sliding window of three sub-windows (newest 7: indexes 1, 0, 2 newest first),
+    /// then a fixed window and a bucket, read as `decode` reads a store's numbers.
     #[test]
     fn the_stored_state_reads_as_numbers() {
-        let state = vec![
-            0x05, 0xcc, 0xc8, 0xcd, 0x01, 0x2c, 0xce, 0x00, 0x01, 0x86, 0xa0, 0xcf, 0, 0, 0, 0x01,
-            0, 0, 0, 0,
-        ];
+        let parts = [Part::Sliding { ring: 3 }, Part::Window, Part::Arrival];
+        let state = [
+            be(7, 6),
+            be(5, 6),
+            be(3 * 256 + 9, 5),
+            be(100, 2),
+            be(2 * 256, 5),
+            be(65_535, 2),
+            be(1 << 39, 5),
+            be(0, 2),
+            be(1 << 40, 7),
+            be((1 << 53) - 1, 7),
+            be(1_790_000_000_000_000, 7),
+        ]
+        .concat();
         assert_eq!(
-            raw(reply(1, state)).ok(),
+            raw(reply(1, state.clone()), &parts).ok(),
             Some(RawReply {
                 flag: 1,
                 now_us: 7,
-                state: vec![5, 200, 300, 100_000, 1 << 32]
+                state: vec![
+                    7,
+                    2 * 256,
+                    3 * 256 + 9,
+                    1 << 39,
+                    1 << 40,
+                    (1 << 53) - 1,
+                    1_790_000_000_000_000,
+                    65_535,
+                    100,
+                    0
+                ]
             })
         );
         assert_eq!(
-            raw(reply(0, Vec::new())).ok().map(|r| r.state),
+            raw(reply(0, Vec::new()), &parts).ok().map(|r| r.state),
             Some(vec![])
         );
-        // A negative number, a float, a cut-off integer, a number past i64.
-        for state in [
-            vec![0xff],
-            vec![0xcb, 0, 0, 0, 0, 0, 0, 0, 0],
-            vec![0x01, 0xcd, 0x01],
-            vec![0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0],
+        // Cut short, or longer than the limits' layout.
+        for state in [state[..state.len() - 1].to_vec(), [state, vec![0]].concat()] {
+            assert!(raw(reply(1, state), &parts).is_err());
+        }
+    }
+
+    #[test]
+    fn a_flat_batch_reply_reads_as_one_reply_per_call() {
+        use redis::{FromRedisValue, Value};
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(10),
+            text(""),
+            Value::Int(0),
+            Value::Int(11),
+            text("ab"),
+            Value::Array(vec![Value::Int(2), text("k held a list")]),
+        ]);
+        let read = Replies::from_redis_value(flat).map(|r| r.0);
+        let expected = vec![
+            ScriptReply {
+                flag: 1,
+                now_us: 10,
+                state: Vec::new(),
+                foreign: String::new(),
+            },
+            ScriptReply {
+                flag: 0,
+                now_us: 11,
+                state: b"ab".to_vec(),
+                foreign: "k held a list".to_owned(),
+            },
+        ];
+        assert_eq!(read.ok(), Some(expected));
+        for bad in [
+            Value::Array(vec![Value::Int(1), Value::Array(vec![])]),
+            Value::Array(vec![Value::Int(1), Value::Int(2), text("")]),
+            Value::Array(vec![Value::Array(vec![Value::Int(1), text("x")])]),
+            Value::Int(3),
         ] {
-            assert!(raw(reply(1, state.clone())).is_err(), "{state:?}");
+            assert!(Replies::from_redis_value(bad).is_err());
         }
     }
 }
