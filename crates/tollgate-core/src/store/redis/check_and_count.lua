@@ -257,9 +257,11 @@ local function sliding_count(first, first_end, fine, hits, param)
 end
 
 -- One sliding window consumed without a debt, most calls: state st (or none, when raw
--- is false) at now; the flag, the new state if it changed and how long it must live, and
--- the state read (false if none).
-local function consume(st, raw, now, hits, window, param, rpu)
+-- is false; kept: raw is the key's own value) at now; the flag, the new state if it
+-- changed and how long it must live, and the state read (false if none). Counted in the
+-- sub-window last written, the key's expiry stays: the new state is then only the
+-- changed head of the string, and how long it must live `false`.
+local function consume(st, raw, kept, now, hits, window, param, rpu)
   local sub_us = window / param
   local slot, fine, ahead, full, oldest, last, first, first_end = sliding_at(st, 1, now, sub_us, param)
   if not slot then
@@ -270,8 +272,9 @@ local function consume(st, raw, now, hits, window, param, rpu)
   if not sliding_fits(hits, rpu, full, fine, oldest, last) then return 0, nil, 0, raw end
   local n, counted
   first, first_end, n, counted = sliding_count(first, first_end, fine, hits, param)
-  local new = spack('>I6I6I5I2', slot, full - n + counted, first, first_end) .. sliding_rest(st, 1, param, ahead)
-  return 1, new, (slot + param + 1) * sub_us - now, raw
+  local head = spack('>I6I6I5I2', slot, full - n + counted, first, first_end)
+  if kept and ahead == 0 then return 1, head, false, raw end
+  return 1, head .. sliding_rest(st, 1, param, ahead), (slot + param + 1) * sub_us - now, raw
 end
 
 -- What the limits see of a state at an instant, limit i at index i; filled by look.
@@ -483,7 +486,8 @@ end
 local replies, foreign = {}, {}
 
 -- The state of call i's counter key for the limits of args: its stored string if it has
--- the limits' length, a counter of the previous layout moved to this one, or false.
+-- the limits' length, a counter of the previous layout moved to this one, or false; and
+-- whether it is the key's own value.
 local function read(i, key, args, total)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
@@ -496,8 +500,10 @@ local function read(i, key, args, total)
     local old = redis.pcall('GET', sub(key, 1, -4) .. ':v2')
     if type(old) ~= 'string' then return false end
     raw = upgraded(args, old)
+    if raw and #raw == total then return raw, false end
+    return false
   end
-  if raw and #raw == total then return raw end
+  if #raw == total then return raw, true end
   return false
 end
 
@@ -541,16 +547,19 @@ local function run(i, key, packed)
   local one = #args == FIRST + 3 and args[FIRST] == 's' and mode == 'c' and debt == 0
   local total
   if one then total = HEAD + SLOT * (args[FIRST + 2] + 1) else total = describe(args) end
-  local raw = read(i, key, args, total)
+  local raw, kept = read(i, key, args, total)
   local st = raw or zeros(total)
   local flag, new, ttl
   if one then
-    flag, new, ttl, raw = consume(st, raw, now, hits, args[FIRST + 1], args[FIRST + 2], args[FIRST + 3])
+    flag, new, ttl, raw = consume(st, raw, kept, now, hits, args[FIRST + 1], args[FIRST + 2], args[FIRST + 3])
   else
     flag, new, ttl, raw = any(st, raw, total, now, mode, hits, debt, extra)
   end
   if new then
-    if ttl > 0 then
+    if not ttl then
+      -- In place: the value keeps its length and the key its expiry.
+      redis.call('SETRANGE', key, 0, new)
+    elseif ttl > 0 then
       redis.call('SET', key, new, 'PX', floor((min(ttl, LONGEST) + 999) / 1000))
     else
       redis.call('DEL', key)
