@@ -1,0 +1,138 @@
+//! Coalesced calls: concurrent requests' check-and-count calls ride one
+//! `tollgate_apply_many` statement, and a batch the database does not answer in time
+//! falls back for every request in it. pg_stat_statements counts the statements.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tollgate_testkit::grpc::{Code, Rls, code};
+use tollgate_testkit::load::timed_check;
+use tollgate_testkit::postgres::PostgresServer;
+use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::wait::until_async;
+
+use crate::support::{DOMAIN, RULES, YEARLY_LIMIT, blocking, connected};
+
+/// The statements that checked and counted so far: batches, and single calls (the
+/// probe's; every request's, before calls were batched).
+pub fn counting_statements(postgres: &PostgresServer) -> u64 {
+    postgres.statement_calls("SELECT call_no, reply FROM tollgate_apply_many(")
+        + postgres.statement_calls("SELECT tollgate_apply(")
+}
+
+/// Requests for `yearly=value` of each of `values` at once: each one's code.
+async fn all_at_once(rls: &Rls, values: &[String]) -> Vec<Code> {
+    join_all(values.iter().map(|value| {
+        let mut rls = rls.clone();
+        async move { code(&rls.check(DOMAIN, &[("yearly", value)]).await) }
+    }))
+    .await
+}
+
+/// How many of `n` requests for `yearly=value` are admitted.
+async fn admitted(rls: &mut Rls, value: &str, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        if code(&rls.check(DOMAIN, &[("yearly", value)]).await) == Code::Ok {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+/// Waits until `server` owes PostgreSQL nothing.
+async fn await_settled(server: &Server) {
+    until_async(
+        "the debts are settled in PostgreSQL",
+        Duration::from_secs(10),
+        async || match server.metric("tollgate_store_debt_units").await {
+            Some(n) if n <= 0.0 => Ok(()),
+            other => Err(format!("units owed: {other:?}")),
+        },
+    )
+    .await;
+}
+
+/// 64 requests at once on 64 counters, one connection (so one batch out at a time): the
+/// calls that arrive while a statement is out ride the next, so there are far fewer
+/// statements than calls, and each call counted its own counter once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_on_many_counters_ride_fewer_statements() {
+    const REQUESTS: usize = 64;
+    let mut postgres = PostgresServer::start();
+    postgres.count_statements();
+    let server = connected(&postgres, &["--postgres-pool-size", "1"]).await;
+    let mut rls = server.client().await;
+    let values: Vec<String> = (0..REQUESTS).map(|i| format!("many-{i}")).collect();
+
+    let before = blocking(|| counting_statements(&postgres));
+    let codes = all_at_once(&rls, &values).await;
+    let statements = blocking(|| counting_statements(&postgres)) - before;
+    assert!(codes.iter().all(|c| *c == Code::Ok), "{codes:?}");
+    let fallbacks = server.metric("tollgate_store_fallbacks_total").await;
+    assert_eq!(fallbacks.unwrap_or(0.0), 0.0, "every call answered in time");
+    assert!(
+        statements <= REQUESTS as u64 / 2,
+        "{statements} statements for {REQUESTS} calls"
+    );
+    let counted = blocking(|| {
+        postgres.psql("SELECT count(*) FROM tollgate_counters WHERE key LIKE '%many-%'")
+    });
+    assert_eq!(counted, REQUESTS.to_string(), "one row per counter");
+    assert_eq!(
+        admitted(&mut rls, "many-0", YEARLY_LIMIT).await,
+        YEARLY_LIMIT - 1,
+        "counted once"
+    );
+}
+
+/// Concurrent requests on fresh counters while another session holds the counter
+/// table: their calls ride a few batches that miss the store timeout. Every request
+/// falls back (admitted from the local view), and once the table is free each
+/// admission is charged once: a second instance admits the rest of each counter's limit
+/// and no more. The batches are few: far fewer statements than requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
+    const REQUESTS: usize = 32;
+    let mut postgres = PostgresServer::start();
+    postgres.count_statements();
+    let first = Serve::rules(RULES)
+        .postgres(&postgres.url())
+        .args(["--store-timeout", "10ms", "--on-store-error", "local"])
+        .start_connected()
+        .await;
+    let second = connected(&postgres, &[]).await;
+    let rls = first.client().await;
+    let mut other = second.client().await;
+    let values: Vec<String> = (0..REQUESTS).map(|i| format!("batched-{i}")).collect();
+
+    let before = blocking(|| counting_statements(&postgres));
+    let holder =
+        blocking(|| postgres.hold("BEGIN; LOCK TABLE tollgate_counters IN EXCLUSIVE MODE;"));
+    let answers = join_all(values.iter().map(|value| {
+        let mut rls = rls.clone();
+        async move { timed_check(&mut rls, DOMAIN, &[("yearly", value)]).await }
+    }))
+    .await;
+    drop(holder);
+    for answer in &answers {
+        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
+    }
+    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
+    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
+
+    first.await_store_health(200, Duration::from_secs(10)).await;
+    await_settled(&first).await;
+    let statements = blocking(|| counting_statements(&postgres)) - before;
+    assert!(
+        statements < REQUESTS as u64 / 2,
+        "{statements} statements for {REQUESTS} requests and their debts"
+    );
+    for value in &values {
+        assert_eq!(
+            admitted(&mut other, value, YEARLY_LIMIT).await,
+            YEARLY_LIMIT - 1,
+            "{value}: the fallback's admission is charged once"
+        );
+    }
+}
