@@ -8,8 +8,8 @@ use futures_util::future::join_all;
 use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::load::timed_check;
 use tollgate_testkit::postgres::PostgresServer;
-use tollgate_testkit::tollgate::{Serve, Server};
-use tollgate_testkit::wait::until_async;
+use tollgate_testkit::shared_store::{admitted, await_settled};
+use tollgate_testkit::tollgate::Serve;
 
 use crate::support::{DOMAIN, RULES, YEARLY_LIMIT, blocking, connected};
 
@@ -27,30 +27,6 @@ async fn all_at_once(rls: &Rls, values: &[String]) -> Vec<Code> {
         async move { code(&rls.check(DOMAIN, &[("yearly", value)]).await) }
     }))
     .await
-}
-
-/// How many of `n` requests for `yearly=value` are admitted.
-async fn admitted(rls: &mut Rls, value: &str, n: usize) -> usize {
-    let mut admitted = 0;
-    for _ in 0..n {
-        if code(&rls.check(DOMAIN, &[("yearly", value)]).await) == Code::Ok {
-            admitted += 1;
-        }
-    }
-    admitted
-}
-
-/// Waits until `server` owes PostgreSQL nothing.
-async fn await_settled(server: &Server) {
-    until_async(
-        "the debts are settled in PostgreSQL",
-        Duration::from_secs(10),
-        async || match server.metric("tollgate_store_debt_units").await {
-            Some(n) if n <= 0.0 => Ok(()),
-            other => Err(format!("units owed: {other:?}")),
-        },
-    )
-    .await;
 }
 
 /// 64 requests at once on 64 counters, one connection (so one batch out at a time): the
@@ -80,7 +56,7 @@ async fn concurrent_calls_on_many_counters_ride_fewer_statements() {
     });
     assert_eq!(counted, REQUESTS.to_string(), "one row per counter");
     assert_eq!(
-        admitted(&mut rls, "many-0", YEARLY_LIMIT).await,
+        admitted(&mut rls, DOMAIN, ("yearly", "many-0"), YEARLY_LIMIT).await,
         YEARLY_LIMIT - 1,
         "counted once"
     );
@@ -130,7 +106,7 @@ async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
     );
     for value in &values {
         assert_eq!(
-            admitted(&mut other, value, YEARLY_LIMIT).await,
+            admitted(&mut other, DOMAIN, ("yearly", value), YEARLY_LIMIT).await,
             YEARLY_LIMIT - 1,
             "{value}: the fallback's admission is charged once"
         );

@@ -4,39 +4,13 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use tollgate_testkit::grpc::{Code, Rls, code};
+use tollgate_testkit::grpc::Code;
 use tollgate_testkit::load::{Load, assert_admitted_within, timed_check};
 use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::shared_store::{admitted, await_settled};
 use tollgate_testkit::tollgate::Server;
-use tollgate_testkit::wait::until_async;
 
 use crate::support::{DOMAIN, YEARLY_LIMIT, blocking, serve};
-
-/// How many of `n` requests for `yearly=value` are admitted.
-async fn admitted(rls: &mut Rls, value: &str, n: usize) -> usize {
-    let mut admitted = 0;
-    for _ in 0..n {
-        if code(&rls.check(DOMAIN, &[("yearly", value)]).await) == Code::Ok {
-            admitted += 1;
-        }
-    }
-    admitted
-}
-
-/// Waits until `server` owes Redis nothing: its debts charged by the settler, or counted
-/// by the calls that timed out if Redis ran them within their deadlines after all (then
-/// they owe nothing).
-async fn await_settled(server: &Server) {
-    until_async(
-        "the debts are settled in Redis",
-        Duration::from_secs(10),
-        async || match server.metric("tollgate_store_debt_units").await {
-            Some(n) if n <= 0.0 => Ok(()),
-            other => Err(format!("units owed: {other:?}")),
-        },
-    )
-    .await;
-}
 
 async fn connected(redis: &RedisServer) -> Server {
     serve("single", &redis.url())
@@ -54,16 +28,20 @@ async fn admissions_during_a_freeze_are_charged_when_redis_is_back() {
     let server = connected(&redis).await;
     let mut rls = server.client().await;
 
-    assert_eq!(admitted(&mut rls, "frozen", 1).await, 1, "through Redis");
+    assert_eq!(
+        admitted(&mut rls, DOMAIN, ("yearly", "frozen"), 1).await,
+        1,
+        "through Redis"
+    );
     blocking(|| redis.freeze());
-    let during = admitted(&mut rls, "frozen", YEARLY_LIMIT + 3).await;
+    let during = admitted(&mut rls, DOMAIN, ("yearly", "frozen"), YEARLY_LIMIT + 3).await;
     assert_eq!(during, YEARLY_LIMIT - 1, "the local view holds the limit");
     blocking(|| redis.thaw());
     server
         .await_store_health(200, Duration::from_secs(10))
         .await;
 
-    let after = admitted(&mut rls, "frozen", YEARLY_LIMIT + 3).await;
+    let after = admitted(&mut rls, DOMAIN, ("yearly", "frozen"), YEARLY_LIMIT + 3).await;
     assert_eq!(
         1 + during + after,
         YEARLY_LIMIT,
@@ -114,7 +92,7 @@ async fn a_debt_reaches_redis_for_every_instance() {
 
     blocking(|| redis.freeze());
     assert_eq!(
-        admitted(&mut rls, "fresh", YEARLY_LIMIT + 2).await,
+        admitted(&mut rls, DOMAIN, ("yearly", "fresh"), YEARLY_LIMIT + 2).await,
         YEARLY_LIMIT,
         "decided locally while Redis is frozen"
     );
@@ -122,7 +100,7 @@ async fn a_debt_reaches_redis_for_every_instance() {
     first.await_store_health(200, Duration::from_secs(10)).await;
     await_settled(&first).await;
     assert_eq!(
-        admitted(&mut other, "fresh", 2).await,
+        admitted(&mut other, DOMAIN, ("yearly", "fresh"), 2).await,
         0,
         "the other instance sees the debt in Redis"
     );
@@ -180,7 +158,7 @@ async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
     );
     for value in &values {
         assert_eq!(
-            admitted(&mut other, value, YEARLY_LIMIT).await,
+            admitted(&mut other, DOMAIN, ("yearly", value), YEARLY_LIMIT).await,
             YEARLY_LIMIT - 1,
             "{value}: the fallback's admission is charged once"
         );

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::grpc::{Code, Rls, code};
 use crate::load::{await_exact_limiting, exactly, round_robin};
+use crate::tollgate::Server;
 use crate::wait::until_async;
 
 /// A rules file for `domain` with the limits every shared-store suite uses, then `extra`
@@ -56,6 +57,33 @@ pub const ACC_LIMIT: u64 = 200;
 pub const ACC_WINDOW: Duration = Duration::from_secs(2);
 /// See [`ACC_LIMIT`].
 pub const ACC_SUB_WINDOW: Duration = Duration::from_millis(200);
+
+/// How many of `n` requests for the descriptor `entry` of `domain`, one after the other,
+/// are admitted.
+pub async fn admitted(rls: &mut Rls, domain: &str, entry: (&str, &str), n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        if code(&rls.check(domain, &[entry]).await) == Code::Ok {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+/// Waits until `server` owes its store nothing: its debts charged by the settler, or
+/// counted by the calls that timed out if the store ran them within their deadlines
+/// after all (then they owe nothing).
+pub async fn await_settled(server: &Server) {
+    until_async(
+        "the debts are settled in the store",
+        Duration::from_secs(10),
+        async || match server.metric("tollgate_store_debt_units").await {
+            Some(n) if n <= 0.0 => Ok(()),
+            other => Err(format!("units owed: {other:?}")),
+        },
+    )
+    .await;
+}
 
 /// Sends `user=ann` to `domain` until past [`USER_LIMIT`]: each admission says what is
 /// left, then `denials` more requests are over the limit with nothing left.
