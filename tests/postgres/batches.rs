@@ -44,6 +44,7 @@ async fn concurrent_calls_on_many_counters_ride_fewer_statements() {
     let before = blocking(|| counting_statements(&postgres));
     let codes = all_at_once(&rls, &values).await;
     let statements = blocking(|| counting_statements(&postgres)) - before;
+    eprintln!("{statements} statements for {REQUESTS} calls");
     assert!(codes.iter().all(|c| *c == Code::Ok), "{codes:?}");
     let fallbacks = server.metric("tollgate_store_fallbacks_total").await;
     assert_eq!(fallbacks.unwrap_or(0.0), 0.0, "every call answered in time");
