@@ -2,13 +2,10 @@
 //! `tollgate_apply_many` statement, and a batch the database does not answer in time
 //! falls back for every request in it. pg_stat_statements counts the statements.
 
-use std::time::Duration;
-
 use futures_util::future::join_all;
 use tollgate_testkit::grpc::{Code, Rls, code};
-use tollgate_testkit::load::timed_check;
 use tollgate_testkit::postgres::PostgresServer;
-use tollgate_testkit::shared_store::{admitted, await_settled};
+use tollgate_testkit::shared_store::{a_stalled_batch_falls_back_for_every_request, admitted};
 use tollgate_testkit::tollgate::Serve;
 
 use crate::support::{DOMAIN, RULES, YEARLY_LIMIT, blocking, connected};
@@ -63,14 +60,11 @@ async fn concurrent_calls_on_many_counters_ride_fewer_statements() {
     );
 }
 
-/// Concurrent requests on fresh counters while another session holds the counter
-/// table: their calls ride a few batches that miss the store timeout. Every request
-/// falls back (admitted from the local view), and once the table is free each
-/// admission is charged once: a second instance admits the rest of each counter's limit
-/// and no more. The batches are few: far fewer statements than requests.
+/// Concurrent requests on fresh counters while another session holds the counter table
+/// (`LOCK TABLE … IN EXCLUSIVE MODE`: no row can be written, the clock still reads): see
+/// [`a_stalled_batch_falls_back_for_every_request`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
-    const REQUESTS: usize = 32;
     let mut postgres = PostgresServer::start();
     postgres.count_statements();
     let first = Serve::rules(RULES)
@@ -79,37 +73,13 @@ async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
         .start_connected()
         .await;
     let second = connected(&postgres, &[]).await;
-    let rls = first.client().await;
-    let mut other = second.client().await;
-    let values: Vec<String> = (0..REQUESTS).map(|i| format!("batched-{i}")).collect();
-
-    let before = blocking(|| counting_statements(&postgres));
-    let holder =
-        blocking(|| postgres.hold("BEGIN; LOCK TABLE tollgate_counters IN EXCLUSIVE MODE;"));
-    let answers = join_all(values.iter().map(|value| {
-        let mut rls = rls.clone();
-        async move { timed_check(&mut rls, DOMAIN, &[("yearly", value)]).await }
-    }))
+    let mut holder = None;
+    let mut hold = |held: bool| {
+        holder =
+            held.then(|| postgres.hold("BEGIN; LOCK TABLE tollgate_counters IN EXCLUSIVE MODE;"));
+    };
+    a_stalled_batch_falls_back_for_every_request((&first, &second), DOMAIN, &mut hold, &|| {
+        counting_statements(&postgres)
+    })
     .await;
-    drop(holder);
-    for answer in &answers {
-        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
-    }
-    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
-    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
-
-    first.await_store_health(200, Duration::from_secs(10)).await;
-    await_settled(&first).await;
-    let statements = blocking(|| counting_statements(&postgres)) - before;
-    assert!(
-        statements < REQUESTS as u64 / 2,
-        "{statements} statements for {REQUESTS} requests and their debts"
-    );
-    for value in &values {
-        assert_eq!(
-            admitted(&mut other, DOMAIN, ("yearly", value), YEARLY_LIMIT).await,
-            YEARLY_LIMIT - 1,
-            "{value}: the fallback's admission is charged once"
-        );
-    }
 }

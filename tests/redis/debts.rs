@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use tollgate_testkit::grpc::Code;
-use tollgate_testkit::load::{Load, assert_admitted_within, timed_check};
+use tollgate_testkit::load::{Load, assert_admitted_within};
 use tollgate_testkit::redis::RedisServer;
-use tollgate_testkit::shared_store::{admitted, await_settled};
+use tollgate_testkit::shared_store::{
+    a_stalled_batch_falls_back_for_every_request, admitted, await_settled,
+};
 use tollgate_testkit::tollgate::Server;
 
 use crate::support::{DOMAIN, YEARLY_LIMIT, blocking, serve};
@@ -106,11 +106,11 @@ async fn a_debt_reaches_redis_for_every_instance() {
     );
 }
 
-/// Script calls Redis has run (EVALSHA, from `INFO commandstats`).
-fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection_as(None))
+/// Script calls Redis has run (EVALSHA, from `INFO commandstats`), asked at `url`.
+fn script_calls(url: &str) -> u64 {
+    let info: String = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .and_then(|mut conn| redis::cmd("INFO").arg("commandstats").query(&mut conn))
         .expect("INFO commandstats");
     info.lines()
         .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
@@ -119,48 +119,20 @@ fn script_calls(redis: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// Concurrent requests on fresh counters while Redis is frozen: their calls ride one
-/// batch behind the call already out, and that batch's script call misses the store
-/// timeout. Every request in it falls back (admitted from the local view), and once
-/// Redis is back each admission is charged once: a second instance that never saw the
-/// outage admits the rest of each counter's limit and no more. The batches are few:
-/// far fewer script calls than requests.
+/// Concurrent requests on fresh counters while Redis is frozen (SIGSTOP): see
+/// [`a_stalled_batch_falls_back_for_every_request`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
-    const REQUESTS: usize = 32;
     let mut redis = RedisServer::start();
     let first = connected(&redis).await;
     let second = connected(&redis).await;
-    let rls = first.client().await;
-    let mut other = second.client().await;
-    let values: Vec<String> = (0..REQUESTS).map(|i| format!("batched-{i}")).collect();
-
-    let calls_before = script_calls(&redis);
-    blocking(|| redis.freeze());
-    let answers = join_all(values.iter().map(|value| {
-        let mut rls = rls.clone();
-        async move { timed_check(&mut rls, DOMAIN, &[("yearly", value)]).await }
-    }))
+    let url = redis.url();
+    let mut hold = |frozen| match frozen {
+        true => redis.freeze(),
+        false => redis.thaw(),
+    };
+    a_stalled_batch_falls_back_for_every_request((&first, &second), DOMAIN, &mut hold, &|| {
+        script_calls(&url)
+    })
     .await;
-    blocking(|| redis.thaw());
-    for answer in &answers {
-        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
-    }
-    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
-    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
-
-    first.await_store_health(200, Duration::from_secs(10)).await;
-    await_settled(&first).await;
-    let calls = script_calls(&redis) - calls_before;
-    assert!(
-        calls < REQUESTS as u64 / 2,
-        "{calls} script calls for {REQUESTS} requests and their debts"
-    );
-    for value in &values {
-        assert_eq!(
-            admitted(&mut other, DOMAIN, ("yearly", value), YEARLY_LIMIT).await,
-            YEARLY_LIMIT - 1,
-            "{value}: the fallback's admission is charged once"
-        );
-    }
 }

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::grpc::{Code, Rls, code};
-use crate::load::{await_exact_limiting, exactly, round_robin};
+use crate::load::{await_exact_limiting, exactly, round_robin, timed_check};
+use crate::process::blocking;
 use crate::tollgate::Server;
 use crate::wait::until_async;
 
@@ -83,6 +84,61 @@ pub async fn await_settled(server: &Server) {
         },
     )
     .await;
+}
+
+/// 32 requests at once on fresh `yearly` counters of `domain` through `first` (a store
+/// timeout its calls miss, `--on-store-error local`) while `hold(true)` holds the store
+/// up, until `hold(false)`: their calls ride a few batches that miss the timeout. Every
+/// request falls back (admitted from the local view), and once the store answers each
+/// admission is charged once: `second`, which never saw the stall, admits the rest of
+/// each counter's limit and no more. The batches are few: `calls` (the store's count of
+/// counter calls, script calls or statements) grows by less than half the requests.
+pub async fn a_stalled_batch_falls_back_for_every_request(
+    (first, second): (&Server, &Server),
+    domain: &str,
+    hold: &mut dyn FnMut(bool),
+    calls: &dyn Fn() -> u64,
+) {
+    const REQUESTS: usize = 32;
+    let rls = first.client().await;
+    let mut other = second.client().await;
+    let before = blocking(calls);
+    blocking(|| hold(true));
+    let sent: Vec<_> = (0..REQUESTS)
+        .map(|i| {
+            let (mut rls, domain) = (rls.clone(), domain.to_owned());
+            tokio::spawn(async move {
+                let value = format!("batched-{i}");
+                timed_check(&mut rls, &domain, &[("yearly", &value)]).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(REQUESTS);
+    for answer in sent {
+        answers.push(answer.await.expect("a request task"));
+    }
+    blocking(|| hold(false));
+    for answer in &answers {
+        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
+    }
+    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
+    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
+
+    first.await_store_health(200, Duration::from_secs(10)).await;
+    await_settled(first).await;
+    let calls = blocking(calls) - before;
+    assert!(
+        calls < REQUESTS as u64 / 2,
+        "{calls} counter calls for {REQUESTS} requests and their debts"
+    );
+    for i in 0..REQUESTS {
+        let value = format!("batched-{i}");
+        assert_eq!(
+            admitted(&mut other, domain, ("yearly", &value), YEARLY_LIMIT).await,
+            YEARLY_LIMIT - 1,
+            "{value}: the fallback's admission is charged once"
+        );
+    }
 }
 
 /// Sends `user=ann` to `domain` until past [`USER_LIMIT`]: each admission says what is
