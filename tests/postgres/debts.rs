@@ -3,23 +3,12 @@
 
 use std::time::Duration;
 
-use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::load::{Load, assert_admitted_within, tally};
 use tollgate_testkit::postgres::PostgresServer;
+use tollgate_testkit::shared_store::admitted;
 use tollgate_testkit::tollgate::Serve;
 
 use crate::support::{DOMAIN, RECOVERY, RULES, YEARLY_LIMIT, blocking};
-
-/// How many of `n` requests for `key=value` are admitted.
-async fn admitted(rls: &mut Rls, key: &str, value: &str, n: usize) -> usize {
-    let mut admitted = 0;
-    for _ in 0..n {
-        if code(&rls.check(DOMAIN, &[(key, value)]).await) == Code::Ok {
-            admitted += 1;
-        }
-    }
-    admitted
-}
 
 /// One instance, PostgreSQL stopped and started again: what the instance admitted from
 /// its local view meanwhile counts once the database is back.
@@ -33,15 +22,18 @@ async fn admissions_during_a_restart_are_charged_when_postgres_is_back() {
         .await;
     let mut rls = server.client().await;
 
-    assert_eq!(admitted(&mut rls, "yearly", "restart", 1).await, 1);
+    assert_eq!(
+        admitted(&mut rls, DOMAIN, ("yearly", "restart"), 1).await,
+        1
+    );
     blocking(|| postgres.stop());
     server.await_store_health(503, RECOVERY).await;
-    let during = admitted(&mut rls, "yearly", "restart", YEARLY_LIMIT + 3).await;
+    let during = admitted(&mut rls, DOMAIN, ("yearly", "restart"), YEARLY_LIMIT + 3).await;
     assert_eq!(during, YEARLY_LIMIT - 1, "the local view holds the limit");
     blocking(|| postgres.restart());
     server.await_store_health(200, RECOVERY).await;
 
-    let after = admitted(&mut rls, "yearly", "restart", YEARLY_LIMIT + 3).await;
+    let after = admitted(&mut rls, DOMAIN, ("yearly", "restart"), YEARLY_LIMIT + 3).await;
     assert_eq!(
         1 + during + after,
         YEARLY_LIMIT,

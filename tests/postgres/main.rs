@@ -2,9 +2,10 @@
 //! a free port: limiting, sharing between instances, local denials, accuracy under
 //! overload, the schema, settings and `tollgate migrate` (`store`); restart under load,
 //! bad credentials, an unreachable server and the statement timeout (`faults`); leases
-//! on a hot counter (`leases`).
+//! on a hot counter (`leases`); concurrent calls batched into one statement (`batches`).
 
 mod admin;
+mod batches;
 mod debts;
 mod faults;
 mod in_flight;

@@ -3,40 +3,14 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use tollgate_testkit::grpc::{Code, Rls, code};
-use tollgate_testkit::load::{Load, assert_admitted_within, timed_check};
+use tollgate_testkit::load::{Load, assert_admitted_within};
 use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::shared_store::{
+    a_stalled_batch_falls_back_for_every_request, admitted, await_settled,
+};
 use tollgate_testkit::tollgate::Server;
-use tollgate_testkit::wait::until_async;
 
 use crate::support::{DOMAIN, YEARLY_LIMIT, blocking, serve};
-
-/// How many of `n` requests for `yearly=value` are admitted.
-async fn admitted(rls: &mut Rls, value: &str, n: usize) -> usize {
-    let mut admitted = 0;
-    for _ in 0..n {
-        if code(&rls.check(DOMAIN, &[("yearly", value)]).await) == Code::Ok {
-            admitted += 1;
-        }
-    }
-    admitted
-}
-
-/// Waits until `server` owes Redis nothing: its debts charged by the settler, or counted
-/// by the calls that timed out if Redis ran them within their deadlines after all (then
-/// they owe nothing).
-async fn await_settled(server: &Server) {
-    until_async(
-        "the debts are settled in Redis",
-        Duration::from_secs(10),
-        async || match server.metric("tollgate_store_debt_units").await {
-            Some(n) if n <= 0.0 => Ok(()),
-            other => Err(format!("units owed: {other:?}")),
-        },
-    )
-    .await;
-}
 
 async fn connected(redis: &RedisServer) -> Server {
     serve("single", &redis.url())
@@ -54,16 +28,20 @@ async fn admissions_during_a_freeze_are_charged_when_redis_is_back() {
     let server = connected(&redis).await;
     let mut rls = server.client().await;
 
-    assert_eq!(admitted(&mut rls, "frozen", 1).await, 1, "through Redis");
+    assert_eq!(
+        admitted(&mut rls, DOMAIN, ("yearly", "frozen"), 1).await,
+        1,
+        "through Redis"
+    );
     blocking(|| redis.freeze());
-    let during = admitted(&mut rls, "frozen", YEARLY_LIMIT + 3).await;
+    let during = admitted(&mut rls, DOMAIN, ("yearly", "frozen"), YEARLY_LIMIT + 3).await;
     assert_eq!(during, YEARLY_LIMIT - 1, "the local view holds the limit");
     blocking(|| redis.thaw());
     server
         .await_store_health(200, Duration::from_secs(10))
         .await;
 
-    let after = admitted(&mut rls, "frozen", YEARLY_LIMIT + 3).await;
+    let after = admitted(&mut rls, DOMAIN, ("yearly", "frozen"), YEARLY_LIMIT + 3).await;
     assert_eq!(
         1 + during + after,
         YEARLY_LIMIT,
@@ -114,7 +92,7 @@ async fn a_debt_reaches_redis_for_every_instance() {
 
     blocking(|| redis.freeze());
     assert_eq!(
-        admitted(&mut rls, "fresh", YEARLY_LIMIT + 2).await,
+        admitted(&mut rls, DOMAIN, ("yearly", "fresh"), YEARLY_LIMIT + 2).await,
         YEARLY_LIMIT,
         "decided locally while Redis is frozen"
     );
@@ -122,17 +100,17 @@ async fn a_debt_reaches_redis_for_every_instance() {
     first.await_store_health(200, Duration::from_secs(10)).await;
     await_settled(&first).await;
     assert_eq!(
-        admitted(&mut other, "fresh", 2).await,
+        admitted(&mut other, DOMAIN, ("yearly", "fresh"), 2).await,
         0,
         "the other instance sees the debt in Redis"
     );
 }
 
-/// Script calls Redis has run (EVALSHA, from `INFO commandstats`).
-fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection_as(None))
+/// Script calls Redis has run (EVALSHA, from `INFO commandstats`), asked at `url`.
+fn script_calls(url: &str) -> u64 {
+    let info: String = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .and_then(|mut conn| redis::cmd("INFO").arg("commandstats").query(&mut conn))
         .expect("INFO commandstats");
     info.lines()
         .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
@@ -141,48 +119,20 @@ fn script_calls(redis: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// Concurrent requests on fresh counters while Redis is frozen: their calls ride one
-/// batch behind the call already out, and that batch's script call misses the store
-/// timeout. Every request in it falls back (admitted from the local view), and once
-/// Redis is back each admission is charged once: a second instance that never saw the
-/// outage admits the rest of each counter's limit and no more. The batches are few:
-/// far fewer script calls than requests.
+/// Concurrent requests on fresh counters while Redis is frozen (SIGSTOP): see
+/// [`a_stalled_batch_falls_back_for_every_request`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_times_out_falls_back_for_every_request_in_it() {
-    const REQUESTS: usize = 32;
     let mut redis = RedisServer::start();
     let first = connected(&redis).await;
     let second = connected(&redis).await;
-    let rls = first.client().await;
-    let mut other = second.client().await;
-    let values: Vec<String> = (0..REQUESTS).map(|i| format!("batched-{i}")).collect();
-
-    let calls_before = script_calls(&redis);
-    blocking(|| redis.freeze());
-    let answers = join_all(values.iter().map(|value| {
-        let mut rls = rls.clone();
-        async move { timed_check(&mut rls, DOMAIN, &[("yearly", value)]).await }
-    }))
+    let url = redis.url();
+    let mut hold = |frozen| match frozen {
+        true => redis.freeze(),
+        false => redis.thaw(),
+    };
+    a_stalled_batch_falls_back_for_every_request((&first, &second), DOMAIN, &mut hold, &|| {
+        script_calls(&url)
+    })
     .await;
-    blocking(|| redis.thaw());
-    for answer in &answers {
-        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
-    }
-    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
-    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
-
-    first.await_store_health(200, Duration::from_secs(10)).await;
-    await_settled(&first).await;
-    let calls = script_calls(&redis) - calls_before;
-    assert!(
-        calls < REQUESTS as u64 / 2,
-        "{calls} script calls for {REQUESTS} requests and their debts"
-    );
-    for value in &values {
-        assert_eq!(
-            admitted(&mut other, value, YEARLY_LIMIT).await,
-            YEARLY_LIMIT - 1,
-            "{value}: the fallback's admission is charged once"
-        );
-    }
 }

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use crate::grpc::{Code, Rls, code};
-use crate::load::{await_exact_limiting, exactly, round_robin};
+use crate::load::{await_exact_limiting, exactly, round_robin, timed_check};
+use crate::process::blocking;
+use crate::tollgate::Server;
 use crate::wait::until_async;
 
 /// A rules file for `domain` with the limits every shared-store suite uses, then `extra`
@@ -56,6 +58,88 @@ pub const ACC_LIMIT: u64 = 200;
 pub const ACC_WINDOW: Duration = Duration::from_secs(2);
 /// See [`ACC_LIMIT`].
 pub const ACC_SUB_WINDOW: Duration = Duration::from_millis(200);
+
+/// How many of `n` requests for the descriptor `entry` of `domain`, one after the other,
+/// are admitted.
+pub async fn admitted(rls: &mut Rls, domain: &str, entry: (&str, &str), n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        if code(&rls.check(domain, &[entry]).await) == Code::Ok {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+/// Waits until `server` owes its store nothing: its debts charged by the settler, or
+/// counted by the calls that timed out if the store ran them within their deadlines
+/// after all (then they owe nothing).
+pub async fn await_settled(server: &Server) {
+    until_async(
+        "the debts are settled in the store",
+        Duration::from_secs(10),
+        async || match server.metric("tollgate_store_debt_units").await {
+            Some(n) if n <= 0.0 => Ok(()),
+            other => Err(format!("units owed: {other:?}")),
+        },
+    )
+    .await;
+}
+
+/// 32 requests at once on fresh `yearly` counters of `domain` through `first` (a store
+/// timeout its calls miss, `--on-store-error local`) while `hold(true)` holds the store
+/// up, until `hold(false)`: their calls ride a few batches that miss the timeout. Every
+/// request falls back (admitted from the local view), and once the store answers each
+/// admission is charged once: `second`, which never saw the stall, admits the rest of
+/// each counter's limit and no more. The batches are few: `calls` (the store's count of
+/// counter calls, script calls or statements) grows by less than half the requests.
+pub async fn a_stalled_batch_falls_back_for_every_request(
+    (first, second): (&Server, &Server),
+    domain: &str,
+    hold: &mut dyn FnMut(bool),
+    calls: &dyn Fn() -> u64,
+) {
+    const REQUESTS: usize = 32;
+    let rls = first.client().await;
+    let mut other = second.client().await;
+    let before = blocking(calls);
+    blocking(|| hold(true));
+    let sent: Vec<_> = (0..REQUESTS)
+        .map(|i| {
+            let (mut rls, domain) = (rls.clone(), domain.to_owned());
+            tokio::spawn(async move {
+                let value = format!("batched-{i}");
+                timed_check(&mut rls, &domain, &[("yearly", &value)]).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(REQUESTS);
+    for answer in sent {
+        answers.push(answer.await.expect("a request task"));
+    }
+    blocking(|| hold(false));
+    for answer in &answers {
+        assert_eq!(answer.result, Ok(Code::Ok), "admitted from the local view");
+    }
+    let fallbacks = first.metric("tollgate_store_fallbacks_total").await;
+    assert_eq!(fallbacks, Some(REQUESTS as f64), "every request fell back");
+
+    first.await_store_health(200, Duration::from_secs(10)).await;
+    await_settled(first).await;
+    let calls = blocking(calls) - before;
+    assert!(
+        calls < REQUESTS as u64 / 2,
+        "{calls} counter calls for {REQUESTS} requests and their debts"
+    );
+    for i in 0..REQUESTS {
+        let value = format!("batched-{i}");
+        assert_eq!(
+            admitted(&mut other, domain, ("yearly", &value), YEARLY_LIMIT).await,
+            YEARLY_LIMIT - 1,
+            "{value}: the fallback's admission is charged once"
+        );
+    }
+}
 
 /// Sends `user=ann` to `domain` until past [`USER_LIMIT`]: each admission says what is
 /// left, then `denials` more requests are over the limit with nothing left.

@@ -1,5 +1,6 @@
 //! The arguments of one `tollgate_apply`: a call's ask, debt and deadline, and its
-//! limits as the function's arrays, owned so that the call can outlive its request.
+//! limits as the function's arrays, owned so that the call can outlive its request; and
+//! of one `tollgate_apply_many`, many calls' arguments side by side.
 
 use tokio_postgres::{Client, Row, Statement};
 
@@ -73,6 +74,86 @@ impl ApplyArgs {
                     &self.rpus,
                     &self.bounds,
                     &self.extra,
+                ],
+            )
+            .await
+    }
+}
+
+/// The arguments of one `tollgate_apply_many`: each call's numbers at its index, its
+/// limits' numbers after the previous call's.
+pub(super) struct ManyArgs {
+    keys: Vec<String>,
+    modes: Vec<&'static str>,
+    units: Vec<i64>,
+    debts: Vec<i64>,
+    deadlines_us: Vec<i64>,
+    kinds: Vec<String>,
+    windows: Vec<i64>,
+    params: Vec<i64>,
+    rpus: Vec<i64>,
+    bounds: Vec<i64>,
+    extras: Vec<i64>,
+}
+
+impl ManyArgs {
+    /// The calls of `calls`, in their order.
+    pub(super) fn new(calls: Vec<ApplyArgs>) -> Self {
+        let n = calls.len();
+        let limits: usize = calls.iter().map(|call| call.windows.len()).sum();
+        let mut many = Self {
+            keys: Vec::with_capacity(n),
+            modes: Vec::with_capacity(n),
+            units: Vec::with_capacity(n),
+            debts: Vec::with_capacity(n),
+            deadlines_us: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            windows: Vec::with_capacity(limits),
+            params: Vec::with_capacity(limits),
+            rpus: Vec::with_capacity(limits),
+            bounds: Vec::with_capacity(3 * limits),
+            extras: Vec::with_capacity(n),
+        };
+        for call in calls {
+            many.keys.push(call.key);
+            many.modes.push(call.mode);
+            many.units.push(call.units);
+            many.debts.push(call.debt);
+            many.deadlines_us.push(call.deadline_us);
+            many.kinds.push(call.kinds);
+            many.windows.extend(call.windows);
+            many.params.extend(call.params);
+            many.rpus.extend(call.rpus);
+            many.bounds.extend(call.bounds);
+            many.extras.push(call.extra);
+        }
+        many
+    }
+
+    /// The calls through `client`'s prepared `check_many` statement, at `now_us` (0: the
+    /// database's clock): one row per call, its number from 1 and its reply.
+    pub(super) async fn run(
+        &self,
+        client: &Client,
+        check_many: &Statement,
+        now_us: i64,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        client
+            .query(
+                check_many,
+                &[
+                    &self.keys,
+                    &self.modes,
+                    &self.units,
+                    &self.debts,
+                    &self.deadlines_us,
+                    &now_us,
+                    &self.kinds,
+                    &self.windows,
+                    &self.params,
+                    &self.rpus,
+                    &self.bounds,
+                    &self.extras,
                 ],
             )
             .await

@@ -126,7 +126,10 @@ impl PgTarget {
 /// One connection with the statements Tollgate runs prepared on it.
 pub(super) struct PooledConn {
     pub(super) client: Client,
+    /// The health probe's call.
     pub(super) check: Statement,
+    /// Requests' calls, many at once.
+    pub(super) check_many: Statement,
     /// An in-flight counter's call (`slots.sql`).
     pub(super) slots: Statement,
     now: Statement,
@@ -190,6 +193,9 @@ pub enum PgError {
 pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(300);
 
 const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)";
+/// Many calls at once (see [`super::apply::ManyArgs`]).
+pub(super) const CHECK_MANY: &str = "SELECT call_no, reply FROM \
+     tollgate_apply_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 const NOW: &str = "SELECT tollgate_now_us()";
 const SLOTS: &str = "SELECT tollgate_slots($1, $2, $3, $4, $5, $6)";
 
@@ -222,11 +228,17 @@ impl PgConnector {
 
     async fn prepared(client: Client) -> Result<PooledConn, PgError> {
         let prepare = |sql| client.prepare(sql);
-        let (check, slots, now) = tokio::try_join!(prepare(CHECK), prepare(SLOTS), prepare(NOW))
-            .map_err(PgError::Unprepared)?;
+        let (check, check_many, slots, now) = tokio::try_join!(
+            prepare(CHECK),
+            prepare(CHECK_MANY),
+            prepare(SLOTS),
+            prepare(NOW)
+        )
+        .map_err(PgError::Unprepared)?;
         Ok(PooledConn {
             client,
             check,
+            check_many,
             slots,
             now,
         })

@@ -8,15 +8,17 @@ use proptest::prelude::*;
 use tokio_postgres::{Client, NoTls};
 use tollgate_testkit::postgres::PostgresServer;
 
-use super::apply::{LimitArrays, limit_arrays, signed};
+use super::apply::{ApplyArgs, ManyArgs, signed};
+use super::batch::in_call_order;
+use super::connect::CHECK_MANY;
 use super::schema;
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
+use crate::store::shared::backend::CallArgs;
 use crate::store::shared::differential::{
-    YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
+    Asked, YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
 };
-use crate::store::shared::protocol::mode;
 use crate::store::shared::protocol::{Ask, RawReply};
 
 /// One PostgreSQL for every case of this test binary.
@@ -84,7 +86,8 @@ async fn call(
     call_around(client, key, limits, call, deadline, (now, now)).await
 }
 
-/// `tollgate_apply` at the instant `now`, calendar boundaries placed around `around`.
+/// `tollgate_apply` at the instant `now`, calendar boundaries placed around `around`, as a
+/// batch of one.
 async fn call_around(
     client: &Client,
     key: &str,
@@ -93,36 +96,41 @@ async fn call_around(
     deadline: Option<Timestamp>,
     (now, around): (Timestamp, Timestamp),
 ) -> Result<RawReply, String> {
-    let (mode, n, extra) = mode(ask);
-    let LimitArrays {
-        kinds,
-        windows,
-        params,
-        rpus,
-        bounds,
-    } = limit_arrays(limits, around);
-    let row = client
-        .query_one(
-            "SELECT tollgate_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            &[
-                &key,
-                &mode,
-                &signed(n),
-                &signed(debt),
-                &signed(deadline.map_or(0, Timestamp::as_micros)),
-                &signed(now.as_micros()),
-                &kinds,
-                &windows,
-                &params,
-                &rpus,
-                &bounds,
-                &signed(extra),
-            ],
-        )
+    let args = CallArgs {
+        key,
+        limits,
+        debt,
+        ask,
+        deadline,
+        around,
+    };
+    let mut replies = call_many(client, &[args], now).await?;
+    match (replies.pop(), replies.is_empty()) {
+        (Some(reply), true) => Ok(reply),
+        _ => Err(format!("{} replies to one call", replies.len() + 1)),
+    }
+}
+
+/// `tollgate_apply_many` of `calls` at the instant `now`: their replies, in their order.
+async fn call_many(
+    client: &Client,
+    calls: &[CallArgs<'_>],
+    now: Timestamp,
+) -> Result<Vec<RawReply>, String> {
+    let many = ManyArgs::new(calls.iter().map(|call| ApplyArgs::new("", call)).collect());
+    let statement = client
+        .prepare(CHECK_MANY)
         .await
         .map_err(|e| e.to_string())?;
-    let numbers = row.try_get(0).map_err(|e| e.to_string())?;
-    RawReply::from_numbers(numbers).map_err(|e| e.to_string())
+    let rows = many
+        .run(client, &statement, signed(now.as_micros()))
+        .await
+        .map_err(|e| e.to_string())?;
+    in_call_order(rows, calls.len())
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|numbers| RawReply::from_numbers(numbers).map_err(|e| e.to_string()))
+        .collect()
 }
 
 proptest! {
@@ -140,6 +148,64 @@ proptest! {
         replay(&limits, &history, phase_us, |debt, ask, now, around| {
             rt.block_on(call_around(&client, &key, &limits, (debt, ask), None, (now, around)))
         })?;
+    }
+
+    /// Calls on a few counters (each with its own limits), in one statement, answer as
+    /// the same calls one at a time in the order the function runs them: by key, then in
+    /// their order.
+    #[test]
+    fn a_batch_answers_as_its_calls_one_at_a_time(
+        counters in prop::collection::vec(limits(), 3),
+        calls in prop::collection::vec((0usize..3, operation()), 1..24),
+        phase_us in 0u64..YEAR_US,
+    ) {
+        let rt = runtime();
+        let client = rt.block_on(connect());
+        let base = format!("batch:{}", fresh_key());
+        let now = Timestamp::from_micros(1_790_000_000_000_000 + phase_us);
+        let asks: Vec<(usize, u64, Ask)> = calls
+            .iter()
+            .map(|&(counter, (_, debt, asked))| {
+                let ask = match asked {
+                    Asked::Now(ask) => ask,
+                    Asked::GiveBack { units, ago } => Ask::GiveBack { units, taken: now - ago },
+                };
+                (counter, debt, ask)
+            })
+            .collect();
+        let keys = |side: &str| -> Vec<String> {
+            (0..counters.len()).map(|c| format!("{base}:{side}:{c}")).collect()
+        };
+        let (batched, alone) = (keys("a"), keys("b"));
+        let args: Vec<CallArgs<'_>> = asks
+            .iter()
+            .map(|&(counter, debt, ask)| CallArgs {
+                key: &batched[counter],
+                limits: &counters[counter],
+                debt,
+                ask,
+                deadline: None,
+                around: now,
+            })
+            .collect();
+        let replies = rt.block_on(call_many(&client, &args, now)).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(replies.len(), asks.len());
+        let mut order: Vec<usize> = (0..asks.len()).collect();
+        order.sort_by_key(|&i| asks[i].0);
+        for i in order {
+            let (counter, debt, ask) = asks[i];
+            let one = rt
+                .block_on(call_around(
+                    &client,
+                    &alone[counter],
+                    &counters[counter],
+                    (debt, ask),
+                    None,
+                    (now, now),
+                ))
+                .map_err(TestCaseError::fail)?;
+            prop_assert_eq!(&replies[i], &one, "call {} of {:?}", i, asks);
+        }
     }
 }
 
@@ -304,7 +370,13 @@ fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
         let pieces = [
             ("table", "tollgate_counters"),
             ("table", "tollgate_overrides"),
-            // The signature this Tollgate calls (version 4's), then the wrappers of 3 and 2.
+            // The batch this Tollgate calls, the signature it runs (version 4's), then the
+            // wrappers of 3 and 2.
+            (
+                "function",
+                "tollgate_apply_many(text[], text[], bigint[], bigint[], bigint[], bigint, \
+                 text[], bigint[], bigint[], bigint[], bigint[], bigint[])",
+            ),
             (
                 "function",
                 "tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, bigint[], \

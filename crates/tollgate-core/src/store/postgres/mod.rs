@@ -4,6 +4,7 @@
 //! for rate limits alone.
 
 mod apply;
+mod batch;
 mod connect;
 mod describe;
 #[cfg(test)]
@@ -25,11 +26,13 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 
 use self::apply::{ApplyArgs, signed};
+use self::batch::Statements;
 use self::connect::PgConnector;
 use self::describe::describe;
 use super::shared::SharedBehaviour;
 use super::shared::announce::{OVERRIDES, Subscribe, announcement};
 use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
+use super::shared::batch::Batcher;
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
 use super::shared::slot_call::SlotCall;
@@ -72,9 +75,11 @@ pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, PgError> 
     Ok(schema::migrate(&mut client, unlogged, None).await?)
 }
 
-/// One function call per round trip over a pooled connection.
+/// Function calls over pooled connections, the calls of concurrent requests batched into
+/// one statement.
 pub(crate) struct PgBackend {
     link: Arc<Link<PgConnector>>,
+    batcher: Batcher<Statements>,
     key_prefix: String,
     /// The channel resets are announced on, named from the key prefix.
     resets: String,
@@ -108,10 +113,11 @@ impl PgBackend {
         time: TimeSink,
     ) -> Self {
         let subscriber = Arc::new((config.target.clone(), tls.clone()));
+        let pool_size = config.pool_size.max(1);
         let connector = PgConnector {
             target: config.target,
             tls,
-            pool_size: config.pool_size.max(1),
+            pool_size,
             statement_timeout: config.statement_timeout,
             unlogged: config.unlogged,
             migrated: AtomicBool::new(false),
@@ -119,7 +125,10 @@ impl PgBackend {
         };
         let link = Link::start(connector, time);
         tokio::spawn(sweeper(Arc::downgrade(&link), config.sweep_interval));
+        // A connection runs one statement at a time: one batch out per connection.
+        let statements = Statements { link: link.clone() };
         Self {
+            batcher: Batcher::start(statements, pool_size, config.behaviour.timeout),
             link,
             resets: listen::channel(&config.key_prefix),
             key_prefix: config.key_prefix,
@@ -133,21 +142,16 @@ impl Backend for PgBackend {
         &self.link.health
     }
 
-    /// One `tollgate_apply`, owning all it needs; it changes nothing if it runs after
-    /// `deadline` (database time).
+    /// One call in the next batch's `tollgate_apply_many`, owning all it needs; it
+    /// changes nothing if it runs after `deadline` (database time).
     fn check_and_count(&self, args: &CallArgs<'_>) -> Trip {
-        let Some(pool) = self.link.conn() else {
+        if self.link.conn().is_none() {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
-        };
+        }
         let args = ApplyArgs::new(&self.key_prefix, args);
-        let link = self.link.clone();
+        let batcher = self.batcher.clone();
         Box::pin(async move {
-            let conn = pool.pick();
-            let row = args
-                .run(&conn.client, &conn.check)
-                .await
-                .map_err(|e| classify(&link, e))?;
-            let numbers = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;
+            let numbers = batcher.call(args).await?;
             RawReply::from_numbers(numbers).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }

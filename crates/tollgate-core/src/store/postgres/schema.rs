@@ -13,7 +13,9 @@
 //! (rows written before are read as before, their sub-windows ending at their ends;
 //! instances of version 5 read the new rows, ignoring what follows their limits); 7
 //! in-flight counters: `tollgate_slots` of `slots.sql`, run after `schema.sql`; 8
-//! runtime overrides: the table `tollgate_overrides` of `overrides.sql`, run last.
+//! runtime overrides: the table `tollgate_overrides` of `overrides.sql`, run last; 9
+//! batched calls: `tollgate_apply_many` runs many calls of version 4's signature in one
+//! statement (instances of version 8 keep calling that signature alone).
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -33,13 +35,15 @@ const SCHEMA: &str = concat!(
 );
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 8;
+pub const SCHEMA_VERSION: i32 = 9;
 
 /// Whether every piece the schema makes is there: the counter and override tables, the counting
-/// function this version calls, the older signatures kept for a rolling upgrade's
+/// functions this version calls, the older signatures kept for a rolling upgrade's
 /// instances, the clock and the sweep. Any one missing runs the file again.
 const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
      AND to_regclass('tollgate_overrides') IS NOT NULL \
+     AND to_regprocedure('tollgate_apply_many(text[], text[], bigint[], bigint[], bigint[], \
+     bigint, text[], bigint[], bigint[], bigint[], bigint[], bigint[])') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \
      bigint[], bigint[], bigint[], bigint[], bigint)') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \

@@ -455,6 +455,47 @@ BEGIN
 END;
 $$;
 
+-- Many calls in one statement (version 9): call i is tollgate_apply of the i-th key, mode,
+-- hits, debt, deadline, kinds and extra, its limits' numbers the next length(kinds[i]) of
+-- p_windows, p_params and p_rpus (three per limit of p_bounds), all at p_now (0: the
+-- database's clock, read by each call once it holds its row).
+-- The calls run in the order of their keys (bytewise; one key's calls in their order),
+-- so that concurrent statements take their row locks in one order and never deadlock;
+-- each row holds its lock until the statement ends. One row per call: its number (from
+-- 1) and its reply.
+CREATE OR REPLACE FUNCTION tollgate_apply_many(
+    p_keys text[], p_modes text[], p_hits bigint[], p_debts bigint[], p_deadlines bigint[],
+    p_now bigint, p_kinds text[], p_windows bigint[], p_params bigint[], p_rpus bigint[],
+    p_bounds bigint[], p_extras bigint[])
+RETURNS TABLE (call_no integer, reply bigint[])
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    calls integer := coalesce(cardinality(p_keys), 0);
+    firsts integer[] := '{}';
+    next_limit integer := 1;
+    c integer;
+    f integer;
+    l integer;
+BEGIN
+    FOR i IN 1 .. calls LOOP
+        firsts[i] := next_limit;
+        next_limit := next_limit + length(p_kinds[i]);
+    END LOOP;
+    FOR c IN
+        SELECT k.n FROM unnest(p_keys) WITH ORDINALITY AS k(key, n)
+        ORDER BY k.key COLLATE "C", k.n
+    LOOP
+        f := firsts[c];
+        l := f + length(p_kinds[c]) - 1;
+        call_no := c;
+        reply := tollgate_apply(p_keys[c], p_modes[c], p_hits[c], p_debts[c], p_deadlines[c],
+            p_now, p_kinds[c], p_windows[f:l], p_params[f:l], p_rpus[f:l],
+            p_bounds[3 * f - 2 : 3 * l], p_extras[c]);
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
 -- Version 2's signature, for the instances of a rolling upgrade that still call it: no
 -- calendar limits, so no boundaries.
 CREATE OR REPLACE FUNCTION tollgate_apply(

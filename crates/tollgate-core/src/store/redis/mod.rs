@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 
-use self::batch::Batcher;
+use self::batch::{MAX_OUT, ScriptCalls};
 use self::classify::classify;
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::SharedBehaviour;
@@ -26,6 +26,7 @@ use super::shared::announce::{
     OVERRIDES, SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement,
 };
 use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
+use super::shared::batch::Batcher;
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
 use super::shared::slot_call::SlotCall;
@@ -52,7 +53,7 @@ const FOREIGN_KEY_LOG_PERIOD: Duration = Duration::from_secs(60);
 /// batched into one.
 pub(crate) struct RedisBackend {
     link: Arc<Link<RedisConnector>>,
-    batcher: Batcher,
+    batcher: Batcher<ScriptCalls>,
     /// The in-flight counters' script.
     slots: Arc<redis::Script>,
     key_prefix: String,
@@ -80,7 +81,14 @@ impl RedisBackend {
         };
         let link = Link::start(connector, time);
         Self {
-            batcher: Batcher::start(link.clone(), script, config.behaviour.timeout),
+            batcher: Batcher::start(
+                ScriptCalls {
+                    link: link.clone(),
+                    script,
+                },
+                MAX_OUT,
+                config.behaviour.timeout,
+            ),
             link,
             slots: Arc::new(slots::script()),
             resets: format!("{}tollgate-reset", config.key_prefix),

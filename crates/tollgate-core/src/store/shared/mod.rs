@@ -14,6 +14,7 @@
 pub(crate) mod announce;
 pub(crate) mod backend;
 mod background;
+pub(crate) mod batch;
 mod debts;
 #[cfg(test)]
 pub(crate) mod differential;
