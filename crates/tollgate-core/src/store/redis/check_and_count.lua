@@ -256,11 +256,22 @@ local function sliding_count(first, first_end, fine, hits, param)
   return counted * 256 + start, max(first_end, fine), n, counted
 end
 
+-- When a sliding window's key must expire, in µs: when its newest sub-window `slot` leaves
+-- the window, rounded up to the whole second. So keys of short sub-windows keep their
+-- expiry for a second of them (a new expiry is what costs most in writing a key), and
+-- live at most a second longer than they must.
+local function sliding_expiry(slot, sub_us, param)
+  local at = (slot + param + 1) * sub_us
+  local second = floor(at / 1000000)
+  if second * 1000000 < at then second = second + 1 end
+  return second * 1000000
+end
+
 -- One sliding window consumed without a debt, most calls: state st (or none, when raw
 -- is false; kept: raw is the key's own value) at now; the flag, the new state if it
--- changed and how long it must live, and the state read (false if none). Counted in the
--- sub-window last written, the key's expiry stays: the new state is then only the
--- changed head of the string, and how long it must live `false`.
+-- changed and how long it must live, and the state read (false if none). When the key's
+-- expiry stays, how long it must live is `false`: the new state is written in place,
+-- and counted in the sub-window last written, it is only the string's changed head.
 local function consume(st, raw, kept, now, hits, window, param, rpu)
   local sub_us = window / param
   local slot, fine, ahead, full, oldest, last, first, first_end = sliding_at(st, 1, now, sub_us, param)
@@ -274,7 +285,10 @@ local function consume(st, raw, kept, now, hits, window, param, rpu)
   first, first_end, n, counted = sliding_count(first, first_end, fine, hits, param)
   local head = spack('>I6I6I5I2', slot, full - n + counted, first, first_end)
   if kept and ahead == 0 then return 1, head, false, raw end
-  return 1, head .. sliding_rest(st, 1, param, ahead), (slot + param + 1) * sub_us - now, raw
+  local new = head .. sliding_rest(st, 1, param, ahead)
+  local expires = sliding_expiry(slot, sub_us, param)
+  if kept and expires == sliding_expiry(slot - ahead, sub_us, param) then return 1, new, false, raw end
+  return 1, new, expires - now, raw
 end
 
 -- What the limits see of a state at an instant, limit i at index i; filled by look.
@@ -436,7 +450,7 @@ local function count(st, now, mode, hits, extra)
       -- What look now sees, should a second step follow (a debt, then the call).
       aheads[i], fulls[i], firsts[i], first_ends[i] = 0, recent, first, first_end
       oldests[i], lasts[i] = sunpack('>I5I2', rest, SLOT * (param - 1) + 1)
-      expires = (slot + param + 1) * sub_us
+      expires = sliding_expiry(slot, sub_us, param)
     elseif kind == 'g' then
       local rpu, tat = rpus[i], fulls[i]
       if rpu > 0 then
@@ -557,7 +571,7 @@ local function run(i, key, packed)
   end
   if new then
     if not ttl then
-      -- In place: the value keeps its length and the key its expiry.
+      -- In place: the value keeps its length, the key its expiry.
       redis.call('SETRANGE', key, 0, new)
     elseif ttl > 0 then
       redis.call('SET', key, new, 'PX', floor((min(ttl, LONGEST) + 999) / 1000))
