@@ -93,7 +93,8 @@ async fn run(
                 if received == 0 {
                     break;
                 }
-                let groups = std::mem::take(&mut batch);
+                // Sized for a full batch, so that receiving never grows it.
+                let groups = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
                 out.push(send_all(link.clone(), script.clone(), groups, give_up));
             }
             Some(()) = out.next(), if !out.is_empty() => {}
@@ -115,15 +116,16 @@ async fn send_all(
         answer_all(batch.into_iter(), &Err(TripError::NotConnected));
         return;
     };
-    let groups = match &*conn {
-        Conn::Single(_) => vec![batch],
-        Conn::Cluster(_) => by_slot(batch.into_iter()),
-    };
-    let sent = groups
-        .into_iter()
-        .filter(|group| !group.is_empty())
-        .map(|group| send(&link, &script, (*conn).clone(), group, give_up));
-    join_all(sent).await;
+    match &*conn {
+        Conn::Single(_) if batch.is_empty() => {}
+        Conn::Single(_) => send(&link, &script, (*conn).clone(), batch, give_up).await,
+        Conn::Cluster(_) => {
+            let sent = by_slot(batch.into_iter())
+                .into_iter()
+                .map(|group| send(&link, &script, (*conn).clone(), group, give_up));
+            join_all(sent).await;
+        }
+    }
 }
 
 /// `calls` grouped by Cluster slot: one script call touches one slot.
