@@ -165,13 +165,17 @@ impl SlidingWindow {
     /// count × 256 + start, and the ring of their ends (none from a store written before
     /// ends were kept: each sub-window then counts until it has almost left the window).
     #[cfg(any(feature = "redis", feature = "postgres"))]
-    pub(crate) fn from_ring(newest: u64, packed: Vec<u64>, ends: Option<Vec<u64>>) -> Self {
+    pub(crate) fn from_ring(
+        newest: u64,
+        packed: impl ExactSizeIterator<Item = u64>,
+        ends: Option<impl Iterator<Item = u64>>,
+    ) -> Self {
         let mut slots = Ring::zeroed(packed.len().max(2));
-        let ends = ends.unwrap_or_default();
-        for (i, value) in packed.into_iter().enumerate() {
-            let end = ends.get(i).map_or(UNKNOWN_END, |&end| {
-                u16::try_from(end).unwrap_or(UNKNOWN_END)
-            });
+        let mut ends = ends.into_iter().flatten();
+        for (i, value) in packed.enumerate() {
+            let end = ends
+                .next()
+                .map_or(UNKNOWN_END, |end| u16::try_from(end).unwrap_or(UNKNOWN_END));
             let slot = Slot {
                 count: u32::try_from(value / COARSE).unwrap_or(u32::MAX),
                 start: (value % COARSE) as u8,

@@ -120,7 +120,8 @@ async fn run<G: Group>(
                 if received == 0 {
                     break;
                 }
-                let calls = std::mem::take(&mut batch);
+                // Sized for a full batch, so that receiving never grows it.
+                let calls = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
                 out.push(send_all(group.clone(), calls, give_up));
             }
             Some(()) = out.next(), if !out.is_empty() => {}
@@ -133,19 +134,18 @@ async fn run<G: Group>(
 async fn send_all<G: Group>(group: Arc<G>, mut batch: Vec<Queued<G>>, give_up: Duration) {
     // A caller that stopped listening (its request dropped) asks nothing more.
     batch.retain(|q| !q.answer.is_closed());
-    let groups = match group.grouping() {
-        None => vec![batch],
-        Some(key) => {
-            let mut groups: HashMap<G::Key, Vec<Queued<G>>> = HashMap::new();
-            for queued in batch {
-                groups.entry(key(&queued.call)).or_default().push(queued);
-            }
-            groups.into_values().collect()
+    let Some(key) = group.grouping() else {
+        if !batch.is_empty() {
+            send(&*group, batch, give_up).await;
         }
+        return;
     };
+    let mut groups: HashMap<G::Key, Vec<Queued<G>>> = HashMap::new();
+    for queued in batch {
+        groups.entry(key(&queued.call)).or_default().push(queued);
+    }
     let sent = groups
-        .into_iter()
-        .filter(|calls| !calls.is_empty())
+        .into_values()
         .map(|calls| send(&*group, calls, give_up));
     join_all(sent).await;
 }

@@ -237,12 +237,7 @@ pub(crate) enum ReplyError {
 /// numbers come, per sliding window in order, the ends of its sub-windows; a counter
 /// stored before ends were kept has none (see [`SlidingWindow::from_ring`]).
 pub(crate) fn decode(raw: &RawReply, limits: &[Limit]) -> Result<Reply, ReplyError> {
-    let unsigned = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
     let rest = &raw.state;
-    let number = |i: usize| match rest.get(i) {
-        Some(&n) => unsigned(n),
-        None => Err(ReplyError::Short(2 + rest.len())),
-    };
     let now = Timestamp::from_micros(unsigned(raw.now_us)?);
     if raw.flag == -1 {
         return Ok(Reply::Late { now });
@@ -259,10 +254,9 @@ pub(crate) fn decode(raw: &RawReply, limits: &[Limit]) -> Result<Reply, ReplyErr
     let without_ends = limits.iter().map(stored_numbers).sum::<usize>();
     let mut at = 0;
     let mut ends_at = (rest.len() > without_ends).then_some(without_ends);
+    // Read in place: a reply is decoded on every round trip.
     let run = |from: &mut usize, len: usize| {
-        let numbers = (*from..*from + len)
-            .map(number)
-            .collect::<Result<Vec<_>, _>>();
+        let numbers = checked(rest, *from, len);
         *from += len;
         numbers
     };
@@ -277,14 +271,21 @@ pub(crate) fn decode(raw: &RawReply, limits: &[Limit]) -> Result<Reply, ReplyErr
                     Some(from) => Some(run(from, ring)?),
                     None => None,
                 };
-                LimitState::Sliding(SlidingWindow::from_ring(newest, counts, ends))
+                LimitState::Sliding(SlidingWindow::from_ring(
+                    newest.unsigned_abs(),
+                    counts.iter().map(|n| n.unsigned_abs()),
+                    ends.map(|ends| ends.iter().map(|n| n.unsigned_abs())),
+                ))
             }
             Algorithm::FixedWindow => {
                 let parts = run(&mut at, 2)?;
-                LimitState::Fixed(FixedWindow::from_parts(parts[0], parts[1]))
+                LimitState::Fixed(FixedWindow::from_parts(
+                    parts[0].unsigned_abs(),
+                    parts[1].unsigned_abs(),
+                ))
             }
             Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => {
-                let tat = run(&mut at, 1)?[0];
+                let tat = run(&mut at, 1)?[0].unsigned_abs();
                 LimitState::Gcra(Gcra::from_tat(Timestamp::from_micros(tat)))
             }
             Algorithm::Slots => LimitState::new(limit),
@@ -297,6 +298,25 @@ pub(crate) fn decode(raw: &RawReply, limits: &[Limit]) -> Result<Reply, ReplyErr
     })
 }
 
+/// `n`, which a store never sends negative.
+fn unsigned(n: i64) -> Result<u64, ReplyError> {
+    u64::try_from(n).map_err(|_| ReplyError::Negative(n))
+}
+
+/// The `len` numbers of `state` from `from`, each checked in order to be there and not
+/// negative (so `unsigned_abs` reads them as they are).
+fn checked(state: &[i64], from: usize, len: usize) -> Result<&[i64], ReplyError> {
+    for i in from..from + len {
+        match state.get(i) {
+            Some(&n) => {
+                unsigned(n)?;
+            }
+            None => return Err(ReplyError::Short(2 + state.len())),
+        }
+    }
+    Ok(&state[from..from + len])
+}
+
 /// How many numbers a limit's state takes in a store, before the sliding windows' ends.
 fn stored_numbers(limit: &Limit) -> usize {
     match limit.algorithm {
@@ -304,5 +324,58 @@ fn stored_numbers(limit: &Limit) -> usize {
         Algorithm::FixedWindow => 2,
         Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => 1,
         Algorithm::Slots => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit::Unit;
+
+    fn states(state: Vec<i64>, limits: &[Limit]) -> Result<Vec<LimitState>, ReplyError> {
+        let raw = RawReply {
+            flag: 1,
+            now_us: 5,
+            state,
+        };
+        match decode(&raw, limits)? {
+            Reply::Ran { states, .. } => Ok(states),
+            Reply::Late { .. } => panic!("read as late"),
+        }
+    }
+
+    #[test]
+    fn a_state_reads_with_or_without_ends_and_bad_numbers_are_errors() {
+        let sliding = Algorithm::SlidingWindow { precision: 2 };
+        let limits = [
+            Limit::new(10, Unit::Second)
+                .with_algorithm(sliding)
+                .unwrap(),
+            Limit::new(10, Unit::Minute)
+                .with_algorithm(Algorithm::FixedWindow)
+                .unwrap(),
+        ];
+        let ring = [512, 256, 0];
+        let expected = |ends: Option<[u64; 3]>| {
+            vec![
+                LimitState::Sliding(SlidingWindow::from_ring(
+                    7,
+                    ring.into_iter(),
+                    ends.map(IntoIterator::into_iter),
+                )),
+                LimitState::Fixed(FixedWindow::from_parts(3, 4)),
+            ]
+        };
+        let without_ends = states(vec![7, 512, 256, 0, 3, 4], &limits);
+        assert_eq!(without_ends.ok(), Some(expected(None)));
+        let with_ends = states(vec![7, 512, 256, 0, 3, 4, 10, 20, 30], &limits);
+        assert_eq!(with_ends.ok(), Some(expected(Some([10, 20, 30]))));
+
+        let negative = states(vec![7, 512, -1, 0, 3, 4], &limits);
+        assert!(matches!(negative, Err(ReplyError::Negative(-1))));
+        let short = states(vec![7, 512], &limits);
+        assert!(matches!(short, Err(ReplyError::Short(4))));
+        let ends_cut = states(vec![7, 512, 256, 0, 3, 4, 10], &limits);
+        assert!(matches!(ends_cut, Err(ReplyError::Short(9))));
     }
 }
