@@ -192,10 +192,9 @@ async fn calendar_day_resets_at_local_midnight(instance: Instance) {
         Backing::Redis(redis) => {
             let key = redis_key("", "shapes", &entries, &[shape]);
             let value: Vec<u8> = redis.query(&["GET", &key]);
-            // MessagePack: the window's start as a 64-bit integer, then the count.
-            let mut expected = vec![0xcf];
-            expected.extend_from_slice(&(start_us as u64).to_be_bytes());
-            expected.push(2);
+            // The window's start and the count, seven bytes each, big-endian.
+            let seven = |n: u64| n.to_be_bytes()[1..].to_vec();
+            let expected = [seven(start_us as u64), seven(2)].concat();
             assert_eq!(value, expected, "{key}");
         }
         Backing::Postgres(postgres) => {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio_postgres::Row;
 
 use super::apply::{ApplyArgs, ManyArgs};
-use super::classify;
+use super::classify::classify;
 use super::connect::PgConnector;
 use crate::store::shared::backend::TripError;
 use crate::store::shared::batch::{Group, Sent};

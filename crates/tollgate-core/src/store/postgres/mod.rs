@@ -5,6 +5,7 @@
 
 mod apply;
 mod batch;
+mod classify;
 mod connect;
 mod describe;
 #[cfg(test)]
@@ -23,10 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tokio_postgres::error::SqlState;
-
 use self::apply::{ApplyArgs, signed};
 use self::batch::Statements;
+use self::classify::classify;
 use self::connect::PgConnector;
 use self::describe::describe;
 use super::shared::SharedBehaviour;
@@ -289,31 +289,6 @@ impl PgBackend {
                 .map_err(|e| classify(&link, e))?;
             Ok(())
         })
-    }
-}
-
-fn classify(link: &Link<PgConnector>, e: tokio_postgres::Error) -> TripError {
-    let lost = match e.code() {
-        Some(code) if *code == SqlState::QUERY_CANCELED => return TripError::Timeout,
-        // Connection exceptions, a server shutting down or starting, or a standby
-        // (a former primary after a failover) that cannot write.
-        Some(code) => {
-            code.code().starts_with("08")
-                || [
-                    SqlState::ADMIN_SHUTDOWN,
-                    SqlState::CRASH_SHUTDOWN,
-                    SqlState::CANNOT_CONNECT_NOW,
-                    SqlState::READ_ONLY_SQL_TRANSACTION,
-                ]
-                .contains(code)
-        }
-        None => true,
-    };
-    if lost {
-        link.health.report_down(&describe(&e));
-        TripError::Lost(Arc::new(e))
-    } else {
-        TripError::Failed(Arc::new(e))
     }
 }
 

@@ -40,6 +40,15 @@ proptest! {
     }
 }
 
+/// A connection to the shared redis-server, and the script, loaded there.
+fn loaded() -> (redis::Connection, redis::Script) {
+    let mut conn = redis().connection_as(None);
+    let script = script::script();
+    let loaded = script.load(&mut conn);
+    assert!(loaded.is_ok(), "{loaded:?}");
+    (conn, script)
+}
+
 /// `ask` on counter `key` of `limits` at `now`, with no debt and no deadline.
 fn call_at(
     conn: &mut redis::Connection,
@@ -84,10 +93,7 @@ fn huge_charges_still_deny() {
     use crate::limit::{Algorithm, Limit};
     use crate::unit::Unit;
 
-    let mut conn = redis().connection_as(None);
-    let script = script::script();
-    let loaded = script.load(&mut conn);
-    assert!(loaded.is_ok(), "{loaded:?}");
+    let (mut conn, script) = loaded();
     let day = Limit::new(1, Unit::Day);
     for algorithm in [
         Algorithm::SlidingWindow { precision: 10 },
@@ -128,10 +134,7 @@ fn huge_charges_still_deny() {
 /// upgrade, as that script counted it (see [`read_after_upgrade`]).
 #[test]
 fn a_counter_stored_before_ends_were_kept_still_counts() {
-    let mut conn = redis().connection_as(None);
-    let script = script::script();
-    let loaded = script.load(&mut conn);
-    assert!(loaded.is_ok(), "{loaded:?}");
+    let (mut conn, script) = loaded();
     let at = Timestamp::from_micros(1_790_000_000_250_000);
     let (limits, state) = stored_before_ends(at);
     let key = fresh_key().to_string();
@@ -159,10 +162,7 @@ fn a_counter_of_the_previous_layout_keeps_its_numbers() {
     use crate::limit::Algorithm;
     use crate::unit::Unit;
 
-    let mut conn = redis().connection_as(None);
-    let script = script::script();
-    let loaded = script.load(&mut conn);
-    assert!(loaded.is_ok(), "{loaded:?}");
+    let (mut conn, script) = loaded();
     // Per minute in three sub-windows of 20 s, and per hour in a fixed window.
     let minute = Limit::new(50, Unit::Minute);
     let limits = [
