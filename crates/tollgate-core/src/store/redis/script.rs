@@ -95,20 +95,44 @@ pub(super) enum Part {
     Arrival,
 }
 
+/// How the state of `limit` lies in the stored string; none for an in-flight counter,
+/// which has a script of its own (`slots.rs`).
+fn part(limit: &Limit) -> Option<Part> {
+    match limit.algorithm {
+        Algorithm::SlidingWindow { precision } => Some(Part::Sliding {
+            ring: precision as usize + 1,
+        }),
+        Algorithm::FixedWindow => Some(Part::Window),
+        Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Some(Part::Arrival),
+        Algorithm::Slots => None,
+    }
+}
+
+/// The parts of a call's limits, in order: the one limit most counters have held inline,
+/// so that a call on the request path allocates nothing for them.
+#[derive(Debug)]
+pub(super) enum Parts {
+    One(Part),
+    Many(Vec<Part>),
+}
+
+impl std::ops::Deref for Parts {
+    type Target = [Part];
+
+    fn deref(&self) -> &[Part] {
+        match self {
+            Self::One(part) => std::slice::from_ref(part),
+            Self::Many(parts) => parts,
+        }
+    }
+}
+
 /// The parts of the state of `limits`, in order.
-pub(super) fn parts(limits: &[Limit]) -> Vec<Part> {
-    limits
-        .iter()
-        .filter_map(|limit| match limit.algorithm {
-            Algorithm::SlidingWindow { precision } => Some(Part::Sliding {
-                ring: precision as usize + 1,
-            }),
-            Algorithm::FixedWindow => Some(Part::Window),
-            Algorithm::TokenBucket { .. } | Algorithm::LeakyBucket { .. } => Some(Part::Arrival),
-            // In-flight counters have a script of their own (`slots.rs`).
-            Algorithm::Slots => None,
-        })
-        .collect()
+pub(super) fn parts(limits: &[Limit]) -> Parts {
+    match limits {
+        [limit] => part(limit).map_or(Parts::Many(Vec::new()), Parts::One),
+        _ => Parts::Many(limits.iter().filter_map(part).collect()),
+    }
 }
 
 /// A stored state that is not the layout of the call's limits.
