@@ -257,11 +257,15 @@ impl State {
         self.answered = self.calls.len();
     }
 
+    /// Call `seq`'s place in line, while it is there.
+    fn slot(&mut self, seq: u64) -> Option<&mut Slot> {
+        let at = usize::try_from(seq.checked_sub(self.first)?).ok()?;
+        self.calls.get_mut(at)
+    }
+
     /// Call `seq`'s reply, if it came.
     fn take(&mut self, seq: u64) -> Option<redis::RedisResult<Replies>> {
-        let slot = self
-            .calls
-            .get_mut(usize::try_from(seq - self.first).ok()?)?;
+        let slot = self.slot(seq)?;
         let reply = slot.reply.take()?;
         slot.gone = true;
         self.forget();
@@ -272,10 +276,7 @@ impl State {
     /// only when the node answers again: the connection is closed, so that the next calls
     /// do not wait behind it.
     fn give_up(&mut self, seq: u64) {
-        let Some(slot) = usize::try_from(seq - self.first)
-            .ok()
-            .and_then(|i| self.calls.get_mut(i))
-        else {
+        let Some(slot) = self.slot(seq) else {
             return;
         };
         slot.gone = true;
@@ -326,10 +327,7 @@ impl Future for Answer<'_> {
             self.done = true;
             return Poll::Ready(reply);
         }
-        let first = state.first;
-        if let Some(slot) = usize::try_from(seq - first)
-            .ok()
-            .and_then(|i| state.calls.get_mut(i))
+        if let Some(slot) = state.slot(seq)
             && !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
         {
             slot.waker = Some(cx.waker().clone());
