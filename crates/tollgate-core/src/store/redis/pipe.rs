@@ -116,7 +116,7 @@ impl Pipe {
 
     /// Connects, unless connected.
     async fn connect(&self) -> redis::RedisResult<()> {
-        if self.lock().usable() {
+        if self.lock().stream.is_some() {
             return Ok(());
         }
         let _one = self.connecting.lock().await;
@@ -164,30 +164,6 @@ impl Pipe {
 }
 
 impl State {
-    /// Whether there is a connection the next call can use. One with no call waiting
-    /// is first checked for an end the node sent while it was idle (a server `timeout`,
-    /// a `CLIENT KILL`), so that the next call does not fail on it but connects again.
-    fn usable(&mut self) -> bool {
-        let Some(stream) = &self.stream else {
-            return false;
-        };
-        if self.answered < self.calls.len() {
-            return true;
-        }
-        // Asked of the socket itself: tokio's view of it is only as fresh as the last
-        // turn of its event loop.
-        let mut byte = [std::mem::MaybeUninit::uninit()];
-        match socket2::SockRef::from(stream).peek(&mut byte) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
-            // Ended, failed, or bytes nobody asked for.
-            _ => {
-                self.stream = None;
-                self.input.clear();
-                false
-            }
-        }
-    }
-
     /// `command` buffered for writing; its number in line.
     fn send(&mut self, command: &[u8]) -> io::Result<u64> {
         if self.stream.is_none() {
@@ -505,7 +481,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_the_node_closed_while_idle_is_replaced_before_the_next_call() {
+    async fn a_killed_connection_fails_its_call_and_the_next_call_connects_again() {
         let redis = RedisServer::start();
         let script = loaded(&redis, None);
         let pipe = pipe(&redis.url());
@@ -514,28 +490,9 @@ mod tests {
 
         let killed: i64 = redis.query(&["CLIENT", "KILL", "TYPE", "normal"]);
         assert_eq!(killed, 1, "the pipe's connection");
-        let call = pipe.call(&command).await;
-        assert!(call.is_ok(), "on a new connection: {call:?}");
-    }
-
-    #[tokio::test]
-    async fn a_connection_lost_under_a_call_fails_it_and_the_next_call_connects_again() {
-        let mut redis = RedisServer::start();
-        let script = loaded(&redis, None);
-        let pipe = pipe(&redis.url());
-        let command = command(&script, &[packed("", "lost", &limits(), 1)]);
-        assert!(pipe.call(&command).await.is_ok());
-
-        redis.freeze();
-        let (lost, ()) = tokio::join!(pipe.call(&command), async {
-            redis.stop();
-        });
-        let e = lost.expect_err("the node went away under the call");
+        let e = pipe.call(&command).await.expect_err("a closed connection");
         assert!(e.is_io_error(), "{e:?}");
-        redis.launch();
-        loaded(&redis, None);
-        let again = pipe.call(&command).await;
-        assert!(again.is_ok(), "connected again: {again:?}");
+        assert!(pipe.call(&command).await.is_ok(), "connected again");
     }
 
     #[tokio::test]
