@@ -257,15 +257,11 @@ impl State {
         self.answered = self.calls.len();
     }
 
-    /// Call `seq`'s place in line, while it is there.
-    fn slot(&mut self, seq: u64) -> Option<&mut Slot> {
-        let at = usize::try_from(seq.checked_sub(self.first)?).ok()?;
-        self.calls.get_mut(at)
-    }
-
     /// Call `seq`'s reply, if it came.
     fn take(&mut self, seq: u64) -> Option<redis::RedisResult<Replies>> {
-        let slot = self.slot(seq)?;
+        let slot = self
+            .calls
+            .get_mut(usize::try_from(seq - self.first).ok()?)?;
         let reply = slot.reply.take()?;
         slot.gone = true;
         self.forget();
@@ -276,7 +272,10 @@ impl State {
     /// only when the node answers again: the connection is closed, so that the next calls
     /// do not wait behind it.
     fn give_up(&mut self, seq: u64) {
-        let Some(slot) = self.slot(seq) else {
+        let Some(slot) = usize::try_from(seq - self.first)
+            .ok()
+            .and_then(|i| self.calls.get_mut(i))
+        else {
             return;
         };
         slot.gone = true;
@@ -327,7 +326,10 @@ impl Future for Answer<'_> {
             self.done = true;
             return Poll::Ready(reply);
         }
-        if let Some(slot) = state.slot(seq)
+        let first = state.first;
+        if let Some(slot) = usize::try_from(seq - first)
+            .ok()
+            .and_then(|i| state.calls.get_mut(i))
             && !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
         {
             slot.waker = Some(cx.waker().clone());
