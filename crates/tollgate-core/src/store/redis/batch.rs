@@ -7,7 +7,7 @@ use redis::cluster_routing::Slot;
 
 use super::classify::classify;
 use super::connect::{Conn, RedisConnector};
-use super::script::{Packed, Replies, ScriptReply};
+use super::script::{self, Packed, Replies, ScriptReply};
 use crate::store::shared::backend::TripError;
 use crate::store::shared::batch::{Group, Sent};
 use crate::store::shared::link::Link;
@@ -41,9 +41,10 @@ impl Group for ScriptCalls {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
+        let cmd = script::batch(&self.script, calls.iter());
         let (script, link) = (self.script.clone(), self.link.clone());
         Box::pin(async move {
-            conn.counter_calls(&script, &calls)
+            conn.eval::<Replies>(&cmd, &script)
                 .await
                 .map(|Replies(replies)| replies)
                 .map_err(|e| classify(&link, e))

@@ -10,9 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
 
-use super::pipe::Pipe;
-use super::resp;
-use super::script::{self, Packed, Replies};
+use super::script;
 use crate::clock::Timestamp;
 use crate::limit::UnknownName;
 use crate::redact;
@@ -313,11 +311,10 @@ fn encode(text: &str) -> String {
     out
 }
 
-/// A live connection; clones share it and pipeline their commands over it. A node reached
-/// over plain TCP has a [`Pipe`] of its own for the counter calls as well.
+/// A live connection; clones share it and pipeline their commands over it.
 #[derive(Clone)]
 pub(super) enum Conn {
-    Single(ConnectionManager, Option<Arc<Pipe>>),
+    Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
@@ -332,37 +329,10 @@ impl Conn {
         match self.query(evalsha).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 match self {
-                    Self::Single(c, _) => script.load_async(c).await?,
+                    Self::Single(c) => script.load_async(c).await?,
                     Self::Cluster(c) => script.load_async(c).await?,
                 };
                 self.query(evalsha).await
-            }
-            other => other,
-        }
-    }
-
-    /// The check-and-count script's EVALSHA for `calls`, over the node's [`Pipe`] where
-    /// it has one; if Redis does not know the script, loads it and runs the calls once more.
-    pub(super) async fn counter_calls(
-        &mut self,
-        script: &redis::Script,
-        calls: &[Packed],
-    ) -> redis::RedisResult<Replies> {
-        let Self::Single(manager, Some(pipe)) = self else {
-            return self
-                .eval(&script::batch(script, calls.iter()), script)
-                .await;
-        };
-        let bytes: usize = calls.iter().map(|c| c.key.len() + c.args.len() + 16).sum();
-        let mut command = Vec::with_capacity(64 + bytes);
-        resp::array(&mut command, 3 + 2 * calls.len());
-        script::batch_parts(script.get_hash(), calls.iter(), |part| {
-            resp::bulk(&mut command, part);
-        });
-        match pipe.call(&command).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                script.load_async(manager).await?;
-                pipe.call(&command).await
             }
             other => other,
         }
@@ -374,7 +344,7 @@ impl Conn {
         pipe: &redis::Pipeline,
     ) -> redis::RedisResult<T> {
         match self {
-            Self::Single(c, _) => pipe.query_async(c).await,
+            Self::Single(c) => pipe.query_async(c).await,
             Self::Cluster(c) => pipe.query_async(c).await,
         }
     }
@@ -384,7 +354,7 @@ impl Conn {
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<T> {
         match self {
-            Self::Single(c, _) => cmd.query_async(c).await,
+            Self::Single(c) => cmd.query_async(c).await,
             Self::Cluster(c) => cmd.query_async(c).await,
         }
     }
@@ -464,10 +434,10 @@ impl Connector for RedisConnector {
             now: None,
             around: Timestamp::default(),
         };
-        let call = script::pack(&self.key_prefix, &check);
+        let call = script::call(&self.script, &self.key_prefix, &check);
         let mut conn = conn.clone();
-        let replies = conn
-            .counter_calls(&self.script, std::slice::from_ref(&call))
+        let replies: script::Replies = conn
+            .eval(&call, &self.script)
             .await
             .map_err(LinkError::Call)?;
         script::raw(script::only(replies)?, &script::parts(&limits))?;
@@ -567,13 +537,11 @@ async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Con
             // default of 500 ms would cut longer ones short and report the link lost.
             .set_response_timeout(None)
     };
-    let single = |client: redis::Client| {
-        let pipe = Pipe::of(&client, RedisConnector::CONNECT_TIMEOUT).map(Arc::new);
-        let manager = ConnectionManager::new_lazy_with_config(client, manager_config())?;
-        Ok(Conn::Single(manager, pipe))
-    };
     match target {
-        RedisTarget::Sentinel { .. } => single(sentinel_client(target, tls).await?),
+        RedisTarget::Sentinel { .. } => Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
+            sentinel_client(target, tls).await?,
+            manager_config(),
+        )?)),
         RedisTarget::Cluster { nodes } => {
             let mut builder = ClusterClient::builder(nodes.clone())
                 .connection_timeout(PROBE_TIMEOUT)
@@ -586,7 +554,10 @@ async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Con
                 builder.build()?.get_async_connection().await?,
             ))
         }
-        RedisTarget::Single { url } => single(single_client(url, tls)?),
+        RedisTarget::Single { url } => Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
+            single_client(url, tls)?,
+            manager_config(),
+        )?)),
     }
 }
 

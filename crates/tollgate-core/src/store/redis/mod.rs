@@ -6,9 +6,7 @@ mod classify;
 mod connect;
 #[cfg(test)]
 mod differential;
-mod pipe;
 mod reference;
-mod resp;
 mod script;
 mod slots;
 

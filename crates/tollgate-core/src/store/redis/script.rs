@@ -68,30 +68,18 @@ impl redis::FromRedisValue for Replies {
                 foreign: String::new(),
             });
         }
-        let mut replies = Self(replies);
         let mut foreign = foreign.into_iter();
         while let (Some(call), Some(text)) = (foreign.next(), foreign.next()) {
-            let call = i64::from_redis_value(call)?;
-            replies
-                .mark_foreign(call, String::from_redis_value(text)?)
-                .map_err(ParsingError::from)?;
+            let call = usize::from_redis_value(call)?;
+            let reply = call.checked_sub(1).and_then(|i| replies.get_mut(i));
+            let Some(reply) = reply else {
+                return Err(ParsingError::from(
+                    "the script named a foreign key of no call",
+                ));
+            };
+            reply.foreign = String::from_redis_value(text)?;
         }
-        Ok(replies)
-    }
-}
-
-impl Replies {
-    /// Call number `call` (from 1) found its key holding another type, as `text` says.
-    pub(super) fn mark_foreign(&mut self, call: i64, text: String) -> Result<(), &'static str> {
-        let reply = usize::try_from(call)
-            .ok()
-            .and_then(|call| call.checked_sub(1))
-            .and_then(|i| self.0.get_mut(i));
-        let Some(reply) = reply else {
-            return Err("the script named a foreign key of no call");
-        };
-        reply.foreign = text;
-        Ok(())
+        Ok(Self(replies))
     }
 }
 
@@ -276,32 +264,17 @@ pub(super) fn batch<'a>(
 ) -> redis::Cmd {
     let bytes: usize = calls.clone().map(|c| c.key.len() + c.args.len() + 32).sum();
     let mut cmd = redis::Cmd::with_capacity(3 + 2 * calls.len(), 64 + bytes);
-    batch_parts(script.get_hash(), calls, |part| {
-        cmd.arg(part);
-    });
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(calls.len());
+    for call in calls.clone() {
+        cmd.arg(call.key.as_str());
+    }
+    for call in calls {
+        cmd.arg(call.args.as_slice());
+    }
     cmd
 }
 
-/// Gives `part` each part of a batch's EVALSHA in order: the script's `hash`, the number
-/// of keys, the calls' keys, then each call's arguments.
-pub(super) fn batch_parts<'a>(
-    hash: &str,
-    calls: impl ExactSizeIterator<Item = &'a Packed> + Clone,
-    mut part: impl FnMut(&[u8]),
-) {
-    part(b"EVALSHA");
-    part(hash.as_bytes());
-    part(calls.len().to_string().as_bytes());
-    for call in calls.clone() {
-        part(call.key.as_bytes());
-    }
-    for call in calls {
-        part(&call.args);
-    }
-}
-
 /// The EVALSHA of `script` for `check` alone.
-#[cfg(test)]
 pub(super) fn call(script: &redis::Script, prefix: &str, check: &Check<'_>) -> redis::Cmd {
     batch(script, std::iter::once(&pack(prefix, check)))
 }
