@@ -14,10 +14,3 @@ fn main() -> ExitCode {
     }
     tollgate::run_command(Cli::parse_from(args))
 }
-
-/// mimalloc rather than the system allocator: a request's buffers are often freed on
-/// another worker thread than the one that made them (a reply handed from the store's
-/// connection to its request), where glibc's arenas contend on a lock. Measured: 11 % less
-/// CPU per request on Redis, 6 % on the memory store (docs/BENCHMARKS.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
