@@ -32,7 +32,7 @@ use self::health::first_rules;
 pub use self::ports::Listeners;
 use self::ports::{Ports, Services, serve};
 pub use self::signals::terminated;
-use self::signals::{drain_on, reload_on_hangup, stopped};
+use self::signals::{drain_on, hangups, reload_on_hangup, stopped};
 use self::store::connect_store;
 
 /// Longest the drain waits for the store to take back the leased blocks.
@@ -51,6 +51,8 @@ pub async fn run(
         origin,
         server_tls,
     } = config;
+    // Heard from the start: a SIGHUP's default would end the process while it starts.
+    let hangups = hangups();
     let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
     let (store, store_name) = connect_store(&args).await?;
     // Unspent leased blocks go back at the drain, so that other instances may admit them.
@@ -73,7 +75,7 @@ pub async fn run(
 
     let (draining_tx, draining) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let hangup = AbortOnDrop(tokio::spawn(reload_on_hangup(reload)));
+    let hangup = AbortOnDrop(tokio::spawn(reload_on_hangup(hangups, reload)));
     tokio::spawn(drain_on(
         shutdown,
         draining_tx,

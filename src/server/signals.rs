@@ -22,27 +22,51 @@ pub(super) async fn drain_on(
     let _ = stop.send(true);
 }
 
-/// Completes on SIGTERM or Ctrl-C: the process's shutdown.
-pub async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+/// Completes on SIGTERM or Ctrl-C: the process's shutdown. The handlers are in place
+/// once this returns, before the future is first awaited: a signal that arrives while the
+/// server starts (connecting, waiting for its first rules) is heard, not fatal.
+#[cfg(unix)]
+pub fn terminated() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (term, interrupt) {
+            (Ok(mut term), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
             }
-            return;
+            (Ok(mut term), Err(_)) => drop(term.recv().await),
+            (Err(_), _) => drop(tokio::signal::ctrl_c().await),
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
-/// SIGHUP reloads file rules, for as long as the server runs.
+/// Completes on Ctrl-C: the process's shutdown.
+#[cfg(not(unix))]
+pub fn terminated() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// SIGHUP, heard from now on (a SIGHUP's default is to end the process); none where the
+/// platform has no SIGHUP.
 #[cfg(unix)]
-pub(super) async fn reload_on_hangup(reload: Option<Reload>) {
+pub(super) fn hangups() -> Option<tokio::signal::unix::Signal> {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+    signal(SignalKind::hangup()).ok()
+}
+
+/// Each of `hangups` reloads file rules, for as long as the server runs.
+#[cfg(unix)]
+pub(super) async fn reload_on_hangup(
+    hangups: Option<tokio::signal::unix::Signal>,
+    reload: Option<Reload>,
+) {
+    let Some(mut hup) = hangups else {
         return;
     };
     while hup.recv().await.is_some() {
@@ -58,9 +82,33 @@ pub(super) async fn reload_on_hangup(reload: Option<Reload>) {
 }
 
 #[cfg(not(unix))]
-pub(super) async fn reload_on_hangup(_reload: Option<Reload>) {}
+pub(super) fn hangups() -> Option<()> {
+    None
+}
+
+#[cfg(not(unix))]
+pub(super) async fn reload_on_hangup(_hangups: Option<()>, _reload: Option<Reload>) {}
 
 pub(super) async fn stopped(mut rx: watch::Receiver<bool>) {
     // An error means the sender is gone, which also means stop.
     let _ = rx.wait_for(|stop| *stop).await;
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::time::Duration;
+
+    use tollgate_testkit::process::{Signal, signal_self};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sigterm_before_the_shutdown_is_awaited_is_heard() {
+        let shutdown = terminated();
+        // Before the future is first polled: with the handler not yet in place, SIGTERM's
+        // default action would end this test binary here.
+        signal_self(Signal::Term);
+        let heard = tokio::time::timeout(Duration::from_secs(10), shutdown).await;
+        assert!(heard.is_ok(), "the shutdown did not complete");
+    }
 }

@@ -259,6 +259,13 @@ impl Signal {
     }
 }
 
+/// Sends `signal` to this process (for a test of its own signal handling).
+pub fn signal_self(signal: Signal) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let sent = unsafe { libc::kill(libc::getpid(), signal.number()) };
+    assert_eq!(sent, 0, "send {signal:?} to this process");
+}
+
 /// A running child with its output captured; killed and reaped when dropped.
 pub struct Process {
     name: String,
