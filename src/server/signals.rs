@@ -94,17 +94,16 @@ pub(super) async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use tollgate_testkit::process::{Signal, signal_self};
-
-    use super::*;
-
+    #[cfg(unix)]
     #[tokio::test]
     async fn a_sigterm_before_the_shutdown_is_awaited_is_heard() {
-        let shutdown = terminated();
+        use std::time::Duration;
+
+        use tollgate_testkit::process::{Signal, signal_self};
+
+        let shutdown = super::terminated();
         // Before the future is first polled: with the handler not yet in place, SIGTERM's
         // default action would end this test binary here.
         signal_self(Signal::Term);
