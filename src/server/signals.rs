@@ -38,8 +38,12 @@ pub fn terminated() -> impl Future<Output = ()> + Send + 'static {
                     _ = interrupt.recv() => {}
                 }
             }
-            (Ok(mut term), Err(_)) => drop(term.recv().await),
-            (Err(_), _) => drop(tokio::signal::ctrl_c().await),
+            (Ok(mut term), Err(_)) => {
+                term.recv().await;
+            }
+            (Err(_), _) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

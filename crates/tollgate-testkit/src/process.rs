@@ -259,11 +259,25 @@ impl Signal {
     }
 }
 
+impl Signal {
+    /// Sends the signal to process `pid`, which the caller knows to be alive and its
+    /// own (a pid may be reused once reaped); panics, naming it `whom`, if it cannot.
+    fn send_to(self, pid: libc::pid_t, whom: &str) {
+        // SAFETY: kill has no memory-safety preconditions.
+        let sent = unsafe { libc::kill(pid, self.number()) };
+        assert_eq!(
+            sent,
+            0,
+            "kill({pid}, {self:?}) of {whom}: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
 /// Sends `signal` to this process (for a test of its own signal handling).
 pub fn signal_self(signal: Signal) {
-    // SAFETY: kill has no memory-safety preconditions.
-    let sent = unsafe { libc::kill(libc::getpid(), signal.number()) };
-    assert_eq!(sent, 0, "send {signal:?} to this process");
+    let pid = libc::pid_t::try_from(std::process::id()).expect("a pid fits in pid_t");
+    signal.send_to(pid, "this process");
 }
 
 /// A running child with its output captured; killed and reaped when dropped.
@@ -317,15 +331,8 @@ impl Process {
             self.name
         );
         let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits in pid_t");
-        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
-        let sent = unsafe { libc::kill(pid, signal.number()) };
-        assert_eq!(
-            sent,
-            0,
-            "kill({pid}, {signal:?}) of {}: {}",
-            self.name,
-            io::Error::last_os_error()
-        );
+        // The pid is our unreaped child.
+        signal.send_to(pid, &self.name);
     }
 
     /// The exit status, if the process has exited.
