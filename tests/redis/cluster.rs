@@ -6,14 +6,15 @@ use std::time::{Duration, SystemTime};
 
 use tollgate_testkit::grpc::Code;
 use tollgate_testkit::load::{
-    Load, assert_all, assert_latency, await_exact_limiting, exactly, round_robin, sent_between,
+    Load, assert_all, assert_latency, await_exact_limiting, exactly, in_sequence, round_robin,
+    sent_between,
 };
 use tollgate_testkit::redis::cluster::{RedisCluster, key_slot};
 use tollgate_testkit::serial;
 
 use crate::support::{
     DOMAIN, PROBE_LIMIT, USER_LIMIT, assert_accurate_under_overload, await_exact_probe, blocking,
-    connected, key, two_connected,
+    connected, cut_connections, key, two_connected,
 };
 
 #[test]
@@ -160,5 +161,41 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
         "{} answers, {} after the restart began",
         answers.len(),
         during.len()
+    );
+}
+
+/// Every master closes Tollgate's connection while no request is under way: each is
+/// replaced as soon as it closes, so the requests that follow at once, on keys of every
+/// master, are counted in Redis and none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_masters_close_while_idle_are_replaced_before_the_next_request() {
+    let cluster = RedisCluster::start();
+    let args = ["--store-timeout", "1s", "--on-store-error", "error"];
+    let server = connected("cluster", &cluster.url(), &args).await;
+    let mut rls = server.client().await;
+    let warm = in_sequence(&mut rls, DOMAIN, &[("user", "warm")], 1).await;
+    assert_eq!(warm, exactly(1, 0), "counted before the cut");
+    let reconnects = server.metric("tollgate_store_reconnects_total").await;
+
+    let nodes: Vec<_> = cluster.nodes.iter().collect();
+    blocking(|| cut_connections(&nodes));
+
+    let ranges = cluster.slot_ranges();
+    let mut masters = BTreeSet::new();
+    for value in (0..).map(|i| format!("after-cut-{i}")) {
+        if masters.len() == cluster.nodes.len() {
+            break;
+        }
+        if !masters.insert(RedisCluster::node_in(&ranges, &key("", "user", &value))) {
+            continue;
+        }
+        let got = in_sequence(&mut rls, DOMAIN, &[("user", &value)], USER_LIMIT + 1).await;
+        assert_eq!(got, exactly(USER_LIMIT, 1), "{value} after the cut");
+    }
+    assert_eq!(server.store_health().await, 200);
+    assert_eq!(
+        server.metric("tollgate_store_reconnects_total").await,
+        reconnects,
+        "never reported down"
     );
 }

@@ -22,7 +22,8 @@ use tollgate_testkit::tollgate::{Server, start_all_without_store};
 use tollgate_testkit::wait;
 
 use crate::support::{
-    DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, blocking, key, serve, two_connected,
+    DOMAIN, USER_LIMIT, YEARLY_LIMIT, await_exact_probe, await_new_connections, blocking,
+    cut_connections, key, serve, two_connected,
 };
 
 const P95: Duration = Duration::from_millis(200);
@@ -379,4 +380,36 @@ async fn a_counter_key_of_another_type_is_overwritten_and_logged() {
         .wait_for(|l| l.contains("held a list"), HEALTH_RECOVERY)
         .expect("logged");
     assert!(line.contains(&counter), "{line}");
+}
+
+/// Redis closes Tollgate's connection while no request is under way (`CLIENT KILL`, a
+/// proxy's idle cut, a `timeout` in redis.conf): the connection is replaced as soon as
+/// it closes, so the requests that follow are counted in Redis, none of them failed and
+/// the store never reported down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_redis_closes_while_idle_is_replaced_before_the_next_request() {
+    let redis = RedisServer::start();
+    let server = connected(&redis, "error").await;
+    let mut rls = server.client().await;
+    let warm = in_sequence(&mut rls, DOMAIN, &[("user", "warm")], 1).await;
+    assert_eq!(warm, exactly(1, 0), "counted before the cut");
+    let reconnects = server.metric("tollgate_store_reconnects_total").await;
+
+    blocking(|| {
+        let cut = cut_connections(&[&redis]);
+        await_new_connections(&[&redis], &cut, RECOVERY);
+    });
+
+    let got = in_sequence(&mut rls, DOMAIN, &[("user", "after-cut")], USER_LIMIT + 1).await;
+    assert_eq!(
+        got,
+        exactly(USER_LIMIT, 1),
+        "counted in Redis after the cut"
+    );
+    assert_eq!(server.store_health().await, 200);
+    assert_eq!(
+        server.metric("tollgate_store_reconnects_total").await,
+        reconnects,
+        "never reported down"
+    );
 }

@@ -18,7 +18,7 @@ use tollgate_testkit::wait::{self, room_in_window};
 
 use crate::support::{
     DOMAIN, HOUR, RULES, USER_LIMIT, YEARLY_LIMIT, assert_accurate_under_overload,
-    assert_instances_share_exactly, connected, key, serve, two_connected,
+    assert_instances_share_exactly, connected, key, redis_clients, serve, two_connected,
 };
 use tollgate_testkit::shared_store::assert_refunds_seen_at_once;
 
@@ -554,5 +554,21 @@ async fn a_refund_on_one_instance_is_seen_by_the_other_at_once() {
         let (a, b) = (start().await, start().await);
         let mut clients = vec![a.client().await, b.client().await];
         assert_refunds_seen_at_once(&mut clients, DOMAIN, &format!("budget-{i}")).await;
+    }
+}
+
+/// Tollgate speaks RESP3 to a node that does (it learns at once of a connection Redis
+/// closed) and RESP2 to one that refuses `HELLO` (an old Redis, a proxy), counting the
+/// same on both.
+#[tokio::test]
+async fn resp3_where_the_node_speaks_it_resp2_where_it_refuses_hello() {
+    for (extra, resp) in [(&[][..], 3), (&["--rename-command", "HELLO", ""][..], 2)] {
+        let redis = RedisServer::start_with("redis", extra);
+        let (servers, mut clients) =
+            two_connected("single", &redis.url(), &["--store-timeout", TIMEOUT]).await;
+        assert_instances_share_exactly(&mut clients, DOMAIN).await;
+        let spoken: Vec<u8> = redis_clients(&redis).iter().map(|c| c.resp).collect();
+        assert_eq!(spoken, [resp; 2], "{extra:?}");
+        drop(servers);
     }
 }

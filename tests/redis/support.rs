@@ -85,3 +85,62 @@ pub async fn assert_accurate_under_overload(servers: &[Server], value: &str) -> 
     )
     .await
 }
+
+/// One normal connection to a redis-server, as `CLIENT LIST` describes it.
+#[derive(Debug)]
+pub struct Client {
+    pub id: u64,
+    /// The protocol it speaks: 2 or 3.
+    pub resp: u8,
+}
+
+/// The normal connections to `redis`, but the one asking.
+pub fn redis_clients(redis: &tollgate_testkit::redis::RedisServer) -> Vec<Client> {
+    let list: String = redis.query(&["CLIENT", "LIST", "TYPE", "normal"]);
+    fn field<T: std::str::FromStr>(line: &str, name: &str) -> Option<T> {
+        line.split(' ')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    }
+    list.lines()
+        .filter(|line| !line.contains("cmd=client|list"))
+        .filter_map(|line| {
+            Some(Client {
+                id: field(line, "id")?,
+                resp: field(line, "resp")?,
+            })
+        })
+        .collect()
+}
+
+/// Closes every normal connection to each of `nodes` as Redis does to an idle client
+/// (`CLIENT KILL TYPE normal`); the newest connection id each node had.
+pub fn cut_connections(nodes: &[&tollgate_testkit::redis::RedisServer]) -> Vec<u64> {
+    let cut = |node: &&tollgate_testkit::redis::RedisServer| {
+        let newest = newest_connection(node).expect("a connection from Tollgate");
+        let closed: u64 = node.query(&["CLIENT", "KILL", "TYPE", "normal"]);
+        assert!(closed >= 1, "{closed} connections closed");
+        newest
+    };
+    nodes.iter().map(cut).collect()
+}
+
+/// Waits until each of `nodes` has a connection newer than its id in `cut`: the
+/// connections Tollgate made again.
+pub fn await_new_connections(
+    nodes: &[&tollgate_testkit::redis::RedisServer],
+    cut: &[u64],
+    timeout: Duration,
+) {
+    for (node, &cut) in nodes.iter().zip(cut) {
+        tollgate_testkit::wait::until("a new connection from Tollgate", timeout, || {
+            match newest_connection(node) {
+                Some(id) if id > cut => Ok(()),
+                newest => Err(format!("newest connection {newest:?}, cut up to {cut}")),
+            }
+        });
+    }
+}
+
+fn newest_connection(node: &tollgate_testkit::redis::RedisServer) -> Option<u64> {
+    redis_clients(node).iter().map(|c| c.id).max()
+}

@@ -1,6 +1,7 @@
 //! Connections to Redis (single node, Cluster or Sentinel): where Redis is, how to reach
 //! it, and how the supervisor of [`super::super::shared::link`] connects and probes.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates, TlsMode};
+use redis::{ClientTlsConfig, IntoConnectionInfo, ProtocolVersion, TlsCertificates, TlsMode};
 
 use super::script;
 use crate::clock::Timestamp;
@@ -528,36 +529,62 @@ fn single_client(url: &str, tls: &RedisTls) -> redis::RedisResult<redis::Client>
 }
 
 async fn connect(target: &RedisTarget, tls: &RedisTls) -> redis::RedisResult<Conn> {
-    let manager_config = || {
-        ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(PROBE_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(DOWN_RETRY)
-            // The store's own timeout (`--store-timeout`) bounds every call; redis-rs's
-            // default of 500 ms would cut longer ones short and report the link lost.
-            .set_response_timeout(None)
-    };
     match target {
-        RedisTarget::Sentinel { .. } => Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
-            sentinel_client(target, tls).await?,
-            manager_config(),
-        )?)),
+        RedisTarget::Sentinel { .. } => Ok(Conn::Single(
+            manager(sentinel_client(target, tls).await?).await?,
+        )),
         RedisTarget::Cluster { nodes } => {
-            let mut builder = ClusterClient::builder(nodes.clone())
-                .connection_timeout(PROBE_TIMEOUT)
-                .retries(2)
-                .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
-            if tls.is_custom() {
-                builder = builder.certs(tls.certificates());
-            }
-            Ok(Conn::Cluster(
-                builder.build()?.get_async_connection().await?,
-            ))
+            let cluster = |protocol| {
+                let mut builder = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(PROBE_TIMEOUT)
+                    .retries(2)
+                    .danger_accept_invalid_hostnames(tls.skip_hostname_verification)
+                    .use_protocol(protocol);
+                if tls.is_custom() {
+                    builder = builder.certs(tls.certificates());
+                }
+                async move { builder.build()?.get_async_connection().await }
+            };
+            Ok(Conn::Cluster(resp3_else_resp2(cluster).await?))
         }
-        RedisTarget::Single { url } => Ok(Conn::Single(ConnectionManager::new_lazy_with_config(
-            single_client(url, tls)?,
-            manager_config(),
-        )?)),
+        RedisTarget::Single { url } => Ok(Conn::Single(manager(single_client(url, tls)?).await?)),
+    }
+}
+
+/// A connection manager for `client`'s node, connected.
+async fn manager(client: redis::Client) -> redis::RedisResult<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(PROBE_TIMEOUT))
+        .set_number_of_retries(1)
+        .set_max_delay(DOWN_RETRY)
+        // The store's own timeout (`--store-timeout`) bounds every call; redis-rs's
+        // default of 500 ms would cut longer ones short and report the link lost.
+        .set_response_timeout(None);
+    let speaking = |protocol| {
+        let info = client.get_connection_info().clone();
+        let settings = info.redis_settings().clone().set_protocol(protocol);
+        let client = redis::Client::open(info.set_redis_settings(settings));
+        let config = config.clone();
+        async move { ConnectionManager::new_with_config(client?, config).await }
+    };
+    resp3_else_resp2(speaking).await
+}
+
+/// The connection `connect` makes speaking RESP3, where Redis does (6 and later): over
+/// RESP3, redis-rs learns at once that Redis closed a connection (`CLIENT KILL`, an idle
+/// `timeout`, a proxy's cut) and replaces it, so the next call does not find it dead.
+/// A node or proxy that refuses `HELLO` is spoken to in RESP2.
+async fn resp3_else_resp2<C, F>(connect: impl Fn(ProtocolVersion) -> F) -> redis::RedisResult<C>
+where
+    F: Future<Output = redis::RedisResult<C>>,
+{
+    match connect(ProtocolVersion::RESP3).await {
+        // Only an answer can refuse RESP3; a node that cannot be reached is tried again
+        // by the supervisor.
+        Err(e) if !(e.is_io_error() || e.is_connection_refusal() || e.is_timeout()) => {
+            connect(ProtocolVersion::RESP2).await
+        }
+        connected => connected,
     }
 }
 
