@@ -4,13 +4,15 @@
 use std::time::{Duration, SystemTime};
 
 use tollgate_testkit::grpc::{Code, Rls, code};
-use tollgate_testkit::load::{Load, assert_all, sent_between, timed_check};
+use tollgate_testkit::load::{Load, assert_all, exactly, in_sequence, sent_between, timed_check};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::Process;
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::{free_port, loopback, wait};
 
-use crate::support::{DOMAIN, RECOVERY, RULES, await_exact_probe, blocking, connected, serve};
+use crate::support::{
+    DOMAIN, RECOVERY, RULES, USER_LIMIT, await_exact_probe, blocking, connected, serve,
+};
 
 const STDERR_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -365,4 +367,45 @@ async fn a_migration_waits_past_the_statement_and_connect_timeouts() {
     assert_eq!(persistence, "u", "switched to unlogged");
     let stderr = server.stderr().text();
     assert!(!stderr.contains("statement timeout"), "{stderr}");
+}
+
+/// PostgreSQL ends Tollgate's connections while they are idle (`idle_session_timeout`,
+/// an operator's `pg_terminate_backend`, a proxy's cut): requests go on over the pool's
+/// open connections, the closed ones are replaced at once, and the store is never
+/// reported down; when every connection ends, the pool is made afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_postgres_ends_are_replaced_without_failing_requests() {
+    let postgres = PostgresServer::start();
+    let server = connected(&postgres, &["--on-store-error", "error"]).await;
+    let mut rls = server.client().await;
+    assert_eq!(
+        in_sequence(&mut rls, DOMAIN, &[("user", "warm")], 1).await,
+        exactly(1, 0)
+    );
+    let ups = server.store_ups().await;
+    let replaced = |n| {
+        let line = |l: &str| l.contains("closed connections replaced");
+        blocking(|| server.stderr().wait_for_count(line, n, RECOVERY)).expect("replaced")
+    };
+
+    let one = "SELECT count(pg_terminate_backend(pid, 5000)) FROM (SELECT pid FROM \
+               pg_stat_activity WHERE backend_type = 'client backend' \
+               AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%' LIMIT 1) AS one";
+    assert_eq!(blocking(|| postgres.psql(one)).trim(), "1");
+    let got = in_sequence(&mut rls, DOMAIN, &[("user", "one-ended")], USER_LIMIT + 1).await;
+    assert_eq!(got, exactly(USER_LIMIT, 1), "over the open connections");
+    replaced(1);
+
+    let all = "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
+               WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    let ended: u32 = blocking(|| postgres.psql(all))
+        .trim()
+        .parse()
+        .expect("a count");
+    assert!(ended >= 4, "{ended} connections ended");
+    replaced(2);
+    let got = in_sequence(&mut rls, DOMAIN, &[("user", "all-ended")], USER_LIMIT + 1).await;
+    assert_eq!(got, exactly(USER_LIMIT, 1), "over the new pool");
+
+    server.assert_never_down_since(ups).await;
 }

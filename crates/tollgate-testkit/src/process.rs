@@ -181,12 +181,26 @@ impl Lines {
         matches: impl Fn(&str) -> bool,
         timeout: Duration,
     ) -> Result<String, NoLine> {
+        self.wait_for_count(matches, 1, timeout)
+    }
+
+    /// Waits up to `timeout` until `count` lines (already written or still to come)
+    /// match; the last of them.
+    pub fn wait_for_count(
+        &self,
+        matches: impl Fn(&str) -> bool,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<String, NoLine> {
         let deadline = Instant::now() + timeout;
         let mut captured = self.lock();
-        let mut seen = 0;
+        let (mut seen, mut found) = (0, 0);
         loop {
-            if let Some(line) = captured.lines[seen..].iter().find(|l| matches(l)) {
-                return Ok(line.clone());
+            for line in &captured.lines[seen..] {
+                found += usize::from(matches(line));
+                if found >= count {
+                    return Ok(line.clone());
+                }
             }
             seen = captured.lines.len();
             if captured.closed {

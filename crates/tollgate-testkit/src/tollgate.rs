@@ -369,6 +369,18 @@ impl Listening {
         self.get("/healthcheck/store").await.status
     }
 
+    /// How many times the store came up, to compare after trouble with
+    /// [`Server::assert_never_down_since`].
+    pub async fn store_ups(&self) -> Option<f64> {
+        self.metric("tollgate_store_reconnects_total").await
+    }
+
+    /// The store is up and was never reported down since it had come up `ups` times.
+    pub async fn assert_never_down_since(&self, ups: Option<f64>) {
+        assert_eq!(self.store_health().await, 200, "the store is up");
+        assert_eq!(self.store_ups().await, ups, "never reported down meanwhile");
+    }
+
     /// Both on 127.0.0.1, on ports the OS gave, and different.
     pub fn on_ipv4_loopback(&self) -> bool {
         let given = |addr: SocketAddr| addr.ip() == loopback(0).ip() && addr.port() != 0;

@@ -2,9 +2,11 @@
 //! connections with the check statement prepared on each, and how the supervisor of
 //! [`super::super::shared::link`] connects and probes.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket, Statement};
@@ -142,9 +144,20 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
+    /// The next open connection in turn; when every one is closed, the next (its call
+    /// fails as lost, and the store is reported down).
     pub(super) fn pick(&self) -> &PooledConn {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        &self.conns[i]
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let at = |i: usize| &self.conns[first.wrapping_add(i) % self.conns.len()];
+        (0..self.conns.len())
+            .map(at)
+            .find(|conn| !conn.client.is_closed())
+            .unwrap_or_else(|| at(0))
+    }
+
+    /// Whether PostgreSQL closed any of the connections.
+    fn worn(&self) -> bool {
+        self.conns.iter().any(|conn| conn.client.is_closed())
     }
 }
 
@@ -160,6 +173,8 @@ pub(super) struct PgConnector {
     pub(super) migrated: AtomicBool,
     /// Prefix of every key, the probe's too.
     pub(super) key_prefix: String,
+    /// Told when a connection closes.
+    pub(super) closed: Arc<Notify>,
 }
 
 /// Why a connection to PostgreSQL, or a probe on it, failed.
@@ -203,8 +218,8 @@ impl PgConnector {
     /// One connection, with its statement timeout set.
     pub(super) async fn open(&self) -> Result<Client, PgError> {
         let client = match &self.tls {
-            Some(tls) => open_with(&self.target.config, tls.clone()).await?,
-            None => open_with(&self.target.config, NoTls).await?,
+            Some(tls) => open_with(&self.target.config, tls.clone(), &self.closed).await?,
+            None => open_with(&self.target.config, NoTls, &self.closed).await?,
         };
         let timeout_ms = self.statement_timeout.as_millis();
         client
@@ -261,7 +276,12 @@ fn schema_gone(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|code| gone.contains(code))
 }
 
-async fn open_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<Client, PgError>
+/// A connection of `config` over `tls`, `closed` told when it ends.
+async fn open_with<T>(
+    config: &tokio_postgres::Config,
+    tls: T,
+    closed: &Arc<Notify>,
+) -> Result<Client, PgError>
 where
     T: MakeTlsConnect<Socket> + Send,
     T::Stream: Send + 'static,
@@ -269,10 +289,12 @@ where
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
     let (client, connection) = config.connect(tls).await.map_err(PgError::Db)?;
+    let closed = closed.clone();
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!("postgres connection ended: {}", describe(&e));
         }
+        closed.notify_one();
     });
     Ok(client)
 }
@@ -341,6 +363,14 @@ impl Connector for PgConnector {
     /// A pool whose server restarted or failed over holds dead connections.
     fn reconnect_when_down(&self) -> bool {
         true
+    }
+
+    fn worn(&self, pool: &Pool) -> bool {
+        pool.worn()
+    }
+
+    fn closed(&self) -> impl Future<Output = ()> + Send {
+        self.closed.notified()
     }
 
     async fn probe_calls(&self, pool: &Pool) -> Result<(), PgError> {

@@ -70,6 +70,7 @@ pub async fn migrate(target: &PgTarget, unlogged: bool) -> Result<i32, PgError> 
         unlogged,
         migrated: AtomicBool::new(false),
         key_prefix: String::new(),
+        closed: Arc::default(),
     };
     let mut client = connector.open().await?;
     Ok(schema::migrate(&mut client, unlogged, None).await?)
@@ -122,6 +123,7 @@ impl PgBackend {
             unlogged: config.unlogged,
             migrated: AtomicBool::new(false),
             key_prefix: config.key_prefix.clone(),
+            closed: Arc::default(),
         };
         let link = Link::start(connector, time);
         tokio::spawn(sweeper(Arc::downgrade(&link), config.sweep_interval));

@@ -1,7 +1,6 @@
 //! Connections to Redis (single node, Cluster or Sentinel): where Redis is, how to reach
 //! it, and how the supervisor of [`super::super::shared::link`] connects and probes.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -74,6 +74,19 @@ pub(crate) trait Connector: Send + Sync + 'static {
         &self,
         conn: &Self::Conn,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Whether the store closed some of `conn`'s connections (ended by an operator, an
+    /// idle timeout, a proxy) while it still answers: a fresh one is made, the worn one
+    /// serving on its open connections meanwhile.
+    fn worn(&self, _conn: &Self::Conn) -> bool {
+        false
+    }
+
+    /// Resolves when one of the connections this connector made has closed, so that the
+    /// supervisor replaces it at once rather than at its next probe.
+    fn closed(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// Told the store's time whenever a probe reads it.
@@ -225,10 +238,30 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
         let Some(strong) = link.upgrade() else { return };
         let mut failure = None;
         let stale = !strong.health.is_up() && connector.reconnect_when_down();
-        if strong.current.load().is_none() || stale {
+        let worn = strong
+            .current
+            .load()
+            .as_deref()
+            .is_some_and(|c| connector.worn(c));
+        if strong.current.load().is_none() || stale || worn {
             let timeout = connector.connect_timeout();
             match tokio::time::timeout(timeout, connector.connect()).await {
-                Ok(Ok(conn)) => strong.current.store(Some(Arc::new(conn))),
+                Ok(Ok(conn)) => {
+                    strong.current.store(Some(Arc::new(conn)));
+                    if worn && !stale {
+                        tracing::info!("{}: closed connections replaced", strong.health.name);
+                    }
+                }
+                // The worn connection still serves: the probe below says whether it can.
+                Ok(Err(e)) if worn && !stale => {
+                    tracing::debug!("{}: closed connections not replaced: {e}", C::NAME)
+                }
+                Err(_) if worn && !stale => {
+                    tracing::debug!(
+                        "{}: closed connections not replaced in {timeout:?}",
+                        C::NAME
+                    )
+                }
                 Ok(Err(e)) => failure = Some(format!("cannot connect: {e}")),
                 Err(_) => failure = Some(format!("no connection within {timeout:?}")),
             }
@@ -276,6 +309,7 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
             // Holding `strong` here delays dropping the link by at most one probe period.
             tokio::select! {
                 _ = strong.health.wake.notified() => {}
+                _ = connector.closed() => {}
                 _ = tokio::time::sleep(HEALTHY_PROBE) => {}
             }
         } else {
