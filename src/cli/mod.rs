@@ -28,16 +28,18 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Client(args) => match runtime().and_then(|rt| rt.block_on(client::run(args))) {
-            Ok(false) => ExitCode::SUCCESS,
-            Ok(true) => ExitCode::from(2),
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
+        Command::Client(args) => {
+            match runtime(None).and_then(|rt| rt.block_on(client::run(args))) {
+                Ok(false) => ExitCode::SUCCESS,
+                Ok(true) => ExitCode::from(2),
+                Err(e) => {
+                    eprintln!("tollgate: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Command::Explain(args) => {
-            match runtime().and_then(|rt| rt.block_on(admin_client::explain(args))) {
+            match runtime(None).and_then(|rt| rt.block_on(admin_client::explain(args))) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tollgate: {e:#}");
@@ -48,7 +50,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Reset {
             request,
             admin_token,
-        } => match runtime().and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
+        } => match runtime(None)
+            .and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
         {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -56,22 +59,25 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Top(args) => match runtime().and_then(|rt| rt.block_on(admin_client::top(args))) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
+        Command::Top(args) => {
+            match runtime(None).and_then(|rt| rt.block_on(admin_client::top(args))) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tollgate: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
-        },
-        Command::Override(args) => match runtime().and_then(|rt| rt.block_on(overrides::run(args)))
-        {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
+        }
+        Command::Override(args) => {
+            match runtime(None).and_then(|rt| rt.block_on(overrides::run(args))) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tollgate: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
-        },
-        Command::Migrate(args) => match runtime().and_then(|rt| rt.block_on(migrate(args))) {
+        }
+        Command::Migrate(args) => match runtime(None).and_then(|rt| rt.block_on(migrate(args))) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tollgate: {e:#}");

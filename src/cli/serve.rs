@@ -13,7 +13,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Server, Redis and xDS TLS use rustls; ring is its one crypto provider. Installing can only
     // fail if one is installed already, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = runtime()?;
+    let runtime = runtime(args.worker_threads.map(usize::from))?;
     let (tracing, span_layer) = match args.tracing.tracing_enabled {
         true => {
             let _inside = runtime.enter();
@@ -42,14 +42,19 @@ fn environment() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The runtime, without tokio's LIFO slot: a task woken by another (the Redis connection's
-/// driver by a request, a request by its HTTP/2 connection) takes its turn in the queue
-/// instead of running next, so a woken driver finds several requests to write at once.
-/// Measured: 4–16 % less CPU per request with Redis, 13 % with the memory store and half
-/// its p99 (docs/BENCHMARKS.md). The switch is tokio's unstable API; a build without
+/// The runtime, with `workers` threads (None: one per CPU available), without tokio's
+/// LIFO slot: a task woken by another (the Redis connection's driver by a request, a
+/// request by its HTTP/2 connection) takes its turn in the queue instead of running next,
+/// so a woken driver finds several requests to write at once. Measured: 4–16 % less CPU
+/// per request with Redis, 13 % with the memory store and half its p99
+/// (docs/BENCHMARKS.md). The switch is tokio's unstable API; a build without
 /// `tokio_unstable` (.cargo/config.toml) keeps the default.
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // Always given, so that tokio never reads TOKIO_WORKER_THREADS, whose bad value it
+    // panics on (the variable is warned about as not a setting instead).
+    let cpus = || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    builder.worker_threads(workers.unwrap_or_else(cpus));
     builder.enable_all();
     #[cfg(tokio_unstable)]
     builder.disable_lifo_slot();

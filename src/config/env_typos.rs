@@ -44,6 +44,9 @@ const REFERENCE_ONLY: &[&str] = &[
     "RUNTIME_WATCH_ROOT",
 ];
 
+/// Other programs' names for a setting, which a user may bring along: never read.
+const ALIASES: &[(&str, &str)] = &[("TOKIO_WORKER_THREADS", "WORKER_THREADS")];
+
 /// Variables of the OpenTelemetry SDK (`OTEL_EXPORTER_OTLP_ENDPOINT`, …), read by it.
 const SDK_PREFIX: &str = "OTEL_";
 
@@ -60,7 +63,10 @@ pub(crate) fn warnings(names: impl IntoIterator<Item = String>) -> Vec<String> {
         .into_iter()
         .filter(|name| !name.starts_with(SDK_PREFIX) && !known.contains(name))
         .filter_map(|name| {
-            let meant = closest(&name, &known)?;
+            let alias = ALIASES.iter().find(|(alias, _)| *alias == name);
+            let meant = alias
+                .map(|(_, meant)| *meant)
+                .or_else(|| closest(&name, &known))?;
             Some(format!(
                 "{name} is not a setting (it is ignored); did you mean {meant}?"
             ))
@@ -127,6 +133,14 @@ mod tests {
         assert_eq!(warned(&["redis_url"]).len(), 1);
         assert!(warned(&["LOG_LEVL"])[0].ends_with("did you mean LOG_LEVEL?"));
         assert!(warned(&["REDIS_POOL_SIZ"])[0].ends_with("did you mean REDIS_POOL_SIZE?"));
+    }
+
+    #[test]
+    fn another_programs_name_for_a_setting_names_ours() {
+        assert_eq!(
+            warned(&["TOKIO_WORKER_THREADS"]),
+            ["TOKIO_WORKER_THREADS is not a setting (it is ignored); did you mean WORKER_THREADS?"]
+        );
     }
 
     #[test]

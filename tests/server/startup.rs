@@ -1,6 +1,6 @@
 //! What a deployment sees at startup: one line naming the store and every listener, a
 //! warning for each variable that looks like a setting but is none, and a refusal of a
-//! log level that is none.
+//! log level or a thread count that is none.
 
 use tollgate_testkit::tollgate::{STARTUP_TIMEOUT, Serve};
 
@@ -67,4 +67,35 @@ fn a_log_level_that_is_none_is_refused_naming_the_levels() {
             .contains("'verbose' is not a log level: use error, warn, info, debug, trace or off"),
         "{refused:?}"
     );
+}
+
+/// The threads serving requests are a setting, checked like any other; tokio's own
+/// variable, whose bad value made tokio panic at startup, is warned about and not read.
+#[test]
+fn worker_threads_are_a_checked_setting_and_tokios_variable_is_not_read() {
+    let refused = Serve::rules(RULES)
+        .env("WORKER_THREADS", "0")
+        .refused("WORKER_THREADS=0");
+    assert_ne!(refused.status.code(), Some(0), "{refused:?}");
+    assert!(refused.stderr.contains("--worker-threads"), "{refused:?}");
+    assert!(!refused.stderr.contains("panicked"), "{refused:?}");
+
+    let server = Serve::rules(RULES)
+        .env("TOKIO_WORKER_THREADS", "many")
+        .env("WORKER_THREADS", "1")
+        .start();
+    let finished = server.stop();
+    assert!(
+        finished.stderr.contains(
+            "TOKIO_WORKER_THREADS is not a setting (it is ignored); did you mean WORKER_THREADS?"
+        ),
+        "{}",
+        finished.stderr
+    );
+    assert!(
+        finished.stderr.contains("serving: store memory;"),
+        "{}",
+        finished.stderr
+    );
+    assert!(!finished.stderr.contains("panicked"), "{}", finished.stderr);
 }

@@ -106,6 +106,10 @@ pub(crate) struct ServeArgs {
     /// HTTP listen port, when --http-addr is not given.
     #[arg(long = "port", env = "PORT", default_value_t = 8080)]
     pub(crate) http_port: u16,
+    /// Threads serving requests [default: the CPUs available]. Fewer cost less CPU per
+    /// request where Tollgate shares a small host with Redis, Envoy or the application.
+    #[arg(long, env = "WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) worker_threads: Option<u16>,
     /// Most counters kept in memory (the memory store, or the local view of Redis or
     /// PostgreSQL); past it, expired counters are evicted first, else of 8 sampled the one
     /// using the least of its limit (the eviction that forgives the fewest requests).
