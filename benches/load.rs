@@ -6,7 +6,8 @@
 //! with `--noop-server`), one after the other so they never compete for CPU.
 //! Each gets the same closed-loop gRPC load; we report throughput, latency
 //! percentiles, error / over-limit counts and the server's CPU time per
-//! request, read from `/proc/PID/stat`.
+//! request, read from `/proc/PID/stat`, beside the client's own (this process shares the
+//! cores, so its cost per request bounds every server's throughput).
 //!
 //! A hot counter (`--keys 1`) over `--instances` Tollgates on one shared store, beside one
 //! Tollgate on the memory store (`--beside-memory`), shows what leases save: the store's
@@ -540,6 +541,9 @@ struct Measurement {
     cpu_us: f64,
     /// CPU time of the shared store behind it, if any.
     store_cpu_us: Option<f64>,
+    /// CPU time of this process, the load's client: on a small machine it shares the
+    /// cores with the server, so its cost bounds the throughput of both.
+    client_cpu_us: f64,
     /// Calls the store ran (Redis only).
     store_calls: Option<u64>,
     /// The answers by epoch-aligned window, with `--window-seconds`.
@@ -598,10 +602,12 @@ async fn measure(
     let calls = || store.and_then(SharedStore::calls);
     tokio::time::sleep_until(measure_start).await;
     let cpu_before = total_cpu_ticks(&pids)?;
+    let client_before = cpu_ticks(std::process::id())?;
     let store_before = store_pid.map(tree_cpu_ticks).transpose()?;
     let calls_before = calls();
     tokio::time::sleep_until(end).await;
     let cpu_after = total_cpu_ticks(&pids)?;
+    let client_after = cpu_ticks(std::process::id())?;
     let store_after = store_pid.map(tree_cpu_ticks).transpose()?;
     let calls_after = calls();
 
@@ -623,6 +629,7 @@ async fn measure(
         stats,
         cpu_us: micros(cpu_before, cpu_after),
         store_cpu_us: store_before.zip(store_after).map(|(b, a)| micros(b, a)),
+        client_cpu_us: micros(client_before, client_after),
         store_calls: calls_before
             .zip(calls_after)
             .map(|(b, a)| a.saturating_sub(b)),
@@ -741,6 +748,7 @@ struct Row {
     over_limit: u64,
     cpu_us_per_req: f64,
     store_cpu_us_per_req: Option<f64>,
+    client_cpu_us_per_req: f64,
     store_calls_per_req: Option<f64>,
     /// Admissions per whole aligned window and the share of the limit used over them.
     windows: Option<(Vec<u64>, f64)>,
@@ -861,6 +869,7 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed,
         store_cpu_us_per_req: m.store_cpu_us.map(|us| us / completed),
+        client_cpu_us_per_req: m.client_cpu_us / completed,
         store_calls_per_req: m.store_calls.map(|n| n as f64 / completed),
         windows: m.windows.map(|run| {
             let per_window = run.per_window().iter().map(|w| w.certain).collect();
@@ -880,8 +889,15 @@ fn print_row(round: u64, r: &Row) {
         format!(" per_aligned_window={per:?} utilisation={used:.3}")
     });
     println!(
-        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store}{calls}{windows}",
-        r.name, r.rps, r.p50_us, r.p99_us, r.errors, r.over_limit, r.cpu_us_per_req
+        "round {round} {:<9} rps={:.0} p50_us={} p99_us={} errors={} over_limit={} cpu_us_per_req={:.1}{store} client_cpu_us_per_req={:.1}{calls}{windows}",
+        r.name,
+        r.rps,
+        r.p50_us,
+        r.p99_us,
+        r.errors,
+        r.over_limit,
+        r.cpu_us_per_req,
+        r.client_cpu_us_per_req
     );
 }
 
@@ -901,11 +917,12 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
             false => format!("  {label} {}", spread(values, digits)),
         };
         println!(
-            "{name:<9} rps {}  p99_us {}  cpu_us_per_req {}{}{}{}",
+            "{name:<9} rps {}  p99_us {}  cpu_us_per_req {}{}  client_cpu_us_per_req {}{}{}",
             spread(of(name).map(|r| r.rps).collect(), 0),
             spread(of(name).map(|r| f64::from(r.p99_us)).collect(), 0),
             spread(of(name).map(|r| r.cpu_us_per_req).collect(), 1),
             optional("store_cpu_us_per_req", store, 1),
+            spread(of(name).map(|r| r.client_cpu_us_per_req).collect(), 1),
             optional("store_calls_per_req", calls, 4),
             optional("utilisation", used, 3),
         );
