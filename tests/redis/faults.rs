@@ -1,5 +1,6 @@
 //! The Redis store when Redis fails: down at start, killed during load (each
-//! `--on-store-error` mode), frozen; then back.
+//! `--on-store-error` mode), frozen, read-only, full, or closing an idle connection;
+//! then back.
 //!
 //! Tollgate runs with the default `--store-timeout 10ms` (the test of a stall within a
 //! longer timeout sets its own). No call may hang, and 95 % of
@@ -407,4 +408,41 @@ async fn a_connection_redis_closes_while_idle_is_replaced_before_the_next_reques
         "counted in Redis after the cut"
     );
     server.assert_never_down_since(ups).await;
+}
+
+/// Redis full (`maxmemory` reached under `noeviction`): it refuses every counter call
+/// (OOM). Tollgate reports it down once, naming the cause, decides locally meanwhile, and
+/// counts in Redis again, exactly, once memory is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_is_down_naming_the_cause_until_memory_is_freed() {
+    let redis = RedisServer::start();
+    let server = connected(&redis, "local").await;
+    let mut clients = vec![server.client().await];
+    await_exact_probe(&mut clients, DOMAIN, "before", RECOVERY).await;
+
+    blocking(|| {
+        let () = redis.query(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        let () = redis.query(&["CONFIG", "SET", "maxmemory", "1"]);
+    });
+    let mut rls = server.client().await;
+    let first = in_sequence(&mut rls, DOMAIN, &[("user", "full")], 1).await;
+    server.await_store_health(503, HEALTH_RECOVERY).await;
+    let oom = |l: &str| l.contains("OOM");
+    blocking(|| server.stderr().wait_for(oom, HEALTH_RECOVERY)).expect("the cause logged");
+    assert_local_decisions(&mut rls, "while-full").await;
+    assert_eq!(first, exactly(1, 0), "answered though Redis refuses");
+    let stderr = server.stderr().text();
+    let causes: Vec<&str> = stderr.lines().filter(|l| oom(l)).collect();
+    assert_eq!(causes.len(), 1, "reported once:\n{stderr}");
+    assert!(
+        causes[0].contains("WARN") && causes[0].contains("down"),
+        "{}",
+        causes[0]
+    );
+
+    blocking(|| {
+        let () = redis.query(&["CONFIG", "SET", "maxmemory", "0"]);
+    });
+    server.await_store_health(200, HEALTH_RECOVERY).await;
+    await_exact_probe(&mut clients, DOMAIN, "freed", RECOVERY).await;
 }
