@@ -37,7 +37,8 @@ pub(crate) const OVERRIDES: &str = "overrides";
 /// How long opening a subscription (connecting, then SUBSCRIBE or LISTEN) may take: a
 /// server that accepts and never answers would otherwise leave resets unheard, silently.
 pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The wait before subscribing again after a failure.
+/// The wait before subscribing again after a failure, or after a subscription that
+/// ended as soon as it opened.
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Opens one subscription: the stream of announcements, or why it could not.
@@ -116,7 +117,9 @@ pub(crate) fn hear(announced: &str) -> Heard<'_> {
 }
 
 /// Listens for announcements while `store` lives, telling each to `hear`, subscribing
-/// again after each loss.
+/// again after each loss: at once when the subscription had lasted the retry period
+/// (the store closed a connection that worked, and announcements go unheard until it is
+/// back), else after it, as after a failure.
 pub(super) fn spawn<S: Send + Sync + 'static>(
     store: Weak<S>,
     hear: fn(&S, Heard<'_>),
@@ -128,6 +131,7 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
         loop {
             match subscribe().await {
                 Ok(mut announcements) => {
+                    let opened = tokio::time::Instant::now();
                     // A fresh subscription may have missed announcements.
                     if !tell(Heard::All) {
                         return;
@@ -138,6 +142,9 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
                         }
                     }
                     tracing::debug!("the announcement subscription ended; subscribing again");
+                    if opened.elapsed() >= RETRY {
+                        continue;
+                    }
                 }
                 Err(why) => tracing::debug!("cannot subscribe to counter announcements: {why}"),
             }
@@ -148,7 +155,90 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::stream;
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::time::Instant;
+
     use super::*;
+
+    /// A store whose subscriptions the test opens, ends or fails: each call of the
+    /// returned [`Subscribe`] is told to the test with its time.
+    fn subscriptions() -> (Subscribe, mpsc::UnboundedReceiver<Asked>) {
+        let (calls, asked) = mpsc::unbounded_channel();
+        let subscribe: Subscribe = Box::new(move || {
+            let calls = calls.clone();
+            Box::pin(async move {
+                let (answer, answered) = oneshot::channel();
+                let _ = calls.send(Asked {
+                    at: Instant::now(),
+                    answer,
+                });
+                match answered.await {
+                    // Announces nothing, and ends when the test says.
+                    Ok(Some(end)) => Ok(stream::once(end)
+                        .filter_map(|_| async { None::<String> })
+                        .boxed()),
+                    _ => Err(SubscribeError::Timeout(SUBSCRIBE_TIMEOUT)),
+                }
+            })
+        });
+        (subscribe, asked)
+    }
+
+    /// One subscription asked for at `at`: `Some(end)` opens it until `end` is told,
+    /// `None` fails it.
+    struct Asked {
+        at: Instant,
+        answer: oneshot::Sender<Option<oneshot::Receiver<()>>>,
+    }
+
+    impl Asked {
+        /// Opens the subscription; it ends when the sender returned is used or dropped.
+        fn open(self) -> oneshot::Sender<()> {
+            let (end, ended) = oneshot::channel();
+            let _ = self.answer.send(Some(ended));
+            end
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_that_worked_and_ended_is_opened_again_at_once() {
+        let store = Arc::new(AtomicUsize::new(0));
+        let hear = |heard: &AtomicUsize, _: Heard<'_>| {
+            heard.fetch_add(1, Ordering::Relaxed);
+        };
+        let (subscribe, mut asked) = subscriptions();
+        spawn(Arc::downgrade(&store), hear, subscribe);
+        let mut next = async || asked.recv().await.expect("asked again");
+
+        // Open past the retry period, then lost: asked again at once.
+        let end = next().await.open();
+        tokio::time::sleep(RETRY * 3).await;
+        let lost = Instant::now();
+        drop(end);
+        let second = next().await;
+        assert_eq!(second.at, lost, "subscribed again at once");
+
+        // Lost as soon as it opened: the next waits the retry period, so that a server
+        // that drops every subscription is not asked again and again.
+        let lost = Instant::now();
+        drop(second.open());
+        let third = next().await;
+        assert_eq!(third.at - lost, RETRY);
+
+        // Failed: the next waits the retry period too.
+        let failed = Instant::now();
+        let _ = third.answer.send(None);
+        assert_eq!(next().await.at - failed, RETRY);
+        assert_eq!(
+            store.load(Ordering::Relaxed),
+            2,
+            "each opening heard as all"
+        );
+    }
 
     #[test]
     fn announcements_read_back_as_what_was_announced() {
