@@ -28,70 +28,40 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Client(args) => {
-            match runtime(None).and_then(|rt| rt.block_on(client::run(args))) {
-                Ok(false) => ExitCode::SUCCESS,
-                Ok(true) => ExitCode::from(2),
-                Err(e) => {
-                    eprintln!("tollgate: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Explain(args) => {
-            match runtime(None).and_then(|rt| rt.block_on(admin_client::explain(args))) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tollgate: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Client(args) => match on_runtime(client::run(args)) {
+            Ok(false) => ExitCode::SUCCESS,
+            Ok(true) => ExitCode::from(2),
+            Err(e) => failed(&e),
+        },
+        Command::Explain(args) => done(on_runtime(admin_client::explain(args))),
         Command::Reset {
             request,
             admin_token,
-        } => match runtime(None)
-            .and_then(|rt| rt.block_on(admin_client::reset(request, &admin_token)))
-        {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Top(args) => {
-            match runtime(None).and_then(|rt| rt.block_on(admin_client::top(args))) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tollgate: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Override(args) => {
-            match runtime(None).and_then(|rt| rt.block_on(overrides::run(args))) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tollgate: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Migrate(args) => match runtime(None).and_then(|rt| rt.block_on(migrate(args))) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Serve(args) => match serve::serve(*args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        } => done(on_runtime(admin_client::reset(request, &admin_token))),
+        Command::Top(args) => done(on_runtime(admin_client::top(args))),
+        Command::Override(args) => done(on_runtime(overrides::run(args))),
+        Command::Migrate(args) => done(on_runtime(migrate(args))),
+        Command::Serve(args) => done(serve::serve(*args)),
     }
+}
+
+/// `command` run to its end on a runtime of its own (a command that asks a server).
+fn on_runtime<T>(command: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    runtime(None)?.block_on(command)
+}
+
+/// The exit code of a command that ended as `result`, its error printed.
+fn done(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => failed(&e),
+    }
+}
+
+/// Prints `e`; the exit code of a command that failed.
+fn failed(e: &anyhow::Error) -> ExitCode {
+    eprintln!("tollgate: {e:#}");
+    ExitCode::FAILURE
 }
 
 /// `tollgate migrate`: the PostgreSQL schema brought up to date.
