@@ -7,7 +7,9 @@ use tollgate_testkit::accuracy::{OverloadRun, assert_steady_overload_kept};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::keys::{Shape, redis_key};
 pub use tollgate_testkit::process::blocking;
+use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::tollgate::{Serve, Server};
+use tollgate_testkit::wait;
 
 pub const DOMAIN: &str = "rl";
 
@@ -45,7 +47,7 @@ pub fn serve(redis_type: &str, url: &str) -> Serve {
 }
 
 /// One instance on the single Redis `redis` with the admin token, once connected.
-pub async fn admin_instance(redis: &tollgate_testkit::redis::RedisServer) -> Server {
+pub async fn admin_instance(redis: &RedisServer) -> Server {
     serve("single", &redis.url())
         .args(["--store-timeout", "1s"])
         .env("ADMIN_TOKEN", tollgate_testkit::admin::TOKEN)
@@ -95,7 +97,7 @@ pub struct Client {
 }
 
 /// The normal connections to `redis`, but the one asking.
-pub fn redis_clients(redis: &tollgate_testkit::redis::RedisServer) -> Vec<Client> {
+pub fn redis_clients(redis: &RedisServer) -> Vec<Client> {
     let list: String = redis.query(&["CLIENT", "LIST", "TYPE", "normal"]);
     fn field<T: std::str::FromStr>(line: &str, name: &str) -> Option<T> {
         line.split(' ')
@@ -114,8 +116,8 @@ pub fn redis_clients(redis: &tollgate_testkit::redis::RedisServer) -> Vec<Client
 
 /// Closes every normal connection to each of `nodes` as Redis does to an idle client
 /// (`CLIENT KILL TYPE normal`); the newest connection id each node had.
-pub fn cut_connections(nodes: &[&tollgate_testkit::redis::RedisServer]) -> Vec<u64> {
-    let cut = |node: &&tollgate_testkit::redis::RedisServer| {
+pub fn cut_connections(nodes: &[&RedisServer]) -> Vec<u64> {
+    let cut = |node: &&RedisServer| {
         let newest = newest_connection(node).expect("a connection from Tollgate");
         let closed: u64 = node.query(&["CLIENT", "KILL", "TYPE", "normal"]);
         assert!(closed >= 1, "{closed} connections closed");
@@ -126,21 +128,19 @@ pub fn cut_connections(nodes: &[&tollgate_testkit::redis::RedisServer]) -> Vec<u
 
 /// Waits until each of `nodes` has a connection newer than its id in `cut`: the
 /// connections Tollgate made again.
-pub fn await_new_connections(
-    nodes: &[&tollgate_testkit::redis::RedisServer],
-    cut: &[u64],
-    timeout: Duration,
-) {
+pub fn await_new_connections(nodes: &[&RedisServer], cut: &[u64], timeout: Duration) {
     for (node, &cut) in nodes.iter().zip(cut) {
-        tollgate_testkit::wait::until("a new connection from Tollgate", timeout, || {
-            match newest_connection(node) {
+        wait::until(
+            "a new connection from Tollgate",
+            timeout,
+            || match newest_connection(node) {
                 Some(id) if id > cut => Ok(()),
                 newest => Err(format!("newest connection {newest:?}, cut up to {cut}")),
-            }
-        });
+            },
+        );
     }
 }
 
-fn newest_connection(node: &tollgate_testkit::redis::RedisServer) -> Option<u64> {
+fn newest_connection(node: &RedisServer) -> Option<u64> {
     redis_clients(node).iter().map(|c| c.id).max()
 }

@@ -238,32 +238,31 @@ async fn supervise<C: Connector>(link: std::sync::Weak<Link<C>>, connector: C, t
         let Some(strong) = link.upgrade() else { return };
         let mut failure = None;
         let stale = !strong.health.is_up() && connector.reconnect_when_down();
-        let worn = strong
-            .current
-            .load()
-            .as_deref()
-            .is_some_and(|c| connector.worn(c));
-        if strong.current.load().is_none() || stale || worn {
+        let (missing, worn) = match strong.current.load().as_deref() {
+            Some(conn) => (false, connector.worn(conn)),
+            None => (true, false),
+        };
+        // Connections the store closed while it answers: the worn one serves meanwhile.
+        let replacing = worn && !stale;
+        if missing || stale || replacing {
             let timeout = connector.connect_timeout();
-            match tokio::time::timeout(timeout, connector.connect()).await {
-                Ok(Ok(conn)) => {
+            let made = match tokio::time::timeout(timeout, connector.connect()).await {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(e)) => Err(format!("cannot connect: {e}")),
+                Err(_) => Err(format!("no connection within {timeout:?}")),
+            };
+            match made {
+                Ok(conn) => {
                     strong.current.store(Some(Arc::new(conn)));
-                    if worn && !stale {
+                    if replacing {
                         tracing::info!("{}: closed connections replaced", strong.health.name);
                     }
                 }
-                // The worn connection still serves: the probe below says whether it can.
-                Ok(Err(e)) if worn && !stale => {
-                    tracing::debug!("{}: closed connections not replaced: {e}", C::NAME)
+                // The probe below says whether the worn connection still serves.
+                Err(why) if replacing => {
+                    tracing::debug!("{}: closed connections not replaced: {why}", C::NAME)
                 }
-                Err(_) if worn && !stale => {
-                    tracing::debug!(
-                        "{}: closed connections not replaced in {timeout:?}",
-                        C::NAME
-                    )
-                }
-                Ok(Err(e)) => failure = Some(format!("cannot connect: {e}")),
-                Err(_) => failure = Some(format!("no connection within {timeout:?}")),
+                Err(why) => failure = Some(why),
             }
         }
         let probed = std::time::Instant::now();
