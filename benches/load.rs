@@ -4,7 +4,9 @@
 //!
 //! The servers run as separate processes (the no-op one is this binary re-run
 //! with `--noop-server`), one after the other so they never compete for CPU.
-//! Each gets the same closed-loop gRPC load; we report throughput, latency
+//! Each gets the same closed-loop gRPC load, sent by h2 directly (`H2Rls`; `--tonic-client`
+//! sends it through tonic's `Channel` instead, at about twice the client's CPU per
+//! request); we report throughput, latency
 //! percentiles, error / over-limit counts and the server's CPU time per
 //! request, read from `/proc/PID/stat`, beside the client's own (this process shares the
 //! cores, so its cost per request bounds every server's throughput).
@@ -37,7 +39,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tollgate_testkit::accuracy::{OverloadRun, epoch_ns};
 use tollgate_testkit::grpc::Rls;
-use tollgate_testkit::load::{Answer, closed_loop, open_loop, percentile};
+use tollgate_testkit::h2_rls::H2Rls;
+use tollgate_testkit::load::{Answer, Call, closed_loop, open_loop, percentile};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::Process;
 use tollgate_testkit::redis::RedisServer;
@@ -92,6 +95,11 @@ struct Args {
     /// Number of HTTP/2 connections.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     connections: u64,
+    /// Drive the load through tonic's client (a `Channel` per connection), as the
+    /// benchmark did before wave 11, instead of its own leaner one: tonic's costs this
+    /// process about twice the CPU per request, which the servers measured then lacked.
+    #[arg(long)]
+    tonic_client: bool,
     /// Open loop: send this many requests per second in all, whatever the answers take,
     /// and count latency from when each was due (e.g. half of the memory store's
     /// closed-loop maximum, for the p99 at half load); without it, closed loop.
@@ -562,39 +570,29 @@ async fn measure(
     args: &Args,
     ticks_per_s: u64,
 ) -> Result<Measurement> {
-    let channels = connect(&server.grpc_addrs(), args.connections).await?;
     let now = tokio::time::Instant::now();
     let wall_now = SystemTime::now();
     let measure_start = now + Duration::from_secs(args.warmup);
     let end = measure_start + Duration::from_secs(args.duration);
-    let work = Workload {
-        keys: args.keys,
-        over_limit_fraction: args.over_limit_fraction,
-        concurrency: args.concurrency,
-    };
-    let load = match args.rate {
-        Some(rate) => {
-            let clients = channels.iter().cloned().map(Rls::new).collect();
-            let mut keys = KeyPicker::new(
-                0,
-                Workload {
-                    concurrency: 1,
-                    ..work
-                },
-            );
-            let next = move || keys.next_request();
-            tokio::spawn(open_loop(clients, next, rate, measure_start, end))
+    let addrs = server.grpc_addrs();
+    let load = if args.tonic_client {
+        let channels = connect(&addrs, args.connections).await?;
+        drive(
+            channels.into_iter().map(Rls::new).collect(),
+            args,
+            measure_start,
+            end,
+        )
+    } else {
+        let mut clients = Vec::new();
+        for addr in addrs
+            .iter()
+            .cycle()
+            .take(usize::try_from(args.connections)?)
+        {
+            clients.push(H2Rls::connect(*addr).await?);
         }
-        None => {
-            let callers = (0..args.concurrency)
-                .map(|i| {
-                    let channel = channels[(i % args.connections) as usize].clone();
-                    let mut keys = KeyPicker::new(i, work);
-                    (Rls::new(channel), move || keys.next_request())
-                })
-                .collect();
-            tokio::spawn(closed_loop(callers, measure_start, end))
-        }
+        drive(clients, args, measure_start, end)
     };
 
     let pids = server.pids();
@@ -636,6 +634,44 @@ async fn measure(
         windows,
         seconds: args.duration as f64,
     })
+}
+
+/// The load of `args` over `clients` (one per connection) from now until `end`: closed
+/// loop, or open loop at `--rate`; the answers of requests from `measure_start` on.
+fn drive<C: Call + Clone>(
+    clients: Vec<C>,
+    args: &Args,
+    measure_start: tokio::time::Instant,
+    end: tokio::time::Instant,
+) -> tokio::task::JoinHandle<Vec<Answer>> {
+    let work = Workload {
+        keys: args.keys,
+        over_limit_fraction: args.over_limit_fraction,
+        concurrency: args.concurrency,
+    };
+    match args.rate {
+        Some(rate) => {
+            let mut keys = KeyPicker::new(
+                0,
+                Workload {
+                    concurrency: 1,
+                    ..work
+                },
+            );
+            let next = move || keys.next_request();
+            tokio::spawn(open_loop(clients, next, rate, measure_start, end))
+        }
+        None => {
+            let callers = (0..args.concurrency)
+                .map(|i| {
+                    let client = clients[(i % args.connections) as usize].clone();
+                    let mut keys = KeyPicker::new(i, work);
+                    (client, move || keys.next_request())
+                })
+                .collect();
+            tokio::spawn(closed_loop(callers, measure_start, end))
+        }
+    }
 }
 
 /// The answers of a measured interval from `from`, lasting `length`, by the whole

@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use tollgate_testkit::grpc::{
     Code, Unit, assert_limited, assert_unlimited, code, limit, overall, request, until_reset,
 };
-use tollgate_testkit::load::timed;
+use tollgate_testkit::h2_rls::H2Rls;
+use tollgate_testkit::load::{Call, timed};
 use tollgate_testkit::tollgate::{Listening, Serve};
 
 use crate::in_process::InProcess;
@@ -217,11 +218,15 @@ async fn statuses_follow_request_order_and_overall_code_reflects_any_over_limit(
 }
 
 /// The load benchmark counts an answer only if it is well formed: a status with its limit
-/// per descriptor, and the overall code agreeing with them.
+/// per descriptor, and the overall code agreeing with them. Its own client ([`H2Rls`])
+/// sees every answer and every error as tonic's does.
 #[tokio::test]
 async fn answers_under_rules_are_well_formed_and_others_are_not() {
     let server = InProcess::rules(RULES).start();
     let mut rls = server.client().await;
+    let mut h2 = H2Rls::connect(server.grpc)
+        .await
+        .expect("the benchmark's client connects");
     let big: &[(&str, &str)] = &[("big", "wf")];
     let blocked: &[(&str, &str)] = &[("blocked", "wf")];
     let nobody: &[(&str, &str)] = &[("nobody", "wf")];
@@ -232,13 +237,21 @@ async fn answers_under_rules_are_well_formed_and_others_are_not() {
         (vec![nobody], Code::Ok, false),
     ];
     for (descriptors, code, well_formed) in cases {
+        let want = (Ok(code), well_formed);
         let answer = timed(&mut rls, request("api", &descriptors)).await;
+        assert_eq!((answer.result, answer.well_formed), want, "{descriptors:?}");
+        let answer = timed(&mut h2, request("api", &descriptors)).await;
         assert_eq!(
             (answer.result, answer.well_formed),
-            (Ok(code), well_formed),
-            "{descriptors:?}"
+            want,
+            "H2Rls: {descriptors:?}"
         );
     }
+    let invalid = Call::call(&mut h2, request("", &[big]))
+        .await
+        .expect_err("an empty domain is refused");
+    assert_eq!(invalid.code(), tonic::Code::InvalidArgument, "{invalid:?}");
+    assert_eq!(invalid.message(), rls.invalid(request("", &[big])).await);
 }
 
 #[tokio::test]

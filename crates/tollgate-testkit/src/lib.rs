@@ -39,6 +39,7 @@ pub mod envoy;
 pub mod envoy_gateway;
 pub mod fuzz;
 pub mod grpc;
+pub mod h2_rls;
 pub mod helm;
 pub mod http;
 pub mod in_flight;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::grpc::{Code, RateLimitRequest, Rls, request};
+use crate::grpc::{Code, RateLimitRequest, RateLimitResponse, Rls, request};
 use crate::wait;
 
 /// A call that has not been answered after this long is recorded as hung.
@@ -30,8 +30,24 @@ pub struct Answer {
     pub well_formed: bool,
 }
 
+/// A client the load is driven through: tonic's ([`Rls`]), or the benchmark's leaner one
+/// ([`crate::h2_rls::H2Rls`]).
+pub trait Call: Send + 'static {
+    /// One `ShouldRateLimit`: the answer, or how the call failed.
+    fn call(
+        &mut self,
+        req: RateLimitRequest,
+    ) -> impl Future<Output = Result<RateLimitResponse, tonic::Status>> + Send;
+}
+
+impl Call for Rls {
+    async fn call(&mut self, req: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        Rls::call(self, req).await
+    }
+}
+
 /// Sends `req`, timing it; never waits longer than [`HANG`].
-pub async fn timed(rls: &mut Rls, req: RateLimitRequest) -> Answer {
+pub async fn timed(rls: &mut impl Call, req: RateLimitRequest) -> Answer {
     let descriptors = req.descriptors.len();
     let sent = SystemTime::now();
     let start = Instant::now();
@@ -251,8 +267,8 @@ fn lock(answers: &Mutex<Vec<Answer>>) -> std::sync::MutexGuard<'_, Vec<Answer>> 
 /// source of requests) sends its next request as soon as the previous one is answered,
 /// until `end`. Only requests that start at or after `measure_from` and are answered by
 /// `end` are returned; one still in flight at `end` is abandoned.
-pub async fn closed_loop<F>(
-    callers: Vec<(Rls, F)>,
+pub async fn closed_loop<C: Call, F>(
+    callers: Vec<(C, F)>,
     measure_from: tokio::time::Instant,
     end: tokio::time::Instant,
 ) -> Vec<Answer>
@@ -283,8 +299,8 @@ where
 /// server shows as queueing instead of as a slower client. Each answer's `took` counts
 /// from when its request was due, not from when it could be sent. Only requests due at
 /// or after `measure_from` and answered by `end` are returned.
-pub async fn open_loop<F>(
-    clients: Vec<Rls>,
+pub async fn open_loop<C: Call + Clone, F>(
+    clients: Vec<C>,
     mut next: F,
     rate: u32,
     measure_from: tokio::time::Instant,

@@ -108,7 +108,9 @@ pub fn frame_head(len: u32) -> BytesMut {
     out
 }
 
-fn grpc_status(headers: &hyper::http::HeaderMap) -> Option<Ended> {
+/// How a call ended, as `headers` (the answer's head or its trailers) say; none if they
+/// carry no `grpc-status`.
+pub(crate) fn grpc_status(headers: &hyper::http::HeaderMap) -> Option<Ended> {
     let status = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
     let message = headers
         .get("grpc-message")
