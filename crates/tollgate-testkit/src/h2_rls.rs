@@ -32,7 +32,15 @@ impl H2Rls {
     pub async fn connect(addr: SocketAddr) -> Result<Self, BoxError> {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
-        let (send, connection) = h2::client::handshake(tcp).await?;
+        // The windows hyper's clients (tonic's) advertise. h2's own 64 KiB would also
+        // bound what the connection may hold of answers not yet read to about 160
+        // (h2 counts each as a small DATA frame), and an open loop that falls behind
+        // holds more: h2 would close the connection with ENHANCE_YOUR_CALM.
+        let (send, connection) = h2::client::Builder::new()
+            .initial_window_size(2 << 20)
+            .initial_connection_window_size(5 << 20)
+            .handshake(tcp)
+            .await?;
         // Its end is seen by the callers, as a failed call.
         tokio::spawn(connection);
         let uri = format!("http://{addr}{SHOULD_RATE_LIMIT}").parse()?;
