@@ -7,7 +7,8 @@
 //! - [`process`]: children that die with the test process, their output, signals;
 //! - [`tollgate`]: the binary under test, its rule directories, `serve` and `check-config`;
 //! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
-//!   send, and [`keys`]: where counters live in Redis;
+//!   send, [`h2_rls`]: the load benchmark's lean client, and [`keys`]: where counters live
+//!   in Redis;
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
 //!   behind, [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
 //!   share, and [`leases`]: the leasing run both suites make;
