@@ -96,8 +96,8 @@ struct Args {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     connections: u64,
     /// Drive the load through tonic's client (a `Channel` per connection), as the
-    /// benchmark did before wave 11, instead of its own leaner one: tonic's costs this
-    /// process about twice the CPU per request, which the servers measured then lacked.
+    /// benchmark did before wave 11, instead of its own leaner one. Tonic's costs about
+    /// twice the CPU per request, taken from the cores the servers share with it.
     #[arg(long)]
     tonic_client: bool,
     /// Open loop: send this many requests per second in all, whatever the answers take,
