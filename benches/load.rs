@@ -4,12 +4,12 @@
 //!
 //! The servers run as separate processes (the no-op one is this binary re-run
 //! with `--noop-server`), one after the other so they never compete for CPU.
-//! Each gets the same closed-loop gRPC load, sent by h2 directly (`H2Rls`; `--tonic-client`
-//! sends it through tonic's `Channel` instead, at about twice the client's CPU per
-//! request); we report throughput, latency
-//! percentiles, error / over-limit counts and the server's CPU time per
-//! request, read from `/proc/PID/stat`, beside the client's own (this process shares the
-//! cores, so its cost per request bounds every server's throughput).
+//! Each gets the same closed-loop gRPC load, sent by h2 directly (`H2Rls`;
+//! `--tonic-client` sends it through tonic's `Channel` instead, at about twice the
+//! client's CPU per request). We report throughput, latency percentiles, error /
+//! over-limit counts and the server's CPU time per request, read from `/proc/PID/stat`,
+//! beside the client's own (this process shares the cores, so its cost per request
+//! bounds every server's throughput).
 //!
 //! A hot counter (`--keys 1`) over `--instances` Tollgates on one shared store, beside one
 //! Tollgate on the memory store (`--beside-memory`), shows what leases save: the store's
@@ -570,30 +570,12 @@ async fn measure(
     args: &Args,
     ticks_per_s: u64,
 ) -> Result<Measurement> {
+    let clients = Clients::connect(&server.grpc_addrs(), args).await?;
     let now = tokio::time::Instant::now();
     let wall_now = SystemTime::now();
     let measure_start = now + Duration::from_secs(args.warmup);
     let end = measure_start + Duration::from_secs(args.duration);
-    let addrs = server.grpc_addrs();
-    let load = if args.tonic_client {
-        let channels = connect(&addrs, args.connections).await?;
-        drive(
-            channels.into_iter().map(Rls::new).collect(),
-            args,
-            measure_start,
-            end,
-        )
-    } else {
-        let mut clients = Vec::new();
-        for addr in addrs
-            .iter()
-            .cycle()
-            .take(usize::try_from(args.connections)?)
-        {
-            clients.push(H2Rls::connect(*addr).await?);
-        }
-        drive(clients, args, measure_start, end)
-    };
+    let load = clients.drive(args, measure_start, end);
 
     let pids = server.pids();
     let store_pid = store.and_then(SharedStore::pid);
@@ -636,8 +618,47 @@ async fn measure(
     })
 }
 
-/// The load of `args` over `clients` (one per connection) from now until `end`: closed
-/// loop, or open loop at `--rate`; the answers of requests from `measure_start` on.
+/// The connections the load goes over, one client each, by the client `args` chose.
+enum Clients {
+    Tonic(Vec<Rls>),
+    H2(Vec<H2Rls>),
+}
+
+impl Clients {
+    /// `--connections` of them, over `addrs` in turn: each an HTTP/2 connection that
+    /// the request loops given it multiplex over.
+    async fn connect(addrs: &[SocketAddr], args: &Args) -> Result<Self> {
+        if args.tonic_client {
+            let channels = connect(addrs, args.connections).await?;
+            return Ok(Self::Tonic(channels.into_iter().map(Rls::new).collect()));
+        }
+        let mut clients = Vec::new();
+        for addr in addrs
+            .iter()
+            .cycle()
+            .take(usize::try_from(args.connections)?)
+        {
+            clients.push(H2Rls::connect(*addr).await?);
+        }
+        Ok(Self::H2(clients))
+    }
+
+    /// The load of `args` from now until `end`: closed loop, or open loop at `--rate`;
+    /// the answers of requests from `measure_start` on.
+    fn drive(
+        self,
+        args: &Args,
+        measure_start: tokio::time::Instant,
+        end: tokio::time::Instant,
+    ) -> tokio::task::JoinHandle<Vec<Answer>> {
+        match self {
+            Self::Tonic(clients) => drive(clients, args, measure_start, end),
+            Self::H2(clients) => drive(clients, args, measure_start, end),
+        }
+    }
+}
+
+/// [`Clients::drive`] for one kind of client, `clients` one per connection.
 fn drive<C: Call + Clone>(
     clients: Vec<C>,
     args: &Args,
