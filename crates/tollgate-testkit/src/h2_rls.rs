@@ -7,7 +7,7 @@
 use std::error::Error;
 use std::net::SocketAddr;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use hyper::http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
 use prost::Message;
@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 use crate::grpc::{RateLimitRequest, RateLimitResponse};
 use crate::load::Call;
-use crate::raw_grpc::{Ended, SHOULD_RATE_LIMIT, grpc_status};
+use crate::raw_grpc::{Ended, SHOULD_RATE_LIMIT, frame_head, grpc_status};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -97,10 +97,7 @@ impl Call for H2Rls {
 
 /// `req` as one uncompressed gRPC message frame.
 fn framed(req: &RateLimitRequest) -> Result<Bytes, BoxError> {
-    let len = req.encoded_len();
-    let mut frame = BytesMut::with_capacity(5 + len);
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(len)?);
+    let mut frame = frame_head(u32::try_from(req.encoded_len())?);
     req.encode(&mut frame)?;
     Ok(frame.freeze())
 }

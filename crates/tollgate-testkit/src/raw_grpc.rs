@@ -100,9 +100,10 @@ pub fn frame(message: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// The five bytes that announce an uncompressed message of `len` bytes.
+/// The five bytes that announce an uncompressed message of `len` bytes, with room for
+/// the message after them.
 pub fn frame_head(len: u32) -> BytesMut {
-    let mut out = BytesMut::with_capacity(5);
+    let mut out = BytesMut::with_capacity(5 + len as usize);
     out.put_u8(0);
     out.put_u32(len);
     out
