@@ -38,13 +38,17 @@
 --          calendar's window_us is an array of three boundaries (µs) the caller computed
 --          around its own now: Redis picks the window holding its now, so it needs no
 --          time-zone database. One argument read by one unpack.
--- Returns  three values per call, in order: admitted (1/0; for 'l' the units taken, 0
---          for none; -1 if Redis ran this after the deadline and changed nothing, the debt
---          included), now_us, the stored state as it was before this call, before its
---          debt too ('' if there was none); then one array: for each key that held
---          another type than a string (read as no state, replaced if the call writes),
---          the call's number and "KEY held a TYPE". One flat array: a table per call
---          cost Redis a quarter of a microsecond to answer.
+-- Returns  one value per call, in order, then the calls whose keys held another type (for
+--          each key that held another type than a string, read as no state and replaced
+--          if the call writes: the call's number and "KEY held a TYPE"), then Redis' clock
+--          (µs; 0 if no call read it). A call's value: the stored state as it was before
+--          this call, before its debt too ('' if there was none), when the call was
+--          admitted (flag 1); else an array of its flag (0 denied; for 'l' the units
+--          taken, 0 for none) and that state; -1 if Redis ran this after the deadline and
+--          changed nothing, the debt included. A call given its own now answers an array
+--          of its flag, the state and that now. One flat array, and one value for most
+--          calls: each value costs Redis time to answer (a table per call a quarter of a
+--          microsecond; three values per admission instead of one 0.3).
 --
 -- Each Lua operation costs here what a few dozen arithmetic instructions do, and each
 -- table or closure made costs its allocation and collection: the functions below are
@@ -499,9 +503,10 @@ end
 -- The replies of the batch, and the keys found holding another type.
 local replies, foreign = {}, {}
 
--- The state of call i's counter key for the limits of args: its stored string if it has
--- the limits' length, a counter of the previous layout moved to this one, or false; and
--- whether it is the key's own value.
+-- The state of call i's counter key for the limits of args (unpacked, or still packed:
+-- only an upgrade needs them): its stored string if it has the limits' length, a counter
+-- of the previous layout moved to this one, or false; and whether it is the key's own
+-- value.
 local function read(i, key, args, total)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
@@ -513,6 +518,7 @@ local function read(i, key, args, total)
   elseif not raw then
     local old = redis.pcall('GET', sub(key, 1, -4) .. ':v2')
     if type(old) ~= 'string' then return false end
+    if type(args) == 'string' then args = { cmsgpack.unpack(args) } end
     raw = upgraded(args, old)
     if raw and #raw == total then return raw, false end
     return false
@@ -549,23 +555,30 @@ local function any(st, raw, total, now, mode, hits, debt, extra)
   return flag, new, ttl, raw
 end
 
--- Call i: counter key, its arguments packed; its reply into replies.
+-- Call i: counter key, its arguments packed; its reply into replies. Most calls consume
+-- from one sliding window: their arguments are read into locals, without a table.
 local function run(i, key, packed)
-  local args = { cmsgpack.unpack(packed) }
-  local mode, hits, debt, deadline, now, extra = args[1], args[2], args[3], args[4], args[5], args[6]
-  if now == 0 then now = clock() end
-  local r = 3 * i
-  replies[r - 2], replies[r - 1], replies[r] = -1, now, ''
-  if deadline > 0 and now > deadline then return end
+  local mode, hits, debt, deadline, now, extra, kind, window, param, rpu, more = cmsgpack.unpack(packed)
+  local given = now ~= 0
+  if not given then now = clock() end
+  if deadline > 0 and now > deadline then
+    replies[i] = given and { -1, '', now } or -1
+    return
+  end
 
-  local one = #args == FIRST + 3 and args[FIRST] == 's' and mode == 'c' and debt == 0
-  local total
-  if one then total = HEAD + SLOT * (args[FIRST + 2] + 1) else total = describe(args) end
-  local raw, kept = read(i, key, args, total)
+  local one = more == nil and kind == 's' and mode == 'c' and debt == 0
+  local total, args
+  if one then
+    total = HEAD + SLOT * (param + 1)
+  else
+    args = { cmsgpack.unpack(packed) }
+    total = describe(args)
+  end
+  local raw, kept = read(i, key, args or packed, total)
   local st = raw or zeros(total)
   local flag, new, ttl
   if one then
-    flag, new, ttl, raw = consume(st, raw, kept, now, hits, args[FIRST + 1], args[FIRST + 2], args[FIRST + 3])
+    flag, new, ttl, raw = consume(st, raw, kept, now, hits, window, param, rpu)
   else
     flag, new, ttl, raw = any(st, raw, total, now, mode, hits, debt, extra)
   end
@@ -579,9 +592,17 @@ local function run(i, key, packed)
       redis.call('DEL', key)
     end
   end
-  replies[r - 2], replies[r] = flag, raw or ''
+  raw = raw or ''
+  if given then
+    replies[i] = { flag, raw, now }
+  elseif flag == 1 then
+    replies[i] = raw
+  else
+    replies[i] = { flag, raw }
+  end
 end
 
 for i = 1, #KEYS do run(i, KEYS[i], ARGV[i]) end
-replies[3 * #KEYS + 1] = foreign
+replies[#KEYS + 1] = foreign
+replies[#KEYS + 2] = time_us or 0
 return replies

@@ -208,3 +208,61 @@ fn a_counter_of_the_previous_layout_keeps_its_numbers() {
     let expected: Vec<i64> = numbers.iter().map(|&n| n as i64).collect();
     assert_eq!(read.map(|r| r.state), Ok(expected));
 }
+
+/// A batch on Redis' own clock, as requests send it, answers each call by its outcome:
+/// an admitted call its state alone, a denied one its flag and state, one run after its
+/// deadline -1; all at the one instant Redis read.
+#[test]
+fn a_batch_on_redis_clock_answers_each_call_by_its_outcome() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use crate::algo::Hits;
+    use crate::unit::Unit;
+
+    let (mut conn, script) = loaded();
+    let key = fresh_key().to_string();
+    let limits = [Limit::new(1, Unit::Hour)];
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let around = Timestamp::from_micros(u64::try_from(since_epoch.as_micros()).unwrap_or(0));
+    let call = |deadline| {
+        let check = Check {
+            key: &key,
+            limits: &limits,
+            ask: Ask::Hits(Hits::Consume(1)),
+            debt: 0,
+            deadline,
+            now: None,
+            around,
+        };
+        script::pack("differential", &check)
+    };
+    let calls = [
+        call(None),
+        call(None),
+        call(Some(Timestamp::from_micros(1))),
+    ];
+    let replies: Result<Replies, _> = script::batch(&script, calls.iter()).query(&mut conn);
+    let replies = replies.map(|Replies(replies)| replies);
+    let Ok([admitted, denied, late]) = replies.as_deref() else {
+        panic!("three replies: {replies:?}");
+    };
+    let flags = [admitted.flag, denied.flag, late.flag];
+    assert_eq!(flags, [1, 0, -1]);
+    assert!(admitted.state.is_empty(), "a new counter: {admitted:?}");
+    let parts = script::parts(&limits);
+    let counted = script::raw(denied.clone(), &parts).map(|raw| raw.state);
+    assert!(
+        counted.is_ok_and(|numbers| !numbers.is_empty()),
+        "{denied:?}"
+    );
+    assert!(late.state.is_empty(), "{late:?}");
+    let nows = [admitted.now_us, denied.now_us, late.now_us];
+    assert_eq!(nows, [admitted.now_us; 3], "one instant for the batch");
+    let off = u64::try_from(admitted.now_us).map(|us| us.abs_diff(around.as_micros()));
+    assert!(
+        off.is_ok_and(|us| us < 60_000_000),
+        "Redis' clock: {nows:?}"
+    );
+}

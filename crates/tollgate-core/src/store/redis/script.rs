@@ -35,8 +35,9 @@ pub(super) struct ScriptReply {
 }
 
 /// The script's reply to a batch: one [`ScriptReply`] per call, in order. It comes as one
-/// flat array (flag, clock, state per call, then the calls whose keys held another type,
-/// each as its number and a text), which Redis answers faster than an array per call.
+/// flat array: a value per call, then the calls whose keys held another type (each as its
+/// number and a text), then Redis' clock. An admitted call's value is its state alone;
+/// one value a call is what Redis answers fastest.
 #[derive(Debug)]
 pub(super) struct Replies(pub(super) Vec<ScriptReply>);
 
@@ -46,27 +47,19 @@ impl redis::FromRedisValue for Replies {
         let Value::Array(mut items) = v else {
             return Err(ParsingError::from("the script's reply is not an array"));
         };
+        let Some(Value::Int(now_us)) = items.pop() else {
+            return Err(ParsingError::from(
+                "the script's reply ends without Redis' clock",
+            ));
+        };
         let Some(Value::Array(foreign)) = items.pop() else {
             return Err(ParsingError::from(
                 "the script's reply ends without its foreign keys",
             ));
         };
-        if !items.len().is_multiple_of(3) {
-            return Err(ParsingError::from(
-                "the script's reply is not three values per call",
-            ));
-        }
-        let mut replies = Vec::with_capacity(items.len() / 3);
-        let mut values = items.into_iter();
-        while let (Some(flag), Some(now_us), Some(state)) =
-            (values.next(), values.next(), values.next())
-        {
-            replies.push(ScriptReply {
-                flag: i64::from_redis_value(flag)?,
-                now_us: i64::from_redis_value(now_us)?,
-                state: Vec::from_redis_value(state)?,
-                foreign: String::new(),
-            });
+        let mut replies = Vec::with_capacity(items.len());
+        for item in items {
+            replies.push(ScriptReply::read(item, now_us)?);
         }
         let mut foreign = foreign.into_iter();
         while let (Some(call), Some(text)) = (foreign.next(), foreign.next()) {
@@ -80,6 +73,44 @@ impl redis::FromRedisValue for Replies {
             reply.foreign = String::from_redis_value(text)?;
         }
         Ok(Self(replies))
+    }
+}
+
+impl ScriptReply {
+    /// One call's value in the batch's reply, Redis' clock being `now_us`: the state of an
+    /// admitted call; -1 for a call run after its deadline; else its flag and state, and
+    /// its own now if it was given one.
+    fn read(item: redis::Value, now_us: i64) -> Result<Self, redis::ParsingError> {
+        use redis::{FromRedisValue as _, ParsingError, Value};
+        let reply = |flag, now_us, state| Self {
+            flag,
+            now_us,
+            state,
+            foreign: String::new(),
+        };
+        match item {
+            Value::BulkString(state) => Ok(reply(1, now_us, state)),
+            Value::Int(-1) => Ok(reply(-1, now_us, Vec::new())),
+            Value::Array(parts) => {
+                let mut parts = parts.into_iter();
+                match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                    (Some(flag), Some(state), given, None) => {
+                        let now_us = match given {
+                            Some(given) => i64::from_redis_value(given)?,
+                            None => now_us,
+                        };
+                        let flag = i64::from_redis_value(flag)?;
+                        Ok(reply(flag, now_us, Vec::from_redis_value(state)?))
+                    }
+                    _ => Err(ParsingError::from(
+                        "the script answered a call with another array than its flag and state",
+                    )),
+                }
+            }
+            _ => Err(ParsingError::from(
+                "the script answered a call with neither a state nor a flag",
+            )),
+        }
     }
 }
 
@@ -437,13 +468,12 @@ mod tests {
         use redis::{FromRedisValue, Value};
         let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let flat = Value::Array(vec![
-            Value::Int(1),
-            Value::Int(10),
             text(""),
-            Value::Int(0),
-            Value::Int(11),
-            text("ab"),
+            Value::Array(vec![Value::Int(0), text("ab")]),
+            Value::Int(-1),
+            Value::Array(vec![Value::Int(3), text("cd"), Value::Int(5)]),
             Value::Array(vec![Value::Int(2), text("k held a list")]),
+            Value::Int(10),
         ]);
         let read = Replies::from_redis_value(flat).map(|r| r.0);
         let expected = vec![
@@ -455,19 +485,50 @@ mod tests {
             },
             ScriptReply {
                 flag: 0,
-                now_us: 11,
+                now_us: 10,
                 state: b"ab".to_vec(),
                 foreign: "k held a list".to_owned(),
             },
+            ScriptReply {
+                flag: -1,
+                now_us: 10,
+                state: Vec::new(),
+                foreign: String::new(),
+            },
+            ScriptReply {
+                flag: 3,
+                now_us: 5,
+                state: b"cd".to_vec(),
+                foreign: String::new(),
+            },
         ];
         assert_eq!(read.ok(), Some(expected));
+        let foreign = || Value::Array(vec![]);
         for bad in [
-            Value::Array(vec![Value::Int(1), Value::Array(vec![])]),
-            Value::Array(vec![Value::Int(1), Value::Int(2), text("")]),
-            Value::Array(vec![Value::Array(vec![Value::Int(1), text("x")])]),
+            // No clock, or no foreign keys before it.
+            Value::Array(vec![text(""), foreign()]),
+            Value::Array(vec![text(""), Value::Int(1)]),
+            // A call's value of another shape.
+            Value::Array(vec![Value::Int(0), foreign(), Value::Int(1)]),
+            Value::Array(vec![
+                Value::Array(vec![Value::Int(0)]),
+                foreign(),
+                Value::Int(1),
+            ]),
+            Value::Array(vec![
+                Value::Array(vec![Value::Int(0), text(""), Value::Int(1), Value::Int(2)]),
+                foreign(),
+                Value::Int(1),
+            ]),
+            // A foreign key of no call.
+            Value::Array(vec![
+                text(""),
+                Value::Array(vec![Value::Int(2), text("k held a list")]),
+                Value::Int(1),
+            ]),
             Value::Int(3),
         ] {
-            assert!(Replies::from_redis_value(bad).is_err());
+            assert!(Replies::from_redis_value(bad.clone()).is_err(), "{bad:?}");
         }
     }
 }
