@@ -9,6 +9,7 @@
 //! clock estimate never stretches a block.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher as _, RandomState};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,8 +48,10 @@ impl Default for LeasePolicy {
 pub(crate) const PERIOD: Duration = Duration::from_millis(20);
 /// A counter whose largest block would be smaller never leases: a small counter.
 const MIN_BLOCK: u64 = 8;
-/// Counters tracked for leasing at once; past it, new counters go to the store per request.
+/// Hot counters tracked for leasing at once; past it, new ones go to the store per request.
 const MAX_ENTRIES: usize = 10_000;
+/// Slots of the table that finds the hot counters among the cold ones, by hash.
+const HEAT_SLOTS: usize = 8_192;
 /// A block unspent for this many periods is given back.
 const IDLE_PERIODS: u32 = 3;
 
@@ -124,13 +127,85 @@ impl Block {
     }
 }
 
-/// What this instance knows of one counter it may lease.
-#[derive(Debug, Default)]
-struct Entry {
+/// A counter's requests: in the period `period`, and in the whole period before it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
     period: u64,
     count: u64,
     /// Requests in the last whole period.
     rate: u64,
+}
+
+impl Seen {
+    /// `n` more requests in period `period`.
+    fn see(&mut self, period: u64, n: u64) {
+        if period != self.period {
+            self.rate = if period == self.period + 1 {
+                self.count
+            } else {
+                0
+            };
+            self.period = period;
+            self.count = 0;
+        }
+        self.count = self.count.saturating_add(n);
+    }
+}
+
+/// One slot of the heat table: the counter last seen there (its key's hash) and its
+/// requests.
+#[derive(Debug, Default, Clone, Copy)]
+struct Heat {
+    tag: u64,
+    seen: Seen,
+}
+
+/// The counters this instance tracks: an entry per hot counter, and the heat table every
+/// other counter is counted in until it turns hot. Most counters see a few requests a
+/// second; counted by hash in a fixed table, their requests copy no key, and they neither
+/// fill the entries nor keep a counter that turns hot from having one. Counters sharing a
+/// slot push each other out, which only delays finding a hot one by a period or two.
+#[derive(Debug)]
+struct Tracked {
+    entries: HashMap<String, Entry>,
+    heat: Box<[Heat]>,
+}
+
+impl Tracked {
+    /// `n` more requests on counter `key` (hashed to `tag`) in period `period`; its entry,
+    /// if it has one or the heat table finds it hot with room for one.
+    fn see(&mut self, key: &str, tag: u64, period: u64, n: u64) -> Option<&mut Entry> {
+        if !self.entries.contains_key(key) {
+            let index = usize::try_from(tag % HEAT_SLOTS as u64).ok()?;
+            let slot = self.heat.get_mut(index)?;
+            if slot.tag != tag {
+                *slot = Heat {
+                    tag,
+                    seen: Seen::default(),
+                };
+            }
+            slot.seen.see(period, n);
+            if slot.seen.rate < 2 || self.entries.len() >= MAX_ENTRIES {
+                return None;
+            }
+            // The entry counts from here; once swept, the counter starts cold again.
+            let seen = std::mem::take(slot).seen;
+            let entry = Entry {
+                seen,
+                ..Entry::default()
+            };
+            return Some(self.entries.entry(key.to_owned()).or_insert(entry));
+        }
+        let entry = self.entries.get_mut(key)?;
+        entry.seen.see(period, n);
+        Some(entry)
+    }
+}
+
+/// What this instance knows of one counter it may lease.
+#[derive(Debug, Default)]
+struct Entry {
+    seen: Seen,
     /// While a take is out: woken when it is answered or fails.
     taking: Option<Arc<Notify>>,
     block: Option<Block>,
@@ -153,7 +228,9 @@ pub(crate) struct LeaseCounts {
 #[derive(Debug)]
 pub(crate) struct Leases {
     policy: LeasePolicy,
-    entries: Mutex<HashMap<String, Entry>>,
+    tracked: Mutex<Tracked>,
+    /// Hashes keys for the heat table.
+    hasher: RandomState,
     pub(crate) counts: LeaseCounts,
 }
 
@@ -187,9 +264,15 @@ pub(crate) enum Miss {
 
 impl Leases {
     pub(crate) fn new(policy: LeasePolicy) -> Self {
+        let slots = if policy.enabled { HEAT_SLOTS } else { 0 };
+        let tracked = Tracked {
+            entries: HashMap::new(),
+            heat: vec![Heat::default(); slots].into_boxed_slice(),
+        };
         Self {
             policy,
-            entries: Mutex::new(HashMap::new()),
+            tracked: Mutex::new(tracked),
+            hasher: RandomState::new(),
             counts: LeaseCounts::default(),
         }
     }
@@ -222,34 +305,14 @@ impl Leases {
                 stale: None,
             };
         }
-        let mut entries = lock(&self.entries);
-        // The key is copied only for a new entry: a hot counter's requests do not allocate.
-        if !entries.contains_key(key) {
-            if entries.len() >= MAX_ENTRIES {
-                return Spend::Missed {
-                    next: Miss::Usual,
-                    stale: None,
-                };
-            }
-            entries.insert(key.to_owned(), Entry::default());
-        }
-        let Some(entry) = entries.get_mut(key) else {
+        let tag = self.hasher.hash_one(key);
+        let mut tracked = lock(&self.tracked);
+        let Some(entry) = tracked.see(key, tag, period_of(local), n) else {
             return Spend::Missed {
                 next: Miss::Usual,
                 stale: None,
             };
         };
-        let period = period_of(local);
-        if period != entry.period {
-            entry.rate = if period == entry.period + 1 {
-                entry.count
-            } else {
-                0
-            };
-            entry.period = period;
-            entry.count = 0;
-        }
-        entry.count = entry.count.saturating_add(n);
         if let Some(verdict) = self.spend_held(entry, n, local) {
             return Spend::Spent(verdict);
         }
@@ -259,7 +322,7 @@ impl Leases {
             let next = Miss::Wait(Box::pin(taking.clone().notified_owned()));
             return Spend::Missed { next, stale };
         }
-        if entry.rate < 2 {
+        if entry.seen.rate < 2 {
             return Spend::Missed {
                 next: Miss::Usual,
                 stale,
@@ -268,6 +331,7 @@ impl Leases {
         // Near the limit, a quarter of the room at the last take: down to one per call.
         let room = entry.room.filter(|&(_, until)| local < until);
         let want = entry
+            .seen
             .rate
             .clamp(n, most)
             .min(room.map_or(most, |(room, _)| room / 4));
@@ -287,7 +351,8 @@ impl Leases {
     /// After waiting for a take: `n` units from the block it left, if it holds them (the
     /// request was counted in the rate when it first came).
     pub(crate) fn spend_waited(&self, key: &str, n: u64, local: LocalTime) -> Option<Verdict> {
-        let mut entries = lock(&self.entries);
+        let mut tracked = lock(&self.tracked);
+        let entries = &mut tracked.entries;
         self.spend_held(entries.get_mut(key)?, n, local)
     }
 
@@ -324,7 +389,8 @@ impl Leases {
             Timestamp::MAX => sent_local + PERIOD,
             ends => sent_local + ends.since(now),
         };
-        let mut entries = lock(&self.entries);
+        let mut tracked = lock(&self.tracked);
+        let entries = &mut tracked.entries;
         let entry = entries.get_mut(key)?;
         let waiting = entry.taking.take();
         if granted == 0 {
@@ -354,7 +420,8 @@ impl Leases {
 
     /// A take that failed: the counter may try again.
     pub(crate) fn failed(&self, key: &str) {
-        let mut entries = lock(&self.entries);
+        let mut tracked = lock(&self.tracked);
+        let entries = &mut tracked.entries;
         if let Some(entry) = entries.get_mut(key) {
             wake(entry.taking.take());
         }
@@ -365,7 +432,8 @@ impl Leases {
     pub(crate) fn sweep(&self, local: LocalTime, all: bool) -> Vec<GiveBack> {
         let idle = |since: LocalTime| all || local.since(since) >= IDLE_PERIODS * PERIOD;
         let mut out = Vec::new();
-        let mut entries = lock(&self.entries);
+        let mut tracked = lock(&self.tracked);
+        let entries = &mut tracked.entries;
         entries.retain(|key, entry| {
             let done = entry
                 .block
@@ -374,14 +442,17 @@ impl Leases {
             if done && let Some(back) = entry.block.take().and_then(|b| give_back(key, b)) {
                 out.push(back);
             }
-            entry.taking.is_some() || entry.block.is_some() || !idle(period_start(entry.period))
+            entry.taking.is_some()
+                || entry.block.is_some()
+                || !idle(period_start(entry.seen.period))
         });
         out
     }
 
     /// The block held on `key` at local time `local`, if any.
     pub(crate) fn view(&self, key: &str, local: LocalTime) -> Option<LeaseView> {
-        let entries = lock(&self.entries);
+        let tracked = lock(&self.tracked);
+        let entries = &tracked.entries;
         let block = entries.get(key)?.block.as_ref()?;
         let ends =
             (block.ends != Timestamp::MAX).then(|| block.ends.since(block.store_time(local)));
@@ -395,7 +466,8 @@ impl Leases {
     /// Counter `key` was reset (all counters: None): the blocks held on it are dropped,
     /// not given back, since what they leased was deleted with it.
     pub(crate) fn forget(&self, key: Option<&str>) {
-        let mut entries = lock(&self.entries);
+        let mut tracked = lock(&self.tracked);
+        let entries = &mut tracked.entries;
         match key {
             Some(key) => {
                 if let Some(entry) = entries.get_mut(key) {

@@ -148,7 +148,8 @@ fn fixed(requests: u32, unit: Unit) -> Limit {
 
 /// Units left in the counter's block, 0 without one.
 fn held(leases: &Leases) -> u64 {
-    let entries = leases.entries.lock().expect("entries");
+    let tracked = leases.tracked.lock().expect("tracked");
+    let entries = &tracked.entries;
     entries
         .get(KEY)
         .and_then(|e| e.block.as_ref())
@@ -245,7 +246,8 @@ fn blocks_shrink_near_the_limit_down_to_one_unit_per_call() {
     assert!(last_take > 0);
     assert!(sizes[last_take].0 < 5 * 20, "{sizes:?}");
     // The last block left under 8 units of room: a quarter of it is at most one unit.
-    let entries = leases.entries.lock().expect("entries");
+    let tracked = leases.tracked.lock().expect("tracked");
+    let entries = &tracked.entries;
     let room = entries
         .get(KEY)
         .and_then(|e| e.room)
@@ -337,7 +339,8 @@ fn with_block<T>(algorithm: Algorithm, check: impl FnOnce(&super::Block, Timesta
     let mut counter = Counter::new(vec![limit], 0);
     let leases = leases(0.01);
     take_block(&mut counter, &leases);
-    let entries = leases.entries.lock().expect("entries");
+    let tracked = leases.tracked.lock().expect("tracked");
+    let entries = &tracked.entries;
     let block = entries
         .get(KEY)
         .and_then(|e| e.block.as_ref())
@@ -392,7 +395,8 @@ fn a_gcra_block_keeps_only_what_the_bucket_has_not_refilled() {
     // Until 5 ms before the arrival time the take left, when the bucket has refilled all
     // but 5 units of the block: the rest, unspent, has drained as if spent.
     let tat = {
-        let entries = leases.entries.lock().expect("entries");
+        let tracked = leases.tracked.lock().expect("tracked");
+        let entries = &tracked.entries;
         let block = entries.get(KEY).and_then(|e| e.block.as_ref());
         block.and_then(|b| b.decay.first()).expect("decay").tat
     };
@@ -465,7 +469,7 @@ fn the_sweep_gives_idle_blocks_back() {
     // With nothing held and nothing seen for a while, the counter is forgotten.
     counter.clock.advance(4 * PERIOD);
     counter.sweep(&leases, false);
-    assert!(leases.entries.lock().expect("entries").is_empty());
+    assert!(leases.tracked.lock().expect("tracked").entries.is_empty());
 }
 
 /// One step of a simulated load: which instance asks, for how many units, and how long
@@ -628,4 +632,41 @@ fn a_gcra_block_is_not_given_back() {
     counter.sweep(&leases, true);
     assert_eq!(counter.calls, calls, "a give-back was sent");
     assert_eq!(held(&leases), 0, "the block is dropped all the same");
+}
+
+/// Many counters each seen once a period (per-user or per-IP traffic) take no entry, so
+/// they neither fill the table nor keep a counter that turns hot from leasing. Before, every
+/// such request made an entry: 10,000 of them filled the table, and a hot counter then
+/// went to the store per request until the sweep emptied it.
+#[test]
+fn a_hot_counter_leases_while_many_cold_ones_pass() {
+    let leases = leases(0.01);
+    let limits = [Limit::new(10_000, Unit::Second)];
+    let start = Timestamp::from_nanos(1_000 * SECOND);
+    for i in 0..20_000 {
+        let cold = leases.spend(&format!("cold-{i}"), &limits, 1, local(start));
+        assert!(matches!(
+            cold,
+            Spend::Missed {
+                next: Miss::Usual,
+                ..
+            }
+        ));
+    }
+    for _ in 0..3 {
+        leases.spend(KEY, &limits, 1, local(start));
+    }
+    let next = local(start + PERIOD);
+    let hot = leases.spend(KEY, &limits, 1, next);
+    assert!(
+        matches!(
+            hot,
+            Spend::Missed {
+                next: Miss::Take(3),
+                ..
+            }
+        ),
+        "three requests in the last period: a block of three"
+    );
+    assert_eq!(leases.tracked.lock().expect("tracked").entries.len(), 1);
 }
