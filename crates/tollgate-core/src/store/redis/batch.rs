@@ -30,7 +30,7 @@ impl Group for ScriptCalls {
 
     fn grouping(&self) -> Option<fn(&Packed) -> Slot> {
         match self.link.conn().as_deref() {
-            Some(Conn::Cluster(_)) => Some(|call| Slot::for_key(call.key.as_bytes())),
+            Some(Conn::Cluster(_)) => Some(|call| Slot::for_key(call.key())),
             _ => None,
         }
     }

@@ -189,8 +189,14 @@ pub(super) fn raw(reply: ScriptReply, parts: &[Part]) -> Result<RawReply, BadSta
         });
     }
     let bad = || BadState(state.len());
-    let mut numbers = Vec::with_capacity(state.len() / 3);
-    let mut ends = Vec::new();
+    // Every limit's numbers, then the sliding windows' ends, in one allocation.
+    let (count, ends_count) = parts.iter().fold((0, 0), |(n, e), part| match *part {
+        Part::Sliding { ring } => (n + 1 + ring, e + ring),
+        Part::Window => (n + 2, e),
+        Part::Arrival => (n + 1, e),
+    });
+    let mut numbers = vec![0; count + ends_count];
+    let (mut next, mut next_end) = (0, count);
     let mut at = 0;
     let mut take = |width: usize| -> Result<i64, BadState> {
         let bytes = state.get(at..at + width).ok_or_else(bad)?;
@@ -203,30 +209,31 @@ pub(super) fn raw(reply: ScriptReply, parts: &[Part]) -> Result<RawReply, BadSta
             Part::Sliding { ring } => {
                 let newest = take(6)?;
                 take(6)?;
-                let from = numbers.len();
-                numbers.push(newest);
-                numbers.resize(from + 1 + ring, 0);
-                let ends_from = ends.len();
-                ends.resize(ends_from + ring, 0);
+                numbers[next] = newest;
                 let ring_i64 = i64::try_from(ring).map_err(|_| bad())?;
                 for age in 0..ring_i64 {
                     let index =
                         usize::try_from((newest - age).rem_euclid(ring_i64)).map_err(|_| bad())?;
-                    numbers[from + 1 + index] = take(5)?;
-                    ends[ends_from + index] = take(2)?;
+                    numbers[next + 1 + index] = take(5)?;
+                    numbers[next_end + index] = take(2)?;
                 }
+                next += 1 + ring;
+                next_end += ring;
             }
             Part::Window => {
-                numbers.push(take(7)?);
-                numbers.push(take(7)?);
+                numbers[next] = take(7)?;
+                numbers[next + 1] = take(7)?;
+                next += 2;
             }
-            Part::Arrival => numbers.push(take(7)?),
+            Part::Arrival => {
+                numbers[next] = take(7)?;
+                next += 1;
+            }
         }
     }
     if at != state.len() {
         return Err(bad());
     }
-    numbers.append(&mut ends);
     Ok(RawReply {
         flag,
         now_us,
@@ -249,11 +256,24 @@ pub(super) struct Check<'a> {
     pub(super) around: Timestamp,
 }
 
-/// One call packed to ride a batch: its Redis key and its arguments.
+/// One call packed to ride a batch: its Redis key, then its arguments, in one buffer
+/// (made by the request, freed by the batch: one allocation rather than two).
 #[derive(Debug)]
 pub(super) struct Packed {
-    pub(super) key: String,
-    pub(super) args: Vec<u8>,
+    bytes: Vec<u8>,
+    key_len: usize,
+}
+
+impl Packed {
+    /// The call's Redis key.
+    pub(super) fn key(&self) -> &[u8] {
+        self.bytes.get(..self.key_len).unwrap_or_default()
+    }
+
+    /// The call's arguments.
+    pub(super) fn args(&self) -> &[u8] {
+        self.bytes.get(self.key_len..).unwrap_or_default()
+    }
 }
 
 /// `check` packed, its Redis key made of `prefix`, the counter key as the Cluster hash
@@ -262,7 +282,12 @@ pub(super) struct Packed {
 pub(super) fn pack(prefix: &str, check: &Check<'_>) -> Packed {
     let (mode, n, extra) = mode(check.ask);
     let limits = check.limits;
-    let mut args = Values(Vec::with_capacity(38 + 21 * limits.len()));
+    let key = key_parts(prefix, check.key);
+    let key_len = key.iter().map(|part| part.len()).sum();
+    let mut args = Values(Vec::with_capacity(key_len + 38 + 21 * limits.len()));
+    for part in key {
+        args.0.extend_from_slice(part.as_bytes());
+    }
     args.letter(mode);
     args.number(n);
     args.number(units(check.debt));
@@ -282,8 +307,8 @@ pub(super) fn pack(prefix: &str, check: &Check<'_>) -> Packed {
         args.number(rpu.into());
     }
     Packed {
-        key: redis_key(prefix, check.key),
-        args: args.0,
+        bytes: args.0,
+        key_len,
     }
 }
 
@@ -293,14 +318,14 @@ pub(super) fn batch<'a>(
     script: &redis::Script,
     calls: impl ExactSizeIterator<Item = &'a Packed> + Clone,
 ) -> redis::Cmd {
-    let bytes: usize = calls.clone().map(|c| c.key.len() + c.args.len() + 32).sum();
+    let bytes: usize = calls.clone().map(|c| c.bytes.len() + 32).sum();
     let mut cmd = redis::Cmd::with_capacity(3 + 2 * calls.len(), 64 + bytes);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(calls.len());
     for call in calls.clone() {
-        cmd.arg(call.key.as_str());
+        cmd.arg(call.key());
     }
     for call in calls {
-        cmd.arg(call.args.as_slice());
+        cmd.arg(call.args());
     }
     cmd
 }
@@ -323,11 +348,16 @@ pub(super) fn only(Replies(mut replies): Replies) -> Result<ScriptReply, BadBatc
 #[error("the script replied to a batch with another count of replies than calls ({0})")]
 pub(super) struct BadBatch(pub(super) usize);
 
-/// The Redis key of counter `key`: the prefix, the counter key as the Cluster hash tag,
-/// and the layout.
+/// The Redis key of counter `key` (see [`key_parts`]).
 pub(super) fn redis_key(prefix: &str, key: &str) -> String {
     // Sized at once, where `format!` would grow it several times on every call.
-    [prefix, "{", key, "}", LAYOUT].concat()
+    key_parts(prefix, key).concat()
+}
+
+/// The parts of counter `key`'s Redis key: the prefix, the counter key as the Cluster hash
+/// tag, and the layout.
+fn key_parts<'a>(prefix: &'a str, key: &'a str) -> [&'a str; 5] {
+    [prefix, "{", key, "}", LAYOUT]
 }
 
 /// The key the previous layout kept counter `key` in.
@@ -413,6 +443,31 @@ mod tests {
         let mut packed = Values(Vec::new());
         packed.letter("s");
         assert_eq!(packed.0, [0xa1, b's']);
+    }
+
+    #[test]
+    fn a_packed_call_holds_its_key_then_its_arguments() {
+        use crate::algo::Hits;
+        use crate::unit::Unit;
+
+        let limits = [Limit::new(5, Unit::Minute)];
+        let check = Check {
+            key: "api|user=u-1",
+            limits: &limits,
+            ask: Ask::Hits(Hits::Consume(2)),
+            debt: 0,
+            deadline: None,
+            now: None,
+            around: Timestamp::default(),
+        };
+        let packed = pack("tg_", &check);
+        assert_eq!(packed.key(), redis_key("tg_", check.key).as_bytes());
+        assert_eq!(packed.key(), b"tg_{api|user=u-1}:v3");
+        // Mode 'c', two hits, no debt, no deadline, Redis' clock, no extra; one limit.
+        assert_eq!(
+            packed.args().get(..8),
+            Some(&[0xa1, b'c', 2, 0, 0, 0, 0, 0xa1][..])
+        );
     }
 
     /// A sliding window of three sub-windows (newest 7: indexes 1, 0, 2 newest first),
