@@ -7,15 +7,15 @@
 use std::error::Error;
 use std::net::SocketAddr;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use h2::client::SendRequest;
-use hyper::http::{HeaderMap, HeaderValue, Method, Request, Uri, header};
+use hyper::http::Uri;
 use prost::Message;
 use tokio::net::TcpStream;
 
 use crate::grpc::{RateLimitRequest, RateLimitResponse};
 use crate::load::Call;
-use crate::raw_grpc::{Ended, SHOULD_RATE_LIMIT, frame_head, grpc_status};
+use crate::raw_grpc::{Ended, SHOULD_RATE_LIMIT, answer, frame_head, request_head};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -51,36 +51,18 @@ impl H2Rls {
     }
 
     async fn call(&mut self, req: RateLimitRequest) -> Result<RateLimitResponse, BoxError> {
-        let mut head = Request::new(());
-        *head.method_mut() = Method::POST;
-        *head.uri_mut() = self.uri.clone();
-        let headers = head.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
         let mut send = self.send.clone().ready().await?;
-        let (response, mut stream) = send.send_request(head, false)?;
+        let (response, mut stream) = send.send_request(request_head(self.uri.clone()), false)?;
         stream.send_data(framed(&req)?, true)?;
-        let response = response.await?;
-        // A call that fails at once answers with headers only ("Trailers-Only").
-        ended(response.headers())?;
-        let mut body = response.into_body();
-        let mut message = BytesMut::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk?;
-            body.flow_control().release_capacity(chunk.len())?;
-            message.extend_from_slice(&chunk);
+        match answer(response).await? {
+            (_, Some(Ended { status, message })) if status != 0 => {
+                Err(tonic::Status::new(tonic::Code::from_i32(status), message).into())
+            }
+            (_, None) => Err("the answer says not how the call ended".into()),
+            (body, Some(_)) => Ok(RateLimitResponse::decode(
+                body.get(5..).ok_or("the answer holds no message frame")?,
+            )?),
         }
-        match body.trailers().await? {
-            Some(trailers) => ended(&trailers)?,
-            None => return Err("the answer has no trailers".into()),
-        }
-        let message = message
-            .get(5..)
-            .ok_or("the answer holds no message frame")?;
-        Ok(RateLimitResponse::decode(message)?)
     }
 }
 
@@ -100,14 +82,4 @@ fn framed(req: &RateLimitRequest) -> Result<Bytes, BoxError> {
     let mut frame = frame_head(u32::try_from(req.encoded_len())?);
     req.encode(&mut frame)?;
     Ok(frame.freeze())
-}
-
-/// Ok while `headers` carry no `grpc-status` or carry OK; the status otherwise.
-fn ended(headers: &HeaderMap) -> Result<(), tonic::Status> {
-    match grpc_status(headers) {
-        Some(Ended { status, message }) if status != 0 => {
-            Err(tonic::Status::new(tonic::Code::from_i32(status), message))
-        }
-        _ => Ok(()),
-    }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
-use hyper::http::{Method, Request};
+use hyper::http::{HeaderValue, Method, Request, Uri, header};
 use tokio::net::TcpStream;
 
 use crate::grpc::TIMEOUT;
@@ -57,13 +57,10 @@ impl RawGrpc {
     /// Sends `body` to `path` and returns how the call ended. With `finish` false the
     /// request stream stays open, as from a client that never sends the rest.
     pub async fn call(&mut self, path: &str, body: Bytes, finish: bool) -> Ended {
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(format!("http://tollgate{path}"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .expect("request head");
+        let uri = format!("http://tollgate{path}")
+            .parse()
+            .expect("a gRPC path");
+        let request = request_head(uri);
         let send = self.send.clone().ready().await.expect("stream available");
         self.send = send;
         let (response, mut stream) = self
@@ -71,26 +68,46 @@ impl RawGrpc {
             .send_request(request, false)
             .expect("send request head");
         stream.send_data(body, finish).expect("send body");
-        let ended = tokio::time::timeout(TIMEOUT, async {
-            let response = response.await.expect("response head");
-            // A call that fails at once answers with headers only ("Trailers-Only").
-            if let Some(ended) = grpc_status(response.headers()) {
-                return ended;
-            }
-            let mut body = response.into_body();
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.expect("response body");
-                let _ = body.flow_control().release_capacity(chunk.len());
-            }
-            let trailers = body.trailers().await.expect("trailers");
-            trailers
-                .as_ref()
-                .and_then(grpc_status)
-                .unwrap_or_else(|| panic!("no grpc-status in {trailers:?}"))
-        })
-        .await;
-        ended.unwrap_or_else(|_| panic!("no answer to a call on {path} within {TIMEOUT:?}"))
+        let answer = tokio::time::timeout(TIMEOUT, answer(response)).await;
+        let (_, ended) = answer
+            .unwrap_or_else(|_| panic!("no answer to a call on {path} within {TIMEOUT:?}"))
+            .expect("an answer");
+        ended.unwrap_or_else(|| panic!("no grpc-status in the answer to a call on {path}"))
     }
+}
+
+/// The head of a gRPC call to `uri`.
+pub(crate) fn request_head(uri: Uri) -> Request<()> {
+    let mut head = Request::new(());
+    *head.method_mut() = Method::POST;
+    *head.uri_mut() = uri;
+    let headers = head.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    head
+}
+
+/// A call's answer: the bytes of its body, and how it ended as its trailers say, or its
+/// head for a call that failed at once ("Trailers-Only"); none if neither says.
+pub(crate) async fn answer(
+    response: h2::client::ResponseFuture,
+) -> Result<(BytesMut, Option<Ended>), h2::Error> {
+    let response = response.await?;
+    if let Some(ended) = grpc_status(response.headers()) {
+        return Ok((BytesMut::new(), Some(ended)));
+    }
+    let mut body = response.into_body();
+    let mut bytes = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        body.flow_control().release_capacity(chunk.len())?;
+        bytes.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await?;
+    Ok((bytes, trailers.as_ref().and_then(grpc_status)))
 }
 
 /// A gRPC message frame: uncompressed, length-prefixed `message`.

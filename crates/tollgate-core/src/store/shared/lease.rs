@@ -172,10 +172,11 @@ struct Tracked {
 }
 
 impl Tracked {
-    /// `n` more requests on counter `key` (hashed to `tag`) in period `period`; its entry,
-    /// if it has one or the heat table finds it hot with room for one.
-    fn see(&mut self, key: &str, tag: u64, period: u64, n: u64) -> Option<&mut Entry> {
+    /// `n` more requests on counter `key` in period `period`; its entry, if it has one or
+    /// the heat table (its key hashed by `hasher`) finds it hot with room for one.
+    fn see(&mut self, key: &str, hasher: &RandomState, period: u64, n: u64) -> Option<&mut Entry> {
         if !self.entries.contains_key(key) {
+            let tag = hasher.hash_one(key);
             let index = usize::try_from(tag % HEAT_SLOTS as u64).ok()?;
             let slot = self.heat.get_mut(index)?;
             if slot.tag != tag {
@@ -305,9 +306,8 @@ impl Leases {
                 stale: None,
             };
         }
-        let tag = self.hasher.hash_one(key);
         let mut tracked = lock(&self.tracked);
-        let Some(entry) = tracked.see(key, tag, period_of(local), n) else {
+        let Some(entry) = tracked.see(key, &self.hasher, period_of(local), n) else {
             return Spend::Missed {
                 next: Miss::Usual,
                 stale: None,
