@@ -18,6 +18,7 @@
 //!
 //! Run: `cargo bench --bench load -- [OPTIONS]` (`--help` lists them).
 
+use std::collections::BTreeMap;
 use std::error::Error;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -513,6 +514,8 @@ struct Stats {
     /// gRPC error statuses, answers with an unexpected overall code, and answers that
     /// are not [`Answer::well_formed`] (every descriptor here matches a rule).
     errors: u64,
+    /// The errors by kind: the gRPC code, or what was wrong with the answer.
+    error_kinds: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -522,8 +525,13 @@ impl Stats {
             match answer.result {
                 Ok(Code::Ok) if answer.well_formed => stats.ok += 1,
                 Ok(Code::OverLimit) if answer.well_formed => stats.over_limit += 1,
-                _ => {
+                result => {
                     stats.errors += 1;
+                    let kind = match result {
+                        Err(code) => format!("{code:?}"),
+                        Ok(code) => format!("malformed {code:?}"),
+                    };
+                    *stats.error_kinds.entry(kind).or_default() += 1;
                     continue;
                 }
             }
@@ -802,6 +810,7 @@ struct Row {
     p50_us: u32,
     p99_us: u32,
     errors: u64,
+    error_kinds: BTreeMap<String, u64>,
     over_limit: u64,
     cpu_us_per_req: f64,
     store_cpu_us_per_req: Option<f64>,
@@ -887,7 +896,11 @@ fn run_bench(args: &Args) -> Result<()> {
 /// result.
 fn check(row: &Row, args: &Args) -> Result<()> {
     if row.errors > 0 {
-        return Err(format!("{}: {} requests failed", row.name, row.errors).into());
+        return Err(format!(
+            "{}: {} requests failed {:?}",
+            row.name, row.errors, row.error_kinds
+        )
+        .into());
     }
     if let Some((per_window, _)) = &row.windows {
         let limit = u64::from(args.limit);
@@ -923,6 +936,7 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
         p50_us: percentile(&stats.latencies_us, 0.50),
         p99_us: percentile(&stats.latencies_us, 0.99),
         errors: stats.errors,
+        error_kinds: stats.error_kinds,
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed,
         store_cpu_us_per_req: m.store_cpu_us.map(|us| us / completed),

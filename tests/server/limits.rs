@@ -7,6 +7,7 @@ use prost::Message as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tollgate_testkit::grpc::{Code, code, request};
+use tollgate_testkit::h2_frames;
 use tollgate_testkit::raw_grpc::{RawGrpc, SHOULD_RATE_LIMIT, frame, frame_head};
 
 use crate::in_process::InProcess;
@@ -93,6 +94,37 @@ async fn the_grpc_port_advertises_its_stream_limit() {
             OK
         );
         assert_eq!(grpc.max_concurrent_streams(), want, "{args:?}");
+    }
+}
+
+/// After a stall (a paused or CPU-throttled instance), a client's calls and their
+/// cancellations (Envoy gives up on a call after its timeout, 20 ms by default) arrive
+/// together, before the server has taken up any of them. The connection stays up, with
+/// every other call on it: h2's default closes it past 20 such cancelled calls waiting.
+/// What they may hold stays bounded, in proportion to the connection's stream limit:
+/// with 2 streams, 100 such calls are too many.
+#[tokio::test]
+async fn calls_cancelled_while_the_server_stalled_leave_the_connection_up() {
+    let valid = request("d", &[&[("k", "v")]]).encode_to_vec();
+    let (burst, last) = h2_frames::cancelled_calls_then_one(100, &valid);
+    for (args, kept) in [
+        (&[][..], true),
+        (&["--grpc-max-concurrent-streams", "2"][..], false),
+    ] {
+        let server = InProcess::rules(RULES).args(args).start();
+        let mut conn = TcpStream::connect(server.grpc_addr())
+            .await
+            .expect("connect to the gRPC port");
+        conn.write_all(&burst).await.expect("send the burst");
+        let answered = tokio::time::timeout(DEADLINE, h2_frames::answered(&mut conn, last))
+            .await
+            .expect("an answer or a GOAWAY");
+        if kept {
+            answered.unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        } else {
+            let e = answered.expect_err("closed");
+            assert!(e.contains("GOAWAY, error code 0xb"), "{args:?}: {e}");
+        }
     }
 }
 

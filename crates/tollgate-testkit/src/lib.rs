@@ -7,8 +7,9 @@
 //! - [`process`]: children that die with the test process, their output, signals;
 //! - [`tollgate`]: the binary under test, its rule directories, `serve` and `check-config`;
 //! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
-//!   send, [`h2_rls`]: the load benchmark's lean client, and [`keys`]: where counters live
-//!   in Redis;
+//!   send, [`h2_frames`]: HTTP/2 byte by byte for bursts no library sends at once,
+//!   [`h2_rls`]: the load benchmark's lean client, and [`keys`]: where counters live in
+//!   Redis;
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
 //!   behind, [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
 //!   share, and [`leases`]: the leasing run both suites make;
@@ -40,6 +41,7 @@ pub mod envoy;
 pub mod envoy_gateway;
 pub mod fuzz;
 pub mod grpc;
+pub mod h2_frames;
 pub mod h2_rls;
 pub mod helm;
 pub mod http;
