@@ -1,15 +1,25 @@
 //! Envoy in front of one Tollgate on the memory store: the example's limits (`api_key` 3
 //! per fixed minute, `path=/login` 5 per sliding minute, `path=/static/*` unlimited),
-//! shared between two Envoys, and Envoy's `failure_mode_deny` with Tollgate gone.
+//! shared between two Envoys, Envoy's `failure_mode_deny` with Tollgate gone, and its
+//! connection to a Tollgate that stalled.
 
+use std::time::Duration;
+
+use futures_util::future::join_all;
 use tollgate_testkit::envoy::{self, Envoy, Upstream};
+use tollgate_testkit::http;
+use tollgate_testkit::process::Signal;
 use tollgate_testkit::tollgate::Server;
+use tollgate_testkit::wait;
 
 use crate::support::{
     EXAMPLE_ENVOY_YAML, KEY_LIMIT, assert_admitted, assert_key_headers, assert_key_sequence,
-    assert_limited, assert_ratelimit_headers, envoy, take_turns_on_one_key, timed_get, tollgate,
-    within_one_minute,
+    assert_limited, assert_ratelimit_headers, cluster_stat, envoy, take_turns_on_one_key,
+    timed_get, tollgate, within_one_minute,
 };
+
+/// Long enough for Envoy to reach a Tollgate that runs again on a loaded machine.
+const DEADLINE: Duration = Duration::from_secs(30);
 
 /// `path=/login`: requests per sliding minute.
 const LOGIN_LIMIT: usize = 5;
@@ -260,4 +270,50 @@ async fn rules_pushed_over_xds_are_enforced_through_envoy() {
             "nothing limits /static/*: {t:#?}"
         );
     }
+}
+
+/// A Tollgate that stalls (paused here; CPU-throttled in a pod) for longer than Envoy's
+/// rate-limit timeout: Envoy lets each request through without an answer
+/// (`failure_mode_deny: false`) and cancels its call, and the calls reach Tollgate with
+/// their cancellations when it runs again. Envoy's connection to Tollgate stays up: no
+/// GOAWAY, no connection closed by Tollgate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_envoy_cancelled_while_tollgate_stalled_leave_its_connection_up() {
+    const CALLS: usize = 100;
+    let upstream = Upstream::start().await;
+    let mut tollgate = tollgate().start();
+    let envoy = envoy(&upstream, tollgate.grpc_addr(), false).await;
+    let answered = |resp: &http::Response| resp.header("x-ratelimit-limit").is_some();
+    let first = envoy.get("/orders", &[("x-api-key", "stall-0")]).await;
+    assert!(answered(&first), "{first:#?}");
+
+    tollgate.signal(Signal::Stop);
+    let let_through = join_all((1..=CALLS).map(|i| {
+        let key = format!("stall-{i}");
+        let envoy = &envoy;
+        async move { envoy.get("/orders", &[("x-api-key", &key)]).await }
+    }))
+    .await;
+    for resp in &let_through {
+        assert_eq!(resp.status, 200, "{resp:#?}");
+        assert!(!answered(resp), "answered while stopped: {resp:#?}");
+    }
+    tollgate.signal(Signal::Cont);
+
+    wait::until_async(
+        "Tollgate answering through Envoy again",
+        DEADLINE,
+        async || {
+            let resp = envoy.get("/orders", &[("x-api-key", "stall-after")]).await;
+            answered(&resp).then_some(()).ok_or(format!("{resp:?}"))
+        },
+    )
+    .await;
+    let goaways = cluster_stat(&envoy, "ratelimit", "upstream_cx_close_notify").await;
+    let closed = cluster_stat(&envoy, "ratelimit", "upstream_cx_destroy_remote").await;
+    assert_eq!(
+        (goaways, closed),
+        (0, 0),
+        "GOAWAYs Envoy heard, connections Tollgate closed"
+    );
 }

@@ -238,3 +238,15 @@ fn admitted_per_envoy(responses: &[Timed], n: usize) -> Vec<usize> {
         })
         .collect()
 }
+
+/// Envoy's statistic `cluster.CLUSTER.NAME`, as its admin interface says.
+pub async fn cluster_stat(envoy: &Envoy, cluster: &str, name: &str) -> u64 {
+    let full = format!("cluster.{cluster}.{name}");
+    let stats = http::get(envoy.admin, &format!("/stats?filter={full}")).await;
+    stats
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix(&full)?.strip_prefix(": "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {full} in {stats:?}"))
+}

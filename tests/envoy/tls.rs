@@ -13,7 +13,7 @@ use tollgate_testkit::tls;
 use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
 use tollgate_testkit::wait;
 
-use crate::support::{KEY_LIMIT, tollgate, within_one_minute};
+use crate::support::{KEY_LIMIT, cluster_stat, tollgate, within_one_minute};
 
 /// The TLS variant of the example Envoy configuration.
 const TLS_ENVOY_YAML: &str = include_str!("../../examples/envoy/tls/envoy.yaml");
@@ -167,20 +167,9 @@ async fn aged_connections_and_a_rotated_certificate_fail_no_request() {
         }
     })
     .await;
-    let stats = http::get(
-        envoy.admin,
-        "/stats?filter=cluster.ratelimit.upstream_cx_total",
-    )
-    .await;
-    let connections: u64 = stats
-        .body
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no connection count in {stats:?}"));
+    let connections = cluster_stat(&envoy, "ratelimit", "upstream_cx_total").await;
     assert!(
         connections >= 3,
-        "Envoy reconnected as connections aged: {stats:?}"
+        "Envoy reconnected as connections aged: {connections} connections"
     );
 }
