@@ -511,11 +511,18 @@ struct Stats {
     latencies_us: Vec<u32>,
     ok: u64,
     over_limit: u64,
-    /// gRPC error statuses, answers with an unexpected overall code, and answers that
-    /// are not [`Answer::well_formed`] (every descriptor here matches a rule).
-    errors: u64,
-    /// The errors by kind: the gRPC code, or what was wrong with the answer.
-    error_kinds: BTreeMap<String, u64>,
+    /// Errors by kind: gRPC error statuses (by code), and answers with an unexpected
+    /// overall code or not [`Answer::well_formed`] (every descriptor here matches a
+    /// rule), by the code they carry.
+    errors: Errors,
+}
+
+/// Failed requests, counted by kind.
+type Errors = BTreeMap<String, u64>;
+
+/// How many requests failed, of any kind.
+fn failed(errors: &Errors) -> u64 {
+    errors.values().sum()
 }
 
 impl Stats {
@@ -526,12 +533,11 @@ impl Stats {
                 Ok(Code::Ok) if answer.well_formed => stats.ok += 1,
                 Ok(Code::OverLimit) if answer.well_formed => stats.over_limit += 1,
                 result => {
-                    stats.errors += 1;
                     let kind = match result {
                         Err(code) => format!("{code:?}"),
                         Ok(code) => format!("malformed {code:?}"),
                     };
-                    *stats.error_kinds.entry(kind).or_default() += 1;
+                    *stats.errors.entry(kind).or_default() += 1;
                     continue;
                 }
             }
@@ -809,8 +815,7 @@ struct Row {
     rps: f64,
     p50_us: u32,
     p99_us: u32,
-    errors: u64,
-    error_kinds: BTreeMap<String, u64>,
+    errors: Errors,
     over_limit: u64,
     cpu_us_per_req: f64,
     store_cpu_us_per_req: Option<f64>,
@@ -895,10 +900,12 @@ fn run_bench(args: &Args) -> Result<()> {
 /// otherwise on a denied share far from the one asked for: a fast wrong answer is not a
 /// result.
 fn check(row: &Row, args: &Args) -> Result<()> {
-    if row.errors > 0 {
+    if !row.errors.is_empty() {
         return Err(format!(
             "{}: {} requests failed {:?}",
-            row.name, row.errors, row.error_kinds
+            row.name,
+            failed(&row.errors),
+            row.errors
         )
         .into());
     }
@@ -929,14 +936,13 @@ fn summarize(name: &'static str, m: Measurement) -> Row {
     let stats = m.stats;
     let answered = stats.ok + stats.over_limit;
     // The server spent CPU on failed requests too, so they count here.
-    let completed = (answered + stats.errors).max(1) as f64;
+    let completed = (answered + failed(&stats.errors)).max(1) as f64;
     Row {
         name,
         rps: answered as f64 / m.seconds,
         p50_us: percentile(&stats.latencies_us, 0.50),
         p99_us: percentile(&stats.latencies_us, 0.99),
         errors: stats.errors,
-        error_kinds: stats.error_kinds,
         over_limit: stats.over_limit,
         cpu_us_per_req: m.cpu_us / completed,
         store_cpu_us_per_req: m.store_cpu_us.map(|us| us / completed),
@@ -965,7 +971,7 @@ fn print_row(round: u64, r: &Row) {
         r.rps,
         r.p50_us,
         r.p99_us,
-        r.errors,
+        failed(&r.errors),
         r.over_limit,
         r.cpu_us_per_req,
         r.client_cpu_us_per_req
