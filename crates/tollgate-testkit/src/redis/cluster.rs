@@ -45,6 +45,11 @@ impl RedisCluster {
                     conf.to_string_lossy().into_owned(),
                     "--cluster-node-timeout".into(),
                     "2000".into(),
+                    // Without it the cluster bus takes port + 10000, a port nothing
+                    // checked, which another test's connection may hold as its source
+                    // port: the node then fails to start (seen in a clean-clone run).
+                    "--cluster-port".into(),
+                    free_port().to_string(),
                 ];
                 node.extra.extend(extra());
                 node.launch();
