@@ -1,6 +1,7 @@
 //! Several instances on one real store, each a `SharedStore` of its own in this process:
 //! what one instance does to a counter, the others must see.
 
+mod exactness;
 mod model;
 
 use std::sync::Arc;

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
+use self::late::Ran;
 use self::ledger::Ledger;
 use self::link::TimeSink;
 use self::protocol::{Ask, Counted, RawReply, Reply};
@@ -54,9 +55,8 @@ use crate::stats::Histogram;
 enum Answer {
     /// The store ran the call.
     Ran(Snapshot),
-    /// It failed or was ignored: nothing was counted (for a lost connection this is not
-    /// known, and taken so).
-    Failed(StoreError),
+    /// It failed or was ignored: nothing was counted, or (`Ran::InDoubt`) it may have been.
+    Failed(StoreError, Ran),
     /// No answer within the wait; the call may still run.
     Pending(Trip),
 }
@@ -266,6 +266,9 @@ impl SharedStore {
                 debt_units: debts.units,
                 debt_charged: debts.charged,
                 debt_forgiven: debts.forgiven,
+                credit_units: debts.credit_units,
+                credited: debts.credited,
+                calls_in_doubt: self.ledger.in_doubt(),
                 leases_taken: load(&self.leases.counts.taken),
                 lease_units_leased: load(&self.leases.counts.units_leased),
                 lease_units_returned: load(&self.leases.counts.units_returned),
@@ -293,7 +296,7 @@ impl SharedStore {
                 let states = held.then_some(snapshot.states.as_slice());
                 Ok(CounterView::of(states, limits, snapshot.now, hits))
             }
-            Answer::Failed(e) => Err(e),
+            Answer::Failed(e, _) => Err(e),
             Answer::Pending(_) => Err(StoreError::Timeout),
         };
         Peek {
@@ -407,21 +410,22 @@ impl SharedStore {
                 bump(&self.counts.round_trips);
                 let ran_at = snapshot.now;
                 let debt = call.args().debt;
-                let verdict =
-                    call.ran(|| self.adopt(key, limits, Counted { debt, hits }, snapshot));
-                if let Hits::Refund(1..) = hits {
+                let counted = Counted { debt, hits };
+                let lowered = protocol::lowers(&snapshot.states, limits, ran_at, counted);
+                let verdict = call.ran(|| self.adopt(key, limits, counted, snapshot));
+                if lowered {
                     // Answered once every instance may know: the next request anywhere
                     // is decided on the count the refund left.
                     self.announce_decrease(key, ran_at, timeout).await;
                 }
                 Ok((verdict, DecidedBy::Store))
             }
-            Answer::Failed(e) => {
+            Answer::Failed(e, ran) => {
                 let pending = call.others_in_flight();
-                call.failed();
+                call.failed(ran);
                 self.fall_back(key, limits, (hits, pending), now, e, |verdict| {
                     let decided = counted(hits, verdict.decision.admitted);
-                    self.ledger.owe(key, limits, decided, now);
+                    self.ledger.owe(key, limits, ran.owed(decided), now);
                 })
                 .map(|verdict| (verdict, DecidedBy::Fallback))
             }
@@ -434,7 +438,7 @@ impl SharedStore {
                     self.ledger
                         .expect(key, limits, u64::try_from(decided).unwrap_or(0));
                 });
-                call.outlived(trip, decided, now);
+                call.outlived(trip, Some(decided), now);
                 verdict.map(|verdict| (verdict, DecidedBy::Fallback))
             }
         }
@@ -500,7 +504,7 @@ impl SharedStore {
             Err(trip) => Answer::Pending(trip),
             Ok(raw) => match self.read(raw, args.limits) {
                 Ok(snapshot) => Answer::Ran(snapshot),
-                Err(e) => Answer::Failed(e),
+                Err((e, ran)) => Answer::Failed(e, ran),
             },
         }
     }
@@ -535,12 +539,13 @@ impl SharedStore {
         })
     }
 
-    /// What a finished round trip says, counted by kind when it failed.
+    /// What a finished round trip says, counted by kind when it failed, with whether the
+    /// call ran.
     fn read(
         &self,
         raw: Result<RawReply, TripError>,
         limits: &[Limit],
-    ) -> Result<Snapshot, StoreError> {
+    ) -> Result<Snapshot, (StoreError, Ran)> {
         let raw = self.raw_reply(raw)?;
         match protocol::decode(&raw, limits) {
             Ok(Reply::Ran {
@@ -555,33 +560,39 @@ impl SharedStore {
             Ok(Reply::Late { now }) => {
                 self.local.learn_time(now);
                 bump(&self.counts.timeouts);
-                Err(StoreError::Timeout)
+                Err((StoreError::Timeout, Ran::Not))
             }
-            Err(why) => Err(self.unreadable(why)),
+            Err(why) => Err((self.unreadable(why), Ran::InDoubt)),
         }
     }
 
-    /// The numbers of a finished round trip, or its failure counted by kind.
-    fn raw_reply(&self, raw: Result<RawReply, TripError>) -> Result<RawReply, StoreError> {
-        match raw {
+    /// The numbers of a finished round trip, or its failure counted by kind, with whether
+    /// the call ran.
+    fn raw_reply(&self, raw: Result<RawReply, TripError>) -> Result<RawReply, (StoreError, Ran)> {
+        let e = match raw {
+            Ok(raw) => return Ok(raw),
+            Err(e) => e,
+        };
+        let ran = Ran::of_error(&e);
+        let error = match e {
             #[cfg(feature = "postgres")]
-            Err(TripError::Timeout) => {
+            TripError::Timeout => {
                 bump(&self.counts.timeouts);
                 self.backend.health().report_slow();
-                Err(StoreError::Timeout)
+                StoreError::Timeout
             }
-            Err(TripError::NotConnected) => Err(StoreError::NotConnected),
-            Err(TripError::Lost(e)) => {
+            TripError::NotConnected => StoreError::NotConnected,
+            TripError::Lost(e) => {
                 bump(&self.counts.connection_errors);
-                Err(StoreError::Failed(e))
+                StoreError::Failed(e)
             }
-            Err(TripError::Failed(e)) => {
+            TripError::Failed(e) => {
                 bump(&self.counts.script_errors);
                 self.backend.health().report_call_failed();
-                Err(StoreError::Failed(e))
+                StoreError::Failed(e)
             }
-            Ok(raw) => Ok(raw),
-        }
+        };
+        Err((error, ran))
     }
 
     /// A reply that could not be read, counted as a failed call.
