@@ -13,6 +13,8 @@
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
 //!   behind, [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
 //!   share, and [`leases`]: the leasing run both suites make;
+//! - [`toxiproxy`]: a TCP proxy between Tollgate and its store for faults (latency,
+//!   held data, resets, bandwidth, cuts and heals);
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
 //! - [`serial`]: the lock that keeps timing-sensitive tests apart, [`rng`]: seeded
@@ -63,6 +65,7 @@ pub mod shared_store;
 pub mod statsd_exporter;
 pub mod tls;
 pub mod tollgate;
+pub mod toxiproxy;
 pub mod wait;
 pub mod xds;
 pub mod zoneinfo;
