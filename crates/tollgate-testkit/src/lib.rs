@@ -72,6 +72,7 @@ pub mod zoneinfo;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 
 /// A failure to start or drive a child process, as a message for a person (it quotes the
 /// process's output when there is any).
@@ -96,6 +97,12 @@ impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Self(e.to_string())
     }
+}
+
+/// The workspace's root directory, where `scripts/install-test-deps.sh` installs under
+/// `target/test-deps/`.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A loopback port nothing listens on right now: bind 127.0.0.1:0, read the port, close.

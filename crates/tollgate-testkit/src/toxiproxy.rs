@@ -50,7 +50,7 @@ pub fn binary() -> &'static Path {
                 );
                 path
             }
-            None => Some(crate::helm::workspace().join(INSTALLED))
+            None => Some(crate::workspace().join(INSTALLED))
                 .filter(|path| path.is_file())
                 .unwrap_or_else(|| panic!("no toxiproxy-server found: {install}")),
         }
