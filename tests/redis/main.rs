@@ -1,6 +1,6 @@
 //! Tollgate's Redis store against real redis-servers: one server, a 3-master Cluster, a
 //! sentinel set, TLS, and the failures of each (down, killed under load, frozen, failed
-//! over), leases, and reference mode's counting. Tests that measure time take the
+//! over), leases, reference mode's counting, and a smoke test on Valkey. Tests that measure time take the
 //! testkit's timing lock.
 
 mod admin;
@@ -16,3 +16,4 @@ mod single;
 mod support;
 mod tls;
 mod top;
+mod valkey;

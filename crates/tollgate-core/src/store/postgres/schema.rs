@@ -15,7 +15,8 @@
 //! in-flight counters: `tollgate_slots` of `slots.sql`, run after `schema.sql`; 8
 //! runtime overrides: the table `tollgate_overrides` of `overrides.sql`, run last; 9
 //! batched calls: `tollgate_apply_many` runs many calls of version 4's signature in one
-//! statement (instances of version 8 keep calling that signature alone).
+//! statement (instances of version 8 keep calling that signature alone); 10 a bucket
+//! refuses a request of more units than its burst, whose span could round to the burst's.
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -35,7 +36,7 @@ const SCHEMA: &str = concat!(
 );
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 9;
+pub const SCHEMA_VERSION: i32 = 10;
 
 /// Whether every piece the schema makes is there: the counter and override tables, the counting
 /// functions this version calls, the older signatures kept for a rolling upgrade's
