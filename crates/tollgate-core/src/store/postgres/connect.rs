@@ -212,7 +212,7 @@ const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9
 pub(super) const CHECK_MANY: &str = "SELECT call_no, reply FROM \
      tollgate_apply_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 const NOW: &str = "SELECT tollgate_now_us()";
-const SLOTS: &str = "SELECT tollgate_slots($1, $2, $3, $4, $5, $6)";
+const SLOTS: &str = "SELECT tollgate_slots($1, $2, $3, $4, $5, $6, $7)";
 
 impl PgConnector {
     /// One connection, with its statement timeout set.

@@ -168,14 +168,24 @@ impl Backend for PgBackend {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let key = format!("{}{}", self.key_prefix, call.key);
-        let numbers = [call.n, call.max, call.expire_after_us, call.deadline_us].map(signed);
+        let numbers = [
+            call.n,
+            call.max,
+            call.expire_after_us,
+            call.deadline_us,
+            call.debt,
+        ]
+        .map(signed);
         let link = self.link.clone();
         Box::pin(async move {
             let conn = pool.pick();
-            let [n, max, expire, deadline] = &numbers;
+            let [n, max, expire, deadline, debt] = &numbers;
             let row = conn
                 .client
-                .query_one(&conn.slots, &[&key, &call.mode, n, max, expire, deadline])
+                .query_one(
+                    &conn.slots,
+                    &[&key, &call.mode, n, max, expire, deadline, debt],
+                )
                 .await
                 .map_err(|e| classify(&link, e))?;
             let numbers: Vec<i64> = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;

@@ -64,7 +64,7 @@ impl SharedStore {
     /// answer; a credit that landed is announced, as any decrease is.
     async fn settle_one(self: &Arc<Self>, due: &Due) {
         if slots::in_flight(&due.limits).is_some() {
-            return self.release_credited(due).await;
+            return self.settle_slots(due).await;
         }
         let now = self.local.now();
         let deadline = self.local.deadline(now, SETTLE_TIMEOUT);

@@ -4,13 +4,14 @@
 //! and answers the slots held before the call. The verdict is the memory store's
 //! algorithm on those slots; the store's own decision wins where they differ.
 //!
-//! A slot is held only where the store confirmed it: an acquisition decided without an
-//! answer (per `--on-store-error`) is admitted without a slot, so its answer carries no
-//! rule metadata and Envoy sends no release that would free another request's slot; if
-//! the store took a slot for it all the same (the call ran late), the slot is credited
-//! and released by the settler. A release decided without an answer is credited the same
-//! way. With `local`, such an acquisition is admitted only into slots the view (the
-//! store's last answer, and what this instance decided since) shows free.
+//! Without an answer in time, `--on-store-error` decides, and the slot is not confirmed:
+//! the verdict says nothing of the slots, so the answer carries no rule metadata and Envoy
+//! sends no release for it (a release must never free a slot its acquisition did not
+//! take). With `local` the view decides: the slots of the store's last answer and what
+//! this instance decided since. What was admitted so is owed to the store as any debt,
+//! carried by the next call (the store takes those slots even past `max`, and with no
+//! release to come they free themselves after `expire_after`); a release decided so is
+//! credited and released by the settler.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,9 +19,9 @@ use std::time::Instant;
 use super::background::SETTLE_TIMEOUT;
 use super::debts::Due;
 use super::late::Ran;
-use super::protocol::{Ask, RawReply, ReplyError, units};
+use super::protocol::{Ask, Counted, RawReply, ReplyError, units};
 use super::slot_call::SlotCall;
-use super::{SharedStore, Snapshot, bump};
+use super::{SharedStore, Snapshot, bump, counted};
 use crate::algo::{Hits, LimitState, Slots, Verdict};
 use crate::clock::Timestamp;
 use crate::limit::{Algorithm, Limit};
@@ -74,30 +75,33 @@ fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
 /// What a slot call for `hits` did, by its reply `raw`: slots taken (an acquisition the
 /// store admitted), slots released (negative), or nothing.
 pub(super) fn ran(raw: &RawReply, hits: Hits) -> Ran {
-    let units = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     match decode(raw) {
         Ok(None) => Ran::Not,
         Err(_) => Ran::InDoubt,
-        Ok(Some(reply)) => Ran::Counted(match hits {
-            Hits::Consume(n) | Hits::Charge(n) if reply.admitted => units(n),
-            Hits::Refund(n) => -units(n.min(reply.before.count(reply.now))),
-            Hits::Consume(_) | Hits::Charge(_) | Hits::Check => 0,
-        }),
+        Ok(Some(reply)) => Ran::Counted(counted(hits, reply.admitted)),
     }
 }
 
-/// What a decision on `hits` made without the store does to the slots the store holds:
-/// an acquisition takes none (its request holds no slot there), a release gives back.
-fn decided(hits: Hits) -> i64 {
-    match hits {
-        Hits::Refund(n) => -i64::try_from(n).unwrap_or(i64::MAX),
-        Hits::Consume(_) | Hits::Charge(_) | Hits::Check => 0,
+/// What the settler's call for `due` does besides its debt: a release of the credited
+/// slots, or nothing.
+fn settling_hits(due: &Due) -> Hits {
+    match due.hits {
+        Hits::Refund(n) => Hits::Refund(n),
+        Hits::Consume(_) | Hits::Charge(_) | Hits::Check => Hits::Check,
     }
+}
+
+/// A verdict decided without the store's answer: it confirms no slot, so it says nothing
+/// of the slots (`in_flight` is none) and the answer carries no rule metadata.
+fn unconfirmed(mut verdict: Verdict) -> Verdict {
+    verdict.in_flight = None;
+    verdict
 }
 
 impl SharedStore {
-    /// Decides `hits` on the in-flight counter `key` by one call to the store; without an
-    /// answer in time, per `--on-store-error` (module docs).
+    /// Decides `hits` on the in-flight counter `key` by one call to the store, carrying
+    /// the slots this instance admitted without it; without an answer in time, per
+    /// `--on-store-error` (module docs).
     pub(super) async fn slots(
         &self,
         key: &str,
@@ -107,71 +111,71 @@ impl SharedStore {
         let Some(limit) = in_flight(limits) else {
             return Err(StoreError::Failed(Arc::new(ReplyError::Short(0))));
         };
-        let timeout = self.behaviour.timeout;
         let now = self.local.now();
+        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now) {
+            return verdict.map(|verdict| (unconfirmed(verdict), DecidedBy::Fallback));
+        }
+        let timeout = self.behaviour.timeout;
         let deadline = self.local.deadline(now, timeout);
         let call = self
             .ledger
             .open((key, limits), Ask::Hits(hits), now, deadline);
-        let started = Instant::now();
-        let trip = self
-            .backend
-            .slots(SlotCall::new(key, limit, hits, deadline));
-        let (error, outlived) = match self.wait(trip, timeout, started).await {
-            Err(trip) => (StoreError::Timeout, Some(trip)),
+        let trip = self.backend.slots(SlotCall::of(call.args(), limit));
+        let pending = call.others_in_flight();
+        let trip = match self.wait(trip, timeout, Instant::now()).await {
             Ok(raw) => match self.read_slots(raw) {
                 Ok(reply) => {
-                    let verdict = call.ran(|| self.adopt_slots(key, limits, hits, reply));
+                    let counted = Counted {
+                        debt: call.args().debt,
+                        hits,
+                    };
+                    let verdict = call.ran(|| self.adopt_slots(key, limits, counted, reply));
                     return Ok((verdict, DecidedBy::Store));
                 }
                 Err((e, ran)) => {
-                    let pending = call.others_in_flight();
                     call.failed(ran);
-                    let verdict = self.slots_fall_back(key, limits, (hits, pending), now, e)?;
-                    self.ledger.owe(key, limits, ran.owed(decided(hits)), now);
-                    return Ok((verdict, DecidedBy::Fallback));
+                    let verdict = self.fall_back(key, limits, (hits, pending), now, e, |v| {
+                        let decided = counted(hits, v.decision.admitted);
+                        self.ledger.owe(key, limits, ran.owed(decided), now);
+                    })?;
+                    return Ok((unconfirmed(verdict), DecidedBy::Fallback));
                 }
             },
+            Err(trip) => trip,
         };
-        let pending = call.others_in_flight();
-        if let Some(trip) = outlived {
-            call.outlived(trip, Some(decided(hits)), now);
-        }
-        let verdict = self.slots_fall_back(key, limits, (hits, pending), now, error)?;
-        Ok((verdict, DecidedBy::Fallback))
+        let mut decided = 0;
+        let timed_out = StoreError::Timeout;
+        let verdict = self.fall_back(key, limits, (hits, pending), now, timed_out, |v| {
+            decided = counted(hits, v.decision.admitted);
+            self.ledger
+                .expect(key, limits, u64::try_from(decided).unwrap_or(0));
+        });
+        call.outlived(trip, Some(decided), now);
+        Ok((unconfirmed(verdict?), DecidedBy::Fallback))
     }
 
-    /// The verdict per `--on-store-error` on an in-flight counter, leaving room for
-    /// `pending` units of other calls out. It confirms no slot: the verdict says nothing
-    /// of the slots (`in_flight` is none), so the answer carries no rule metadata.
-    fn slots_fall_back(
+    /// The store's answer to a slot call that `counted` as the verdict, and the slots
+    /// after it as the counter's view.
+    fn adopt_slots(
         &self,
         key: &str,
         limits: &[Limit],
-        (hits, pending): (Hits, u64),
-        now: Timestamp,
-        error: StoreError,
-    ) -> Result<Verdict, StoreError> {
-        let mut verdict = self.fall_back(key, limits, (hits, pending), now, error, |_| {})?;
-        verdict.in_flight = None;
-        Ok(verdict)
-    }
-
-    /// The store's answer to a slot call for `hits` as the verdict, and the slots after it
-    /// as the counter's view.
-    fn adopt_slots(&self, key: &str, limits: &[Limit], hits: Hits, reply: SlotReply) -> Verdict {
+        counted: Counted,
+        reply: SlotReply,
+    ) -> Verdict {
         let snapshot = Snapshot {
             admitted: reply.admitted,
             now: reply.now,
             states: vec![LimitState::Slots(reply.before.clone())],
         };
-        let mut verdict = self.adopt(key, limits, super::Counted::of(hits), snapshot);
+        let mut verdict = self.adopt(key, limits, counted, snapshot);
         if let Some(f) = &mut verdict.in_flight {
-            if let Hits::Consume(n) = hits
+            if let Hits::Consume(n) = counted.hits
                 && verdict.decision.admitted != reply.admitted
             {
                 let taken = if reply.admitted { units(n) } else { 0 };
-                f.held = reply.before.count(reply.now).saturating_add(taken);
+                let before = reply.before.count(reply.now).saturating_add(counted.debt);
+                f.held = before.saturating_add(taken);
             }
             // The store dropped the expired slots before answering: `before` holds none.
             f.expired = reply.expired;
@@ -179,24 +183,27 @@ impl SharedStore {
         verdict
     }
 
-    /// Releases the slots credited to in-flight counter `due.key` (`due.hits` a refund):
-    /// taken by the store for requests answered without one, or released without it.
-    pub(super) async fn release_credited(&self, due: &Due) {
-        let (Some(limit), Hits::Refund(_)) = (in_flight(&due.limits), due.hits) else {
+    /// Settles in-flight counter `due.key`: the slots admitted without the store taken
+    /// (carried by a check), or those released without it released.
+    pub(super) async fn settle_slots(&self, due: &Due) {
+        let Some(limit) = in_flight(&due.limits) else {
             return;
         };
         let now = self.local.now();
         let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
         let call = self.ledger.settle(due, now, deadline);
-        let release = SlotCall::new(&due.key, limit, due.hits, deadline);
-        match self
-            .wait(self.backend.slots(release), SETTLE_TIMEOUT, Instant::now())
-            .await
-        {
+        let settling = SlotCall::of(call.args(), limit);
+        let trip = self.backend.slots(settling);
+        match self.wait(trip, SETTLE_TIMEOUT, Instant::now()).await {
             Err(trip) => call.outlived(trip, None, now),
             Ok(raw) => match self.read_slots(raw) {
                 Ok(reply) => {
-                    call.ran(|| self.adopt_slots(&due.key, &due.limits, due.hits, reply));
+                    let debt = call.args().debt;
+                    let counted = Counted {
+                        debt,
+                        hits: settling_hits(due),
+                    };
+                    call.ran(|| self.adopt_slots(&due.key, &due.limits, counted, reply));
                 }
                 Err((_, ran)) => call.failed(ran),
             },
