@@ -94,6 +94,7 @@ impl Ledger {
         let (key, limits, debt) = (args.key, args.limits, args.debt);
         if self.awaited.fetch_add(1, Ordering::Relaxed) >= MAX_AWAITED {
             self.awaited.fetch_sub(1, Ordering::Relaxed);
+            self.doubted();
             self.reconcile((key, limits), (debt, credit), Ran::InDoubt, decided, now);
             return;
         }
@@ -109,6 +110,9 @@ impl Ledger {
                 Ok(raw) => heard(raw, &limits, hits),
                 Err(_) => Ran::InDoubt,
             };
+            if ran == Ran::InDoubt {
+                ledger.doubted();
+            }
             ledger.reconcile((&key, &limits), (debt, credit), ran, decided, now);
         });
     }
@@ -140,9 +144,6 @@ impl Ledger {
                 }
             }
             Ran::InDoubt => {
-                if debt > 0 || credit > 0 || decided.is_some() {
-                    self.in_doubt.fetch_add(1, Ordering::Relaxed);
-                }
                 self.debts.restore(key, debt);
                 if credit > 0 {
                     self.debts.credit_in_doubt(key, credit);

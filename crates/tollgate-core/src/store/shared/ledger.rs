@@ -176,7 +176,7 @@ impl Ledger {
         self.debts.stats()
     }
 
-    /// Counts a call taken as in doubt that settles nothing in the ledger (a give-back).
+    /// Counts a call taken as in doubt.
     pub(crate) fn doubted(&self) {
         self.in_doubt.fetch_add(1, Ordering::Relaxed);
     }
@@ -220,7 +220,17 @@ impl<'a> Call<'a> {
     /// again; its credit is credited again unless it may have been given back.
     pub(crate) fn failed(mut self, ran: Ran) {
         self.open = false;
+        if ran == Ran::InDoubt && self.moves_units() {
+            self.ledger.doubted();
+        }
         self.unresolved(ran);
+    }
+
+    /// Whether the call may change a count: it asks for more than a check, or carries a
+    /// debt or a credit.
+    fn moves_units(&self) -> bool {
+        let asked = !matches!(self.args.ask, Ask::Hits(Hits::Check));
+        asked || self.args.debt > 0 || self.credit > 0
     }
 
     fn unresolved(&self, ran: Ran) {
@@ -249,6 +259,9 @@ impl Drop for Call<'_> {
     fn drop(&mut self) {
         // Dropped unresolved (its request was dropped while it was out): it may run.
         if self.open {
+            if self.moves_units() {
+                self.ledger.doubted();
+            }
             self.unresolved(Ran::InDoubt);
         }
     }

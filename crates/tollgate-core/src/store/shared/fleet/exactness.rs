@@ -21,20 +21,24 @@ use crate::store::shared::SharedStore;
 /// only the stall makes calls miss it.
 const STALL_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// The store's calls made to run late: Redis's writes paused, or PostgreSQL's counters
-/// locked, until [`Stalled::heal`].
-enum Stalled<'a> {
-    Redis(&'a RedisServer),
+/// The store's calls made to run late: Redis's writes paused (on every node of a
+/// Cluster), or PostgreSQL's counters locked, until [`Stalled::heal`].
+pub(super) enum Stalled<'a> {
+    Redis(Vec<&'a RedisServer>),
     Postgres(Process),
 }
 
 impl<'a> Stalled<'a> {
-    fn begin(shared: &Shared<'a>) -> Self {
-        match shared {
-            Shared::Redis(redis) => {
-                redis.query::<String>(&["CLIENT", "PAUSE", "30000", "WRITE"]);
-                Self::Redis(redis)
+    pub(super) fn begin(shared: &Shared<'a>) -> Self {
+        let paused = |nodes: Vec<&'a RedisServer>| {
+            for node in &nodes {
+                node.query::<String>(&["CLIENT", "PAUSE", "30000", "WRITE"]);
             }
+            Self::Redis(nodes)
+        };
+        match shared {
+            Shared::Redis(redis) => paused(vec![*redis]),
+            Shared::Cluster(cluster) => paused(cluster.nodes.iter().collect()),
             Shared::Postgres(pg) => {
                 Self::Postgres(pg.hold("BEGIN; LOCK TABLE tollgate_counters IN EXCLUSIVE MODE;"))
             }
@@ -42,10 +46,12 @@ impl<'a> Stalled<'a> {
     }
 
     /// The store runs the calls it held, each after its deadline.
-    fn heal(self) {
+    pub(super) fn heal(self) {
         match self {
-            Self::Redis(redis) => {
-                redis.query::<String>(&["CLIENT", "UNPAUSE"]);
+            Self::Redis(nodes) => {
+                for node in nodes {
+                    node.query::<String>(&["CLIENT", "UNPAUSE"]);
+                }
             }
             Self::Postgres(held) => drop(held),
         }
@@ -53,7 +59,7 @@ impl<'a> Stalled<'a> {
 }
 
 /// Waits until every instance has heard from its late calls and owes nothing.
-async fn settled(fleet: &[Arc<SharedStore>]) {
+pub(super) async fn settled(fleet: &[Arc<SharedStore>]) {
     until_async(
         "every call heard from and settled",
         Duration::from_secs(20),
@@ -78,7 +84,7 @@ async fn settled(fleet: &[Arc<SharedStore>]) {
 
 /// What the store counts on `key`, read with a check by an instance of its own that
 /// never saw a stall and waits for the store as long as it takes.
-async fn stored(shared: &Shared<'_>, key: &str, limits: &[Limit]) -> u64 {
+pub(super) async fn stored(shared: &Shared<'_>, key: &str, limits: &[Limit]) -> u64 {
     let reader = instances(shared, 1, behaviour(false, Duration::from_secs(5))).await;
     let peek = reader[0].peek(key, limits, 0).await;
     let shared = peek
