@@ -13,6 +13,7 @@ use crate::api::json::request_body;
 use crate::cli::admin_tls;
 use crate::cli::client::request;
 use crate::config::settings::{AdminArgs, ClientTlsArgs, TopArgs};
+use crate::ops::token;
 
 /// How long connecting and the whole exchange may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +80,9 @@ pub(super) async fn call_json(
     body: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
+    if let Some(token) = token {
+        token::check("ADMIN_TOKEN (--admin-token)", token).map_err(anyhow::Error::msg)?;
+    }
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
@@ -106,9 +110,10 @@ pub(super) async fn call_json(
         .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))
 }
 
-/// `tollgate explain`: prints what the server says of each descriptor.
-pub(crate) async fn explain(args: AdminArgs) -> anyhow::Result<()> {
-    print!("{}", render(&ask(&args, "POST", "/explain", None).await?));
+/// `tollgate explain`: prints what the server says of each descriptor (and who set an
+/// override, when `token` is the server's).
+pub(crate) async fn explain(args: AdminArgs, token: Option<&str>) -> anyhow::Result<()> {
+    print!("{}", render(&ask(&args, "POST", "/explain", token).await?));
     Ok(())
 }
 

@@ -33,7 +33,13 @@ pub fn run(cli: Cli) -> ExitCode {
             Ok(true) => ExitCode::from(2),
             Err(e) => failed(&e),
         },
-        Command::Explain(args) => done(on_runtime(admin_client::explain(args))),
+        Command::Explain {
+            request,
+            admin_token,
+        } => done(on_runtime(admin_client::explain(
+            request,
+            admin_token.as_deref(),
+        ))),
         Command::Reset {
             request,
             admin_token,
