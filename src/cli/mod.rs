@@ -6,6 +6,7 @@ mod admin_tls;
 pub(crate) mod client;
 mod overrides;
 mod serve;
+mod visible;
 
 use std::process::ExitCode;
 

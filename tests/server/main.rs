@@ -23,6 +23,7 @@ mod reset;
 mod rlqs;
 mod secrets;
 mod startup;
+mod terminal;
 mod tls;
 mod top;
 mod tracing;

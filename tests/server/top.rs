@@ -292,6 +292,48 @@ async fn the_page_shows_the_top_keys_the_rules_and_an_explanation() {
     assert!(health.ends_with(">answering"), "{health}");
 }
 
+/// On the page a value with U+202E read reversed and control characters went unseen; and
+/// the explain form split a value at its commas. Every such character shows as an escape
+/// (JSON's own in the explanation), and an entry is sent whole (`entry=` in the link, a
+/// line in the form).
+#[tokio::test]
+async fn the_page_shows_hidden_characters_as_escapes_and_sends_values_whole() {
+    let Some(browser) = chromium::binary() else {
+        return;
+    };
+    let server = InProcess::rules(RULES).start();
+    let value = "v,1\u{202e}gnp.exe\x1b[31m";
+    let mut rls = server.client().await;
+    for _ in 0..3 {
+        rls.check("web", &[("ip", value)]).await;
+    }
+    let entry: String = form_urlencoded::byte_serialize(format!("ip={value}").as_bytes()).collect();
+    let url = format!("http://{}/ui?domain=web&entry={entry}", server.http_addr());
+    let dom = tokio::task::spawn_blocking(move || chromium::dump_dom(&browser, &url))
+        .await
+        .expect("chromium ran");
+    let top = section(&dom, r#"<tbody id="top">"#, "</tbody>");
+    let rows: Vec<&str> = top.split("</tr>").filter(|r| r.contains("<td")).collect();
+    assert_eq!(rows.len(), 1, "{top}");
+    assert_eq!(
+        texts(rows[0]),
+        ["1", "0", "web.ip", r"ip=v,1\u{202e}gnp.exe\x1b[31m"],
+        "{top}"
+    );
+    let explained = section(&dom, r#"<pre id="explain">"#, "</pre>");
+    assert!(
+        explained.contains(r#""overallCode": "OVER_LIMIT""#),
+        "the value was not sent whole: {explained}"
+    );
+    assert!(
+        explained.contains(r#""descriptor": "ip=v,1\u202egnp.exe\u001b[31m""#),
+        "{explained}"
+    );
+    for hidden in ['\u{202e}', '\x1b'] {
+        assert!(!dom.contains(hidden), "{hidden:?} in the page: {dom}");
+    }
+}
+
 /// The part of `dom` from `start` to the next `end`.
 fn section<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
     let from = dom
