@@ -6,6 +6,7 @@ use tollgate_core::overrides::{Override, OverrideEntry, OverrideLimit};
 
 use crate::cli::admin_client::call_json;
 use crate::cli::client::parse_descriptor;
+use crate::cli::visible::shown;
 use crate::config::settings::{OverriddenArgs, OverrideAction, OverrideArgs};
 
 /// Runs the action and prints what the server did.
@@ -75,17 +76,17 @@ fn render(answer: &Value) -> String {
             .as_array()
             .map(|e| {
                 e.iter()
-                    .map(|e| format!("{}={}", str_of(&e["key"]), str_of(&e["value"])))
+                    .map(|e| format!("{}={}", shown(&e["key"]), shown(&e["value"])))
                     .collect()
             })
             .unwrap_or_default();
         let limit = &o["limit"];
         let mut text = format!(
             "{verb} {} {}: {} per {}",
-            str_of(&o["domain"]),
+            shown(&o["domain"]),
             entries.join(","),
             limit["requests_per_unit"],
-            str_of(&limit["unit"]).to_lowercase()
+            shown(&limit["unit"]).to_lowercase()
         );
         if let Some(at) = o["expires_at"].as_u64() {
             text.push_str(&format!(" until {at}"));
@@ -96,7 +97,7 @@ fn render(answer: &Value) -> String {
         let mut out = format!(
             "{} override(s), kept in {}\n",
             listed.len(),
-            str_of(&answer["keptIn"])
+            shown(&answer["keptIn"])
         );
         for o in listed {
             out.push_str(&line("override", &o["override"]));
@@ -114,8 +115,4 @@ fn render(answer: &Value) -> String {
         }
     }
     out
-}
-
-fn str_of(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }

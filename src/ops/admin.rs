@@ -15,12 +15,11 @@ use tollgate_core::LogLimit;
 use crate::api::json;
 use crate::app::App;
 use crate::ops::metrics::top as top_keys;
-use crate::ops::token::AdminToken;
 use crate::ops::{explain, overrides, reset, top, ui};
 
 /// What the admin routes share: the service, whether the server is draining, the
-/// token that allows resets (none: resets are off), and how often refused resets are
-/// logged.
+/// token that allows resets and overrides (none: they are off), and how often refused
+/// admin calls are logged.
 #[derive(Clone)]
 pub(crate) struct Admin {
     pub(crate) app: Arc<App>,
@@ -32,12 +31,6 @@ pub(crate) struct Admin {
 impl FromRef<Admin> for Arc<App> {
     fn from_ref(admin: &Admin) -> Self {
         admin.app.clone()
-    }
-}
-
-impl FromRef<Admin> for AdminToken {
-    fn from_ref(admin: &Admin) -> Self {
-        AdminToken(admin.admin_token.clone())
     }
 }
 
@@ -86,10 +79,14 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus metrics in the Prometheus text format, with the rules' heaviest keys.
+/// Prometheus metrics in the Prometheus text format; with the rules' heaviest keys when
+/// the operator asked for them (`METRICS_TOP_KEYS`), since the page needs no token and
+/// keys name clients.
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
     let text = app.metrics.encode().and_then(|mut text| {
-        top_keys::encode(&app.limiter, &mut text)?;
+        if app.top_keys_in_metrics {
+            top_keys::encode(&app.limiter, &mut text)?;
+        }
         Ok(text)
     });
     match text {

@@ -5,6 +5,7 @@ pub(crate) mod admin;
 pub(crate) mod debug_port;
 pub(crate) mod explain;
 pub(crate) mod log_format;
+pub(crate) mod loopback;
 pub(crate) mod metrics;
 pub(crate) mod overrides;
 pub(crate) mod reference_stats;
