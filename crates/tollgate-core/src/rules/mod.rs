@@ -294,3 +294,6 @@ mod tests;
 
 #[cfg(test)]
 mod in_flight_tests;
+
+#[cfg(test)]
+mod quota_group_tests;
