@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 
 use crate::api::json;
+use crate::app::App;
 use crate::ops::admin_state::Admin;
 use crate::ops::metrics::top as top_keys;
 use crate::ops::{explain, overrides, reset, top, ui};
