@@ -4,6 +4,7 @@
 //! testkit's timing lock.
 
 mod admin;
+mod all_or_none;
 mod cluster;
 mod debts;
 mod faults;

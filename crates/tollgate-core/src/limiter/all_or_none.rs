@@ -101,7 +101,7 @@ impl<R: Recorder> Limiter<R> {
             };
             async move {
                 let (counter, n) = undo?;
-                self.store.apply(counter, Hits::Refund(n)).await.ok()
+                self.store.give_back(counter, n).await.ok()
             }
         }))
         .await;

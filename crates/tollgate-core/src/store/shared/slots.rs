@@ -69,7 +69,9 @@ impl SharedStore {
             return Err(StoreError::Failed(Arc::new(ReplyError::Short(0))));
         };
         let now = self.local.now();
-        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now) {
+        if let Some(verdict) =
+            self.decide_uncertain(key, limits, hits, now, self.behaviour.on_error)
+        {
             return verdict.map(|verdict| (unconfirmed(verdict), DecidedBy::Fallback));
         }
         let timeout = self.behaviour.timeout;
@@ -91,10 +93,17 @@ impl SharedStore {
                 }
                 Err((e, ran)) => {
                     call.failed(ran);
-                    let verdict = self.fall_back(key, limits, (hits, pending), now, e, |v| {
-                        let decided = counted(hits, v.decision.admitted);
-                        self.ledger.owe(key, limits, ran.owed(decided), now);
-                    })?;
+                    let verdict = self.fall_back(
+                        key,
+                        limits,
+                        (hits, pending),
+                        now,
+                        (e, self.behaviour.on_error),
+                        |v| {
+                            let decided = counted(hits, v.decision.admitted);
+                            self.ledger.owe(key, limits, ran.owed(decided), now);
+                        },
+                    )?;
                     return Ok((unconfirmed(verdict), DecidedBy::Fallback));
                 }
             },
@@ -102,11 +111,18 @@ impl SharedStore {
         };
         let mut decided = 0;
         let timed_out = StoreError::Timeout;
-        let verdict = self.fall_back(key, limits, (hits, pending), now, timed_out, |v| {
-            decided = counted(hits, v.decision.admitted);
-            self.ledger
-                .expect(key, limits, u64::try_from(decided).unwrap_or(0));
-        });
+        let verdict = self.fall_back(
+            key,
+            limits,
+            (hits, pending),
+            now,
+            (timed_out, self.behaviour.on_error),
+            |v| {
+                decided = counted(hits, v.decision.admitted);
+                self.ledger
+                    .expect(key, limits, u64::try_from(decided).unwrap_or(0));
+            },
+        );
         call.outlived(trip, Some(decided), now);
         Ok((unconfirmed(verdict?), DecidedBy::Fallback))
     }
