@@ -19,6 +19,7 @@ mod limits;
 mod matching;
 mod operations;
 mod overrides;
+mod quota_groups;
 mod reset;
 mod rlqs;
 mod secrets;
