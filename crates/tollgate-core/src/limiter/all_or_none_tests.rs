@@ -358,3 +358,61 @@ fn no_request_sees_the_units_of_a_refused_one() {
         assert_eq!(denied, 0, "{denied} of 20,000 saw a refused request's unit");
     });
 }
+
+#[tokio::test]
+async fn one_counter_named_sixty_four_times_is_counted_whole_or_not_at_all() {
+    let l = limiter();
+    let same = |n| vec![Descriptor::new([("many", "same")]).with_hits(Hits::Consume(1)); n];
+    let refused = decide(&l, same(64)).await;
+    assert!(
+        refused.over_limit,
+        "the first fits its limit of 1, the 63 after it not"
+    );
+    assert!(
+        !decide(&l, same(1)).await.over_limit,
+        "the refused request left its first unit uncounted"
+    );
+}
+
+/// Requests naming two counters in opposite orders, on three threads: their shards are
+/// always locked in one order, so none waits on another for ever. Every request is
+/// refused (`closed`), so the counters stay empty throughout.
+#[test]
+fn requests_locking_counters_in_opposite_orders_never_deadlock() {
+    let (l, _) = limiter_on(Options::default());
+    let l = Arc::new(l);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(3)
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let orders = [["x", "y"], ["y", "x"], ["x", "y"]];
+        let tasks: Vec<_> = orders
+            .into_iter()
+            .map(|[first, second]| {
+                let l = Arc::clone(&l);
+                tokio::spawn(async move {
+                    for _ in 0..20_000 {
+                        let request = vec![
+                            Descriptor::new([("org", first)]),
+                            Descriptor::new([("org", second)]),
+                            Descriptor::new([("closed", "c")]),
+                        ];
+                        assert!(decide(&l, request).await.over_limit);
+                    }
+                })
+            })
+            .collect();
+        let all = futures_util::future::join_all(tasks);
+        let done = tokio::time::timeout(std::time::Duration::from_secs(120), all).await;
+        for joined in done.expect("requests still waiting on each other's locks") {
+            joined.expect("a task");
+        }
+        let orgs = vec![
+            Descriptor::new([("org", "x")]),
+            Descriptor::new([("org", "y")]),
+        ];
+        assert_eq!(left(&l, orgs).await, [100, 100]);
+    });
+}
