@@ -1,18 +1,21 @@
 //! All or none on Redis: a refused request moves no counter, on one server and on a
 //! Cluster whose organisation, team and member counters live on three different masters,
-//! and while the store misses its deadlines.
+//! while the store misses its deadlines, and across a fleet behind faulty links.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tollgate_testkit::all_or_none::{
-    assert_hierarchy_exact, assert_refused_while_stalled_move_nothing, await_given_back, hit, left,
-    levels,
+    LEVEL_LIMITS, assert_hierarchy_exact, assert_refused_while_stalled_move_nothing,
+    await_given_back, hit, left, levels,
 };
-use tollgate_testkit::grpc::Code;
+use tollgate_testkit::grpc::{Code, overall};
 use tollgate_testkit::keys::{Shape, redis_key};
 use tollgate_testkit::process::blocking;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis::cluster::RedisCluster;
+use tollgate_testkit::rng::Rng;
+use tollgate_testkit::toxiproxy::{Direction, Toxiproxy};
 
 use crate::support::{DOMAIN, connected, two_connected};
 
@@ -116,4 +119,124 @@ async fn a_level_whose_master_misses_its_deadline_leaves_the_others_uncounted() 
     eprintln!("calls in doubt: {doubted:?}");
     assert_eq!(left(&mut other, DOMAIN, m).await, [97, 47, 7]);
     assert_eq!(left(&mut rls, DOMAIN, m).await, [97, 47, 7]);
+}
+
+/// Requests of three levels through three instances, each behind a Toxiproxy link of its
+/// own, while seeded faults hold requests or answers past a 50 ms store timeout (the
+/// instances decide from their views with `--on-store-error local`, and answer an error
+/// with `error`). Once every link heals and every instance has settled, each counter
+/// holds exactly the hits of the requests answered OK: no refused or failed request moved
+/// one. Latency never breaks a connection, so no call is in doubt and the counts must be
+/// exact. `ALL_OR_NONE_SEEDS=N` runs seeds 1 to N in each mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_behind_faulty_links_counts_only_requests_answered_ok() {
+    const INSTANCES: usize = 3;
+    const STEPS: usize = 70;
+    const HELD: Duration = Duration::from_millis(200);
+    let seeds = std::env::var("ALL_OR_NONE_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_u64);
+    for (seed, on_error) in (1..=seeds).flat_map(|seed| [(seed, "local"), (seed, "error")]) {
+        let redis = RedisServer::start();
+        let toxiproxy = Toxiproxy::start().await;
+        let args = ["--store-timeout", "50ms", "--on-store-error", on_error];
+        let mut links = Vec::new();
+        let mut servers = Vec::new();
+        let mut clients = Vec::new();
+        for i in 0..INSTANCES {
+            let link = toxiproxy
+                .proxy(&format!("instance-{i}"), &redis.host_port())
+                .await;
+            let server = connected("single", &link.redis_url(), &args).await;
+            clients.push(server.client().await);
+            servers.push(server);
+            links.push(link);
+        }
+        let reader = connected("single", &redis.url(), &["--store-timeout", "1s"]).await;
+        let mut rng = Rng::new(seed);
+        let mut truth: BTreeMap<Vec<(&str, &str)>, u64> = BTreeMap::new();
+        let (mut admitted, mut refused) = (0, 0);
+        for _ in 0..STEPS {
+            let i = rng.below(INSTANCES);
+            let who = (
+                "fleet",
+                ["t0", "t1"][rng.below(2)],
+                ["m0", "m1", "m2", "m3"][rng.below(4)],
+            );
+            let hits = rng.below(2) as u64 + 1;
+            let toxic = match rng.below(10) {
+                0..2 => Some(
+                    links[i]
+                        .latency(Direction::Upstream, HELD, Duration::ZERO)
+                        .await,
+                ),
+                2..4 => Some(
+                    links[i]
+                        .latency(Direction::Downstream, HELD, Duration::ZERO)
+                        .await,
+                ),
+                _ => None,
+            };
+            let answer = clients[i].call(levels(DOMAIN, who, hits, false)).await;
+            if let Some(toxic) = toxic {
+                links[i].remove(&toxic).await;
+            }
+            if let Err(status) = &answer {
+                assert_eq!(
+                    status.code(),
+                    tonic::Code::Unavailable,
+                    "{on_error}: {status:?}"
+                );
+            }
+            if answer.is_ok_and(|resp| overall(&resp) == Code::Ok) {
+                admitted += 1;
+                for level in level_entries(who) {
+                    *truth.entry(level).or_default() += hits;
+                }
+            } else {
+                refused += 1;
+            }
+        }
+        assert!(
+            admitted > 0 && refused > 0,
+            "seed {seed}, {on_error}: {admitted} admitted, {refused} refused or failed"
+        );
+        for server in &servers {
+            server
+                .await_store_health(200, Duration::from_secs(10))
+                .await;
+            await_given_back(server).await;
+        }
+        let mut rls = reader.client().await;
+        for team in ["t0", "t1"] {
+            for member in ["m0", "m1", "m2", "m3"] {
+                let who = ("fleet", team, member);
+                let expected: Vec<u32> = level_entries(who)
+                    .into_iter()
+                    .zip(LEVEL_LIMITS)
+                    .map(|(level, limit)| {
+                        let counted = truth.get(&level).copied().unwrap_or(0);
+                        limit.saturating_sub(u32::try_from(counted).unwrap_or(u32::MAX))
+                    })
+                    .collect();
+                assert_eq!(
+                    left(&mut rls, DOMAIN, who).await.to_vec(),
+                    expected,
+                    "seed {seed}, {on_error}: {who:?} after {admitted} admitted, {refused} refused or failed"
+                );
+            }
+        }
+    }
+}
+
+/// The entries of `who`'s three levels.
+fn level_entries<'a>(
+    (org, team, member): (&'a str, &'a str, &'a str),
+) -> [Vec<(&'a str, &'a str)>; 3] {
+    [
+        vec![("org", org)],
+        vec![("org", org), ("team", team)],
+        vec![("org", org), ("team", team), ("member", member)],
+    ]
 }
