@@ -9,7 +9,7 @@ use tollgate_testkit::all_or_none::{
     LEVEL_LIMITS, assert_hierarchy_exact, assert_refused_while_stalled_move_nothing,
     await_given_back, hit, left, levels,
 };
-use tollgate_testkit::grpc::{Code, overall};
+use tollgate_testkit::grpc::{Code, code, descriptor, overall};
 use tollgate_testkit::keys::{Shape, redis_key};
 use tollgate_testkit::process::blocking;
 use tollgate_testkit::redis::RedisServer;
@@ -90,9 +90,10 @@ async fn refused_requests_while_the_server_is_frozen_leave_no_count() {
 }
 
 /// The organisation's master frozen past a 50 ms store timeout, with `--on-store-error
-/// error`: a member with room is answered with an error, and what team and member counted
-/// on their own masters is given back; once the master answers, every level reads as
-/// before. (Before all or none, the error left team and member counted.)
+/// error`: a member with room, taking an in-flight slot too, is answered with an error,
+/// and what team, member and slot counted on their own masters is given back; once the
+/// master answers, every level reads as before and both slots are free. (Before all or
+/// none, the error left team and member counted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_level_whose_master_misses_its_deadline_leaves_the_others_uncounted() {
     let mut cluster = RedisCluster::start();
@@ -108,17 +109,31 @@ async fn a_level_whose_master_misses_its_deadline_leaves_the_others_uncounted() 
     }
     blocking(|| cluster.nodes[org_master].freeze());
     for i in 0..5 {
-        let failed = rls.call(levels(DOMAIN, m, 1, false)).await;
+        let mut with_slot = levels(DOMAIN, m, 1, false);
+        with_slot
+            .descriptors
+            .push(descriptor(&[("slots", "frozen")]));
+        let failed = rls.call(with_slot).await;
         let status = failed.expect_err("the organisation's counter is out of reach");
         assert_eq!(status.code(), tonic::Code::Unavailable, "request {i}");
     }
     blocking(|| cluster.nodes[org_master].thaw());
     first.await_store_health(200, Duration::from_secs(10)).await;
     await_given_back(&first).await;
-    let doubted = first.metric("tollgate_store_calls_in_doubt_total").await;
-    eprintln!("calls in doubt: {doubted:?}");
     assert_eq!(left(&mut other, DOMAIN, m).await, [97, 47, 7]);
     assert_eq!(left(&mut rls, DOMAIN, m).await, [97, 47, 7]);
+    let slots: Vec<Code> = [
+        other
+            .check_own_hits(DOMAIN, &[("slots", "frozen")], 1, false)
+            .await,
+        other
+            .check_own_hits(DOMAIN, &[("slots", "frozen")], 1, false)
+            .await,
+    ]
+    .iter()
+    .map(code)
+    .collect();
+    assert_eq!(slots, [Code::Ok, Code::Ok], "no slot left taken");
 }
 
 /// Requests of three levels through three instances, each behind a Toxiproxy link of its

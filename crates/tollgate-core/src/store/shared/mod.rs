@@ -355,10 +355,10 @@ impl SharedStore {
             .await
     }
 
-    /// Gives back `n` units a refused request consumed (all or none). Nobody retries a
-    /// give-back, so without the store's answer it is decided as `--on-store-error=local`
-    /// decides, whatever that setting: the view gives the units back at once and the store
-    /// is credited them once it answers.
+    /// Gives back `n` units (or slots) a refused request consumed (all or none). Nobody
+    /// retries a give-back, so without the store's answer it is decided as
+    /// `--on-store-error=local` decides, whatever that setting: the view gives the units
+    /// back at once and the store is credited them once it answers.
     pub(crate) async fn give_back(
         self: &Arc<Self>,
         key: &str,
@@ -378,7 +378,7 @@ impl SharedStore {
         on_error: OnStoreError,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
         if slot_call::in_flight(limits).is_some() {
-            return self.slots(key, limits, hits).await;
+            return self.slots(key, limits, hits, on_error).await;
         }
         let began = self.local.local_now();
         if let Hits::Consume(n) = hits
