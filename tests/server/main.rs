@@ -17,6 +17,7 @@ mod library;
 mod limits;
 mod matching;
 mod operations;
+mod override_targets;
 mod overrides;
 mod reset;
 mod rlqs;
