@@ -7,6 +7,7 @@ mod admin;
 mod cluster;
 mod debts;
 mod faults;
+mod forged;
 mod in_flight;
 mod leases;
 mod overrides;

@@ -27,7 +27,8 @@
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
 //!   it receives;
 //! - [`admin`]: `/explain` and `DELETE /counters`, and the reset every shared store
-//!   must carry to every instance;
+//!   must carry to every instance, and [`forged`]: announcements forged on a shared
+//!   store's channel, and how little of them is believed;
 //! - [`chromium`]: a headless browser that loads a page and dumps its document;
 //! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
 //!   manifests;
@@ -41,6 +42,7 @@ pub mod admin;
 pub mod chromium;
 pub mod envoy;
 pub mod envoy_gateway;
+pub mod forged;
 pub mod fuzz;
 pub mod grpc;
 pub mod h2_frames;
