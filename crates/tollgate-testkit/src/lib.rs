@@ -13,6 +13,8 @@
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
 //!   behind, [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
 //!   share, and [`leases`]: the leasing run both suites make;
+//! - [`toxiproxy`]: a TCP proxy between Tollgate and its store for faults (latency,
+//!   held data, resets, bandwidth, cuts and heals);
 //! - [`load`] and [`accuracy`]: concurrent traffic with timed answers, and what the
 //!   answers say about a limit;
 //! - [`serial`]: the lock that keeps timing-sensitive tests apart, [`rng`]: seeded
@@ -25,7 +27,8 @@
 //! - [`otlp`]: an OpenTelemetry collector (OTLP over gRPC and HTTP) that keeps the spans
 //!   it receives;
 //! - [`admin`]: `/explain` and `DELETE /counters`, and the reset every shared store
-//!   must carry to every instance;
+//!   must carry to every instance, and [`forged`]: announcements forged on a shared
+//!   store's channel, and how little of them is believed;
 //! - [`chromium`]: a headless browser that loads a page and dumps its document;
 //! - [`helm`]: `helm lint` and `helm template` of the repository's chart, and the rendered
 //!   manifests;
@@ -39,6 +42,7 @@ pub mod admin;
 pub mod chromium;
 pub mod envoy;
 pub mod envoy_gateway;
+pub mod forged;
 pub mod fuzz;
 pub mod grpc;
 pub mod h2_frames;
@@ -63,12 +67,14 @@ pub mod shared_store;
 pub mod statsd_exporter;
 pub mod tls;
 pub mod tollgate;
+pub mod toxiproxy;
 pub mod wait;
 pub mod xds;
 pub mod zoneinfo;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 
 /// A failure to start or drive a child process, as a message for a person (it quotes the
 /// process's output when there is any).
@@ -93,6 +99,12 @@ impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Self(e.to_string())
     }
+}
+
+/// The workspace's root directory, where `scripts/install-test-deps.sh` installs under
+/// `target/test-deps/`.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A loopback port nothing listens on right now: bind 127.0.0.1:0, read the port, close.

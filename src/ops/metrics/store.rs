@@ -142,20 +142,31 @@ impl prometheus_client::collector::Collector for StoreCollector {
             "Units admitted without the store and not yet counted in it",
             i64::try_from(s.debt_units).unwrap_or(i64::MAX),
         )?;
-        let mut metric = encoder.encode_descriptor(
-            "tollgate_store_errors_total",
-            "Store failures by kind",
-            None,
-            MetricType::Counter,
+        labelled(
+            &mut encoder,
+            ("tollgate_store_errors_total", "Store failures by kind"),
+            "kind",
+            [
+                ("timeout", s.timeouts),
+                ("connection", s.connection_errors),
+                ("script", s.script_errors),
+            ],
         )?;
-        for (kind, value) in [
-            ("timeout", s.timeouts),
-            ("connection", s.connection_errors),
-            ("script", s.script_errors),
-        ] {
-            let labels = [("kind", kind)];
-            let family = metric.encode_family(&labels)?;
-            encode_plain_counter(value, family)?;
+        if let Some(ignored) = self.0.ignored_announcements() {
+            labelled(
+                &mut encoder,
+                (
+                    "tollgate_store_announcements_ignored_total",
+                    "Announcements heard from the store and not believed, by reason",
+                ),
+                "reason",
+                [
+                    ("stamp", ignored.stamps),
+                    ("top_oversized", ignored.oversized_tops),
+                    ("top_instances", ignored.crowded_tops),
+                    ("top_count", ignored.implausible_top_entries),
+                ],
+            )?;
         }
         let metric = encoder.encode_descriptor(
             "tollgate_store_round_trip_seconds",
@@ -165,4 +176,19 @@ impl prometheus_client::collector::Collector for StoreCollector {
         )?;
         encode_histogram(&s.latency, metric)
     }
+}
+
+/// A counter `(name, help)` with one series per value of `label`.
+fn labelled<const N: usize>(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    label: &str,
+    series: [(&str, u64); N],
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (value_of_label, value) in series {
+        let labels = [(label, value_of_label)];
+        encode_plain_counter(value, metric.encode_family(&labels)?)?;
+    }
+    Ok(())
 }

@@ -67,14 +67,17 @@ impl Gcra {
         let tolerance = Self::span(limit, Self::burst(limit));
         let used = self.tat.since(now);
         let after = saturate(used + Self::span(limit, hits));
-        if after <= tolerance {
+        // Counted apart from the spans: a few units more than the burst can span the same
+        // whole microseconds as the burst (a unit spans under one), or saturate alike.
+        let fits_bucket = hits <= Self::burst(limit);
+        if fits_bucket && after <= tolerance {
             return LimitVerdict {
                 admitted: true,
                 remaining: Self::units(limit, tolerance - after),
                 reset: after,
             };
         }
-        let reset = if Self::span(limit, hits) <= tolerance {
+        let reset = if fits_bucket {
             after - tolerance
         } else {
             // More than the bucket holds: no wait admits it. Never "retry at once": the
@@ -163,6 +166,26 @@ mod tests {
         assert_eq!(nanos_of(never.reset), SECOND, "a full refill, not 0");
         let zero = limit(bucket(0), 0, SECOND);
         assert!(!offer(&mut g, &zero, 0, 1).admitted);
+    }
+
+    /// A request larger than the bucket is never admitted, also where its span and the
+    /// bucket's come out alike: a unit spanning under a microsecond (both round to the
+    /// same), or a burst spanning past what a span holds (both saturate).
+    #[test]
+    fn a_hit_past_the_burst_is_never_admitted_where_spans_come_out_alike() {
+        const MOST: u32 = u32::MAX;
+        for (rpu, window) in [(MOST, SECOND), (1, 3_600 * SECOND)] {
+            let l = limit(Algorithm::TokenBucket { burst: MOST }, rpu, window);
+            let mut g = Gcra::default();
+            let now = 1_700_000_000 * SECOND;
+            let over = offer(&mut g, &l, now, u64::from(MOST) + 1);
+            assert!(!over.admitted, "{rpu} per {window} ns: {over:?}");
+            assert!(!over.reset.is_zero(), "never \"retry at once\": {over:?}");
+            assert!(
+                offer(&mut g, &l, now, u64::from(MOST)).admitted,
+                "{rpu} per {window} ns"
+            );
+        }
     }
 
     #[test]

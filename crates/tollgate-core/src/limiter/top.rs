@@ -1,6 +1,6 @@
 //! The heaviest keys of the rules now serving: [`Limiter::top`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{Installed, Limiter, Recorder};
@@ -93,7 +93,16 @@ impl<R: Recorder> Limiter<R> {
 
     /// This instance's keys (all it holds) plus what the others published: counts and
     /// errors summed per key. A key another instance did not publish adds nothing of its.
+    /// Entries of a domain and rule this instance does not serve are left out: anyone who
+    /// can publish on the store could have published them.
     fn fleet_top(&self, query: &TopQuery<'_>) -> Vec<TopEntry> {
+        let installed = self.installed.load();
+        let served: HashSet<(&str, String)> = installed
+            .rules
+            .rules()
+            .into_iter()
+            .map(|rule| (rule.domain(), rule.path().join(".")))
+            .collect();
         let mut sums: HashMap<(String, String, String), (u64, u64)> = HashMap::new();
         let mut add = |e: TopEntry| {
             let sum = sums.entry((e.domain, e.rule, e.descriptor)).or_default();
@@ -116,6 +125,7 @@ impl<R: Recorder> Limiter<R> {
                     && p.window == query.window
                     && query.domain.is_none_or(|d| d == p.entry.domain)
                     && query.rule.is_none_or(|r| r == p.entry.rule)
+                    && served.contains(&(p.entry.domain.as_str(), p.entry.rule.clone()))
             });
             matching.for_each(|p| add(p.entry));
         }

@@ -158,11 +158,19 @@ impl LocalView {
     /// and no answer to a call that ran before the decrease is adopted. A counter that goes
     /// down once (a budget settled by refunds) usually does again: every later request for
     /// it is decided by the store, whether or not an announcement arrives in time.
+    /// A stamp too far from the store's clock to be one is ignored (`decreases.rs`).
     pub(crate) fn decreased(&self, key: &str, at: Timestamp) {
-        self.decreases.heard(key, at);
+        if !self.decreases.heard(key, at, self.now()) {
+            return;
+        }
         if let Some(view) = self.views.lock(key).get_mut() {
             view.decreased = true;
         }
+    }
+
+    /// Decreases ignored so far for stamps far from the store's clock.
+    pub(crate) fn stamps_ignored(&self) -> u64 {
+        self.decreases.ignored()
     }
 
     /// Drops every view.

@@ -212,6 +212,20 @@ pub struct SharedStats {
     pub latency: HistogramSnapshot,
 }
 
+/// What a shared store's instance heard from the store and did not believe, by why
+/// (docs/SHARED-STORE.md, Announcements).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IgnoredAnnouncements {
+    /// Decreases stamped far from the store's clock.
+    pub stamps: u64,
+    /// Top-keys snapshots larger than any instance sends, dropped whole.
+    pub oversized_tops: u64,
+    /// Top-keys snapshots of instances past the number kept.
+    pub crowded_tops: u64,
+    /// Top-keys entries whose counts no instance could reach.
+    pub implausible_top_entries: u64,
+}
+
 impl Store {
     /// Applies `hits` to `counter` under its limits (all or nothing).
     pub(crate) async fn apply(&self, counter: &Counter, hits: Hits) -> Result<Verdict, StoreError> {
@@ -298,6 +312,16 @@ impl Store {
             #[cfg(any(feature = "redis", feature = "postgres"))]
             Self::Shared(r) => r.peer_tops(),
             _ => Vec::new(),
+        }
+    }
+
+    /// What the store announced and this instance did not believe; none for a store of
+    /// this process alone.
+    pub fn ignored_announcements(&self) -> Option<IgnoredAnnouncements> {
+        match self {
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => Some(r.ignored_announcements()),
+            _ => None,
         }
     }
 

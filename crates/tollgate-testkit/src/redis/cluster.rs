@@ -1,10 +1,10 @@
-//! A Redis Cluster of three masters without replicas, made with `redis-cli --cluster
-//! create`, and the slot a key hashes to (CRC16), to tell which master holds a counter.
+//! A Redis Cluster of three masters without replicas (Redis or Valkey nodes), made with
+//! `redis-cli --cluster create`, and the slot a key hashes to (CRC16), to tell which master holds a counter.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{RedisServer, TOPOLOGY_TIMEOUT, info_value};
+use super::{Engine, RedisServer, TOPOLOGY_TIMEOUT, info_value};
 use crate::pki::Pki;
 use crate::{free_port, loopback, process, wait};
 
@@ -20,7 +20,12 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> Self {
-        Self::start_with(Vec::new)
+        Self::start_on(Engine::Redis)
+    }
+
+    /// A cluster of `engine` nodes.
+    pub fn start_on(engine: Engine) -> Self {
+        Self::start_with(engine, Vec::new)
     }
 
     /// A cluster that also speaks TLS, with a certificate for 127.0.0.1 that `pki`
@@ -29,14 +34,17 @@ impl RedisCluster {
     /// clients the nodes' TLS ports; the plaintext ports stay for the test's own checks.
     pub fn start_tls(pki: &Pki, auth_clients: bool) -> Self {
         let server = pki.issue("redis-cluster", "IP:127.0.0.1");
-        Self::start_with(|| super::tls::args(pki, &server, free_port(), auth_clients))
+        Self::start_with(Engine::Redis, || {
+            super::tls::args(pki, &server, free_port(), auth_clients)
+        })
     }
 
-    /// A cluster whose nodes each take `extra()` arguments too.
-    fn start_with(extra: impl Fn() -> Vec<String>) -> Self {
+    /// A cluster of `engine` nodes that each take `extra()` arguments too.
+    fn start_with(engine: Engine, extra: impl Fn() -> Vec<String>) -> Self {
         let nodes = (0..MASTERS)
             .map(|i| {
-                let mut node = RedisServer::unstarted_with(&format!("cluster node {i}"), &[]);
+                let name = format!("{} cluster node {i}", engine.name());
+                let mut node = RedisServer::unstarted_on(engine, &name, &[]);
                 let conf = node.dir.path().join("nodes.conf");
                 node.extra = vec![
                     "--cluster-enabled".into(),

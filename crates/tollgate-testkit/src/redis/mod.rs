@@ -1,10 +1,12 @@
 //! Real `redis-server` processes: one server here, a Cluster in [`cluster`], a sentinel
-//! set in [`sentinel`], TLS in [`tls`]. Every server listens on a free 127.0.0.1 port
+//! set in [`sentinel`], TLS in [`tls`]. A server and a Cluster can run Valkey instead
+//! ([`engine`]). Every server listens on a free 127.0.0.1 port
 //! (never 6379: a user's machine may have its own Redis there, or none), keeps nothing on
 //! disk, and is killed when dropped. Readiness, topology changes and recovery are
 //! awaited as conditions.
 
 pub mod cluster;
+pub mod engine;
 pub mod sentinel;
 pub mod tls;
 
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub use self::engine::Engine;
 use crate::process::{Process, Signal};
 use crate::wait::POLL;
 use crate::{free_port, loopback};
@@ -22,11 +25,6 @@ use crate::{free_port, loopback};
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long cluster creation, sentinel discovery and failover may take.
 pub const TOPOLOGY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The redis-server binary: `$REDIS_SERVER_BIN`, else `redis-server` on PATH.
-fn server_binary() -> String {
-    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
-}
 
 /// What a process runs as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +39,7 @@ enum Role {
 /// `stop` and `restart` keep both (a cluster node keeps its `nodes.conf`); data is not
 /// persisted.
 pub struct RedisServer {
+    engine: Engine,
     name: String,
     port: u16,
     role: Role,
@@ -57,18 +56,26 @@ impl RedisServer {
         Self::start_with("redis", &[])
     }
 
-    /// A redis-server with extra arguments (e.g. `--replicaof`), answering PING. Takes
-    /// another port if the chosen one was taken before redis-server could bind it.
+    /// A redis-server with extra arguments (e.g. `--replicaof`), answering PING.
     pub fn start_with(name: &str, extra: &[&str]) -> Self {
+        Self::start_on(Engine::Redis, name, extra)
+    }
+
+    /// A server of `engine` with extra arguments, answering PING. Takes another port if
+    /// the chosen one was taken before the server could bind it.
+    pub fn start_on(engine: Engine, name: &str, extra: &[&str]) -> Self {
         for _ in 0..5 {
-            let mut server = Self::unstarted_with(name, extra);
+            let mut server = Self::unstarted_on(engine, name, extra);
             match server.try_launch() {
                 Ok(()) => return server,
                 Err(why) if why.contains("Address already in use") => continue,
                 Err(why) => panic!("{why}"),
             }
         }
-        panic!("{name}: five free ports in a row were taken before redis-server bound them")
+        panic!(
+            "{name}: five free ports in a row were taken before {} bound them",
+            engine.name()
+        )
     }
 
     /// A server with a port and a directory that is not running yet (for "Redis is down
@@ -78,11 +85,16 @@ impl RedisServer {
     }
 
     fn unstarted_with(name: &str, extra: &[&str]) -> Self {
+        Self::unstarted_on(Engine::Redis, name, extra)
+    }
+
+    fn unstarted_on(engine: Engine, name: &str, extra: &[&str]) -> Self {
         let password = extra
             .windows(2)
             .find(|w| w[0] == "--requirepass")
             .map(|w| w[1].to_owned());
         Self {
+            engine,
             name: name.to_owned(),
             port: free_port(),
             role: Role::Data,
@@ -95,6 +107,11 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Which server runs: Redis or Valkey.
+    pub fn engine(&self) -> Engine {
+        self.engine
     }
 
     /// The TLS port, for a server started with one (`--tls-port`).
@@ -137,7 +154,7 @@ impl RedisServer {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = Command::new(self.engine.binary());
         let dir = self.dir.path();
         match self.role {
             Role::Data => {
@@ -175,7 +192,8 @@ impl RedisServer {
         assert!(!self.is_running(), "{} is already running", self.name);
         let process = Process::start(&self.name, self.command()).unwrap_or_else(|e| {
             panic!(
-                "{e}; install redis-server and redis-cli, e.g. with scripts/install-test-deps.sh"
+                "{e}; install {} (and redis-cli), e.g. with scripts/install-test-deps.sh",
+                self.engine.name()
             )
         });
         self.process = Some(process);

@@ -4,7 +4,7 @@
 use std::net::TcpStream;
 use std::process::Command;
 
-use super::{START_TIMEOUT, server_binary};
+use super::{Engine, START_TIMEOUT};
 use crate::pki::{Issued, Pki};
 use crate::process::Process;
 use crate::{free_port, loopback, wait};
@@ -27,7 +27,7 @@ impl TlsRedis {
     pub fn start_with(pki: &Pki, names: &str, auth_clients: bool) -> Self {
         let port = free_port();
         let server = pki.issue("redis", names);
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = Command::new(Engine::Redis.binary());
         cmd.args([
             "--port",
             "0",

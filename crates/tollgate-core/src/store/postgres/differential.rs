@@ -17,7 +17,8 @@ use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::backend::CallArgs;
 use crate::store::shared::differential::{
-    Asked, YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
+    Asked, YEAR_US, a_hit_past_the_burst_is_refused, fresh_key, limits, operation,
+    read_after_upgrade, replay, stored_before_ends,
 };
 use crate::store::shared::protocol::{Ask, RawReply};
 
@@ -229,6 +230,18 @@ fn a_row_stored_before_ends_were_kept_still_counts() {
         rt.block_on(call(&client, &key, &limits, (0, hits), None, now))
     });
     assert_eq!(read, Ok(()));
+}
+
+/// A bucket never admits a request of more units than its burst, as the algorithm
+/// (see [`a_hit_past_the_burst_is_refused`]).
+#[test]
+fn a_hit_past_the_burst_is_never_admitted() {
+    let rt = runtime();
+    let client = rt.block_on(connect());
+    let refused = a_hit_past_the_burst_is_refused(|key, limits, hits, now| {
+        rt.block_on(call(&client, key, limits, (0, hits), None, now))
+    });
+    assert_eq!(refused, Ok(()));
 }
 
 fn one_per_second() -> Vec<Limit> {

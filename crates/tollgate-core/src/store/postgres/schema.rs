@@ -15,10 +15,11 @@
 //! in-flight counters: `tollgate_slots` of `slots.sql`, run after `schema.sql`; 8
 //! runtime overrides: the table `tollgate_overrides` of `overrides.sql`, run last; 9
 //! batched calls: `tollgate_apply_many` runs many calls of version 4's signature in one
-//! statement (instances of version 8 keep calling that signature alone); 10 the overrides'
-//! change log: each row's version and expiry, tombstones, a meta row per key prefix, kept
-//! by triggers (so that version 9's writes are logged too), and the functions that change
-//! and read them.
+//! statement (instances of version 8 keep calling that signature alone); 10 a bucket
+//! refuses a request of more units than its burst, whose span could round to the burst's;
+//! 11 the overrides' change log: each row's version and expiry, tombstones, a meta row per
+//! key prefix, kept by triggers (so that earlier versions' writes are logged too), and the
+//! functions that change and read them.
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -38,7 +39,7 @@ const SCHEMA: &str = concat!(
 );
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 10;
+pub const SCHEMA_VERSION: i32 = 11;
 
 /// Whether every piece the schema makes is there: the counter and override tables, the counting
 /// functions this version calls, the older signatures kept for a rolling upgrade's

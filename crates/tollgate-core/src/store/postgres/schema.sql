@@ -276,7 +276,9 @@ BEGIN
                     o := o + 2;
                 ELSE
                     tat := after[o];
-                    IF rpu = 0 THEN
+                    -- More units than the burst, counted apart: their span can round to
+                    -- the burst's.
+                    IF rpu = 0 OR asked > param THEN
                         admitted := false;
                     ELSIF greatest(tat - now_us, 0) + div(asked::numeric * win, rpu)
                           > div(param::numeric * win, rpu) THEN

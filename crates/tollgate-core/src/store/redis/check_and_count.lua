@@ -369,7 +369,8 @@ local function fits(asked, now)
       if not sliding_fits(asked, rpu, fulls[i], fines[i], oldests[i], lasts[i]) then return false end
     elseif kind == 'g' then
       local window, param = windows[i], params[i]
-      if rpu == 0 then return false end
+      -- More units than the burst, counted apart: their span can round to the burst's.
+      if rpu == 0 or asked > param then return false end
       if max(fulls[i] - now, 0) + muldiv(asked, window, rpu) > muldiv(param, window, rpu) then
         return false
       end

@@ -10,7 +10,8 @@ use super::script::{self, Check, Replies};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::differential::{
-    YEAR_US, fresh_key, limits, operation, read_after_upgrade, replay, stored_before_ends,
+    YEAR_US, a_hit_past_the_burst_is_refused, fresh_key, limits, operation, read_after_upgrade,
+    replay, stored_before_ends,
 };
 use crate::store::shared::protocol::{Ask, RawReply};
 
@@ -128,6 +129,17 @@ fn huge_charges_still_deny() {
             "{algorithm:?}"
         );
     }
+}
+
+/// A bucket never admits a request of more units than its burst, as the algorithm
+/// (see [`a_hit_past_the_burst_is_refused`]).
+#[test]
+fn a_hit_past_the_burst_is_never_admitted() {
+    let (mut conn, script) = loaded();
+    let refused = a_hit_past_the_burst_is_refused(|key, limits, hits, now| {
+        call_at(&mut conn, &script, (key, limits), Ask::Hits(hits), now)
+    });
+    assert_eq!(refused, Ok(()));
 }
 
 /// A counter the script stored before it kept sub-windows' ends still counts after an

@@ -267,3 +267,53 @@ pub(crate) fn read_after_upgrade(
     }
     Ok(())
 }
+
+/// Buckets of burst 2^32 − 1 where one unit more than the burst could span the same
+/// time as the burst (see `algo::gcra`): a unit spanning under a microsecond, and a
+/// burst spanning past what a span holds. `Limit` refuses both; the stores hold without
+/// that.
+fn buckets_where_spans_come_out_alike() -> [Limit; 2] {
+    let bucket = |requests_per_unit, window| Limit {
+        requests_per_unit,
+        unit: Unit::Second,
+        window,
+        algorithm: Algorithm::TokenBucket { burst: u32::MAX },
+        name: None,
+        calendar: None,
+    };
+    [
+        bucket(u32::MAX, Duration::from_secs(1)),
+        bucket(1, Duration::from_secs(3_600)),
+    ]
+}
+
+/// Asks through `call` (the store's check-and-count of `hits` on a fresh counter `key` of
+/// `limits` at an instant; its raw reply) one unit more than the burst of each bucket of
+/// [`buckets_where_spans_come_out_alike`]: refused, as the algorithm refuses it; then the
+/// whole burst: admitted.
+pub(crate) fn a_hit_past_the_burst_is_refused(
+    mut call: impl FnMut(&str, &[Limit], Hits, Timestamp) -> Result<RawReply, String>,
+) -> Result<(), String> {
+    let now = Timestamp::from_micros(1_790_000_000_000_000);
+    let burst = u64::from(u32::MAX);
+    for limit in buckets_where_spans_come_out_alike() {
+        let limits = [limit];
+        let key = fresh_key().to_string();
+        for (hits, admits) in [(burst + 1, false), (burst, true)] {
+            let raw = call(&key, &limits, Hits::Consume(hits), now)?;
+            let Ok(Reply::Ran { admitted, .. }) = protocol::decode(&raw, &limits) else {
+                return Err(format!("unreadable reply {raw:?}"));
+            };
+            let ours = evaluate(&[LimitState::new(&limits[0])], &limits, now, hits)
+                .decision
+                .admitted;
+            if (admitted, ours) != (admits, admits) {
+                return Err(format!(
+                    "{hits} of {:?}: the store said {admitted}, the algorithm {ours}",
+                    limits[0]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
