@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use super::backend::{LogRead, OverrideChange, TripError, Written};
+use super::backend::{LogRead, OverrideChange, Pending, TripError, Written};
 use super::{RESET_TIMEOUT, SharedStore, operator_error};
 use crate::clock::Timestamp;
 use crate::overrides::{ChangeError, Changed, OverrideFeed, OverrideUpdate};
@@ -21,7 +21,8 @@ use crate::store::StoreError;
 /// How long after its deadline the answer to a change is still awaited before the store
 /// is asked what it holds.
 const HEAR_GRACE: Duration = Duration::from_secs(1);
-/// How long that question may take.
+/// How long after the deadline the store may take to tell, by its answer or by what it
+/// holds.
 const SETTLE_WAIT: Duration = Duration::from_secs(2);
 /// Changes read per call of the log.
 const LOG_BATCH: usize = 500;
@@ -100,51 +101,64 @@ impl SharedStore {
             max: u64::try_from(max).unwrap_or(u64::MAX),
             deadline,
         };
-        let sent = self.backend.change_override(change);
-        let failed = match tokio::time::timeout(wait + HEAR_GRACE, sent).await {
-            Ok(Ok(Written::Done(previous))) => return Ok(Changed::Made(previous)),
-            Ok(Ok(Written::Full(live))) => return Ok(Changed::Full(live)),
-            Ok(Ok(Written::Late)) => return Err(ChangeError::NotMade(StoreError::Timeout)),
-            // Not sent, refused by the store, or rolled back: not made.
-            Ok(Err(e @ TripError::NotConnected | e @ TripError::Failed(_))) => {
-                return Err(ChangeError::NotMade(operator_error(e)));
-            }
-            #[cfg(feature = "postgres")]
-            Ok(Err(TripError::Timeout)) => {
-                return Err(ChangeError::NotMade(StoreError::Timeout));
-            }
-            Ok(Err(lost @ TripError::Lost(_))) => operator_error(lost),
-            Err(_) => StoreError::Timeout,
+        let mut sent = self.backend.change_override(change);
+        let (failed, pending) = match tokio::time::timeout(wait + HEAR_GRACE, &mut sent).await {
+            Ok(answer) => match heard(answer) {
+                Heard::Said(outcome) => return outcome,
+                Heard::Lost(lost) => (lost, None),
+            },
+            Err(_) => (StoreError::Timeout, Some(sent)),
         };
-        self.settle_change(id, set.map(|(spec, _)| spec), deadline, failed)
+        let expected = set.map(|(spec, _)| spec);
+        self.settle_change(id, expected, deadline, failed, pending)
             .await
     }
 
-    /// Whether a change whose answer was lost was made: asked of the store once its
-    /// deadline has passed in store time, when nothing can change it any more.
+    /// Whether a change whose answer has not come was made: its answer is still awaited,
+    /// and once its deadline has passed in store time, when nothing can change it any
+    /// more, the store is asked what it holds; whichever tells first, within
+    /// [`SETTLE_WAIT`] of the deadline.
     async fn settle_change(
         &self,
         id: &str,
         expected: Option<&str>,
         deadline: Timestamp,
         failed: StoreError,
+        pending: Option<Pending<Written>>,
     ) -> Result<Changed, ChangeError> {
-        loop {
-            let left = deadline.since(self.now());
-            if left.is_zero() && self.now() > deadline {
-                break;
+        let answer = async {
+            match pending {
+                Some(sent) => match heard(sent.await) {
+                    Heard::Said(outcome) => outcome,
+                    Heard::Lost(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
             }
-            tokio::time::sleep(left + Duration::from_millis(1)).await;
-        }
-        let stored = match tokio::time::timeout(SETTLE_WAIT, self.backend.override_of(id)).await {
-            Ok(Ok(stored)) => stored,
-            Ok(Err(_)) | Err(_) => return Err(ChangeError::Unknown(failed)),
         };
-        if stored.as_deref() == expected {
-            Ok(Changed::Settled)
-        } else {
-            Err(ChangeError::NotMade(failed))
-        }
+        let asked = async {
+            loop {
+                let now = self.now();
+                if now > deadline {
+                    break;
+                }
+                tokio::time::sleep(deadline.since(now) + Duration::from_millis(1)).await;
+            }
+            match self.backend.override_of(id).await {
+                Ok(stored) if stored.as_deref() == expected => Ok(Changed::Settled),
+                Ok(_) => Err(ChangeError::NotMade(StoreError::Timeout)),
+                Err(_) => std::future::pending().await,
+            }
+        };
+        let settled = async {
+            tokio::select! {
+                outcome = answer => outcome,
+                outcome = asked => outcome,
+            }
+        };
+        let most = deadline.since(self.now()) + SETTLE_WAIT;
+        tokio::time::timeout(most, settled)
+            .await
+            .unwrap_or(Err(ChangeError::Unknown(failed)))
     }
 
     /// The changes after `feed`, which moves past them; none when the log cannot tell
@@ -222,6 +236,28 @@ impl SharedStore {
         }
         Err(TripError::Failed(std::sync::Arc::new(LogOutran)))
     }
+}
+
+/// What the answer to a change tells.
+enum Heard {
+    /// What happened.
+    Said(Result<Changed, ChangeError>),
+    /// Nothing: the connection failed, and the change may have been made.
+    Lost(StoreError),
+}
+
+/// What `answer` tells of a change.
+fn heard(answer: Result<Written, TripError>) -> Heard {
+    Heard::Said(match answer {
+        Ok(Written::Done(previous)) => Ok(Changed::Made(previous)),
+        Ok(Written::Full(live)) => Ok(Changed::Full(live)),
+        Ok(Written::Late) => Err(ChangeError::NotMade(StoreError::Timeout)),
+        // Lost on its way: the store may have made it.
+        Err(lost @ TripError::Lost(_)) => return Heard::Lost(operator_error(lost)),
+        // Not sent, refused by the store, or cancelled by its statement timeout and
+        // rolled back: not made.
+        Err(e) => Err(ChangeError::NotMade(operator_error(e))),
+    })
 }
 
 /// The log changed faster than the whole set could be read, try after try.
