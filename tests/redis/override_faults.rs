@@ -60,6 +60,28 @@ async fn a_change_redis_takes_after_its_deadline_is_refused_and_never_made() {
     assert_eq!(blocking(|| stored(&redis, "ann")), None, "never made");
 }
 
+/// A change of about 6 KB trickling to Redis at 1 KB/s (its reads, small, go through):
+/// it reaches Redis after its deadline, is refused there, and the answer is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_change_trickling_to_redis_past_its_deadline_is_never_made() {
+    let toxiproxy = Toxiproxy::start().await;
+    let (redis, proxy, server) = behind_a_proxy(&toxiproxy).await;
+    let value = "v".repeat(3_000);
+    let slow = proxy.bandwidth(Direction::Upstream, 1).await;
+    let refused = put(&server, &value).await;
+    assert!([503, 504].contains(&refused.status), "{refused:?}");
+    proxy.remove(&slow).await;
+    server
+        .await_store_health(200, Duration::from_secs(30))
+        .await;
+    // On the same connection, after the one refused.
+    assert_eq!(put(&server, "bob").await.status, 200);
+    assert_eq!(blocking(|| stored(&redis, &value)), None, "never made");
+    await_listed(&server, "bob", true).await;
+    let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
+    assert!(!listed.body.contains(&value), "{listed:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_whose_answer_is_slow_is_answered_as_made() {
     let toxiproxy = Toxiproxy::start().await;

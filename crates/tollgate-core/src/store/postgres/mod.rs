@@ -97,13 +97,13 @@ const RESET: &str =
     "WITH gone AS (DELETE FROM tollgate_counters WHERE key = $1) SELECT pg_notify($2, $3)";
 
 /// Sets or deletes an override of the key prefix (`overrides.sql`).
-const CHANGE_OVERRIDE: &str = "SELECT tollgate_override_change($1, $2, $3, $4, $5, $6)";
+pub(super) const CHANGE_OVERRIDE: &str = "SELECT tollgate_override_change($1, $2, $3, $4, $5, $6)";
 
 /// An override of the key prefix once no change of it is under way.
-const OVERRIDE_OF: &str = "SELECT tollgate_override_of($1, $2)";
+pub(super) const OVERRIDE_OF: &str = "SELECT tollgate_override_of($1, $2)";
 
 /// The change log of the key prefix's overrides.
-const OVERRIDE_LOG: &str = "SELECT * FROM tollgate_override_log($1, $2, $3)";
+pub(super) const OVERRIDE_LOG: &str = "SELECT * FROM tollgate_override_log($1, $2, $3)";
 
 /// The overrides of the key prefix, at most a number of them.
 const ALL_OVERRIDES: &str =
@@ -237,10 +237,10 @@ impl Backend for PgBackend {
         let (prefix, link) = (self.key_prefix.clone(), self.link.clone());
         let (since, rows) = (signed(since), i32::try_from(most).unwrap_or(i32::MAX));
         Box::pin(async move {
-            let row = pool
-                .pick()
+            let conn = pool.pick();
+            let row = conn
                 .client
-                .query_one(OVERRIDE_LOG, &[&prefix, &since, &rows])
+                .query_one(&conn.override_log, &[&prefix, &since, &rows])
                 .await
                 .map_err(|e| classify(&link, e))?;
             log_read(&row, most).map_err(|e| TripError::Failed(Arc::new(e)))
@@ -275,10 +275,10 @@ impl Backend for PgBackend {
         };
         let (prefix, id, link) = (self.key_prefix.clone(), id.to_owned(), self.link.clone());
         Box::pin(async move {
-            let row = pool
-                .pick()
+            let conn = pool.pick();
+            let row = conn
                 .client
-                .query_one(OVERRIDE_OF, &[&prefix, &id])
+                .query_one(&conn.override_of, &[&prefix, &id])
                 .await
                 .map_err(|e| classify(&link, e))?;
             row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
@@ -300,11 +300,11 @@ impl Backend for PgBackend {
         let max = signed(change.max);
         let deadline = signed(change.deadline.as_micros().max(1));
         Box::pin(async move {
-            let row = pool
-                .pick()
+            let conn = pool.pick();
+            let row = conn
                 .client
                 .query_one(
-                    CHANGE_OVERRIDE,
+                    &conn.override_change,
                     &[&prefix, &id, &spec, &max, &deadline, &channel],
                 )
                 .await
