@@ -156,9 +156,13 @@ impl OverrideRegistry {
                 stored::parse(previous.as_deref()).or_else(|| replaced.map(|r| r.spec().clone()))
             }
             None => {
-                // The expired go first, freeing their places.
+                // When full, the expired go first, freeing their places.
                 let mut all = Overrides::clone(&limiter.overrides());
-                let mut records = drop_expired(&mut all);
+                let mut records = if all.len() >= self.max {
+                    drop_expired(&mut all)
+                } else {
+                    Vec::new()
+                };
                 let replaced = all.insert(compiled, self.max)?;
                 records.push(file::Record::Set(spec.clone()));
                 self.keep_in_file(&kept, &all, records).await?;
@@ -322,9 +326,10 @@ impl OverrideRegistry {
             .map_err(|e| Refused::Keep(format!("{e:#}")))
     }
 
+    /// Installs `all`; the gauge counts them (an expired one until it is purged, within a
+    /// second or two).
     fn install(&self, limiter: &Limiter<RuleMetrics>, all: Overrides) {
-        let live = all.live(SystemClock.now());
-        self.count.set(i64::try_from(live).unwrap_or(i64::MAX));
+        self.count.set(i64::try_from(all.len()).unwrap_or(i64::MAX));
         limiter.set_overrides(all);
     }
 
