@@ -17,8 +17,8 @@ use std::time::Instant;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Mutex;
 use tollgate_core::overrides::{
-    ChangeError, Changed, Override, OverrideEntry, OverrideError, OverrideFeed, Overrides,
-    descriptor_id,
+    ChangeError, Changed, Override, OverrideEntry, OverrideError, OverrideFeed, OverrideUpdate,
+    Overrides, descriptor_id,
 };
 use tollgate_core::store::SharedStore;
 use tollgate_core::{Clock as _, Limiter, SystemClock};
@@ -246,12 +246,18 @@ impl OverrideRegistry {
         let mut kept = self.changing.lock().await;
         match &self.store {
             Some(store) => {
-                let whole = kept
-                    .whole_read
-                    .is_none_or(|at| at.elapsed() >= refresh::WHOLE_READ);
-                let updated = store
-                    .override_updates(&mut kept.feed, whole, self.max.saturating_add(1))
-                    .await;
+                let most = self.max.saturating_add(1);
+                let read = |at: &Option<Instant>, gap| at.is_none_or(|at| at.elapsed() >= gap);
+                let mut whole = read(&kept.whole_read, refresh::WHOLE_READ);
+                let mut updated = store.override_updates(&mut kept.feed, whole, most).await;
+                // A log that cannot tell is read whole, but not more often than the gap
+                // (a forged log must not make every second a whole read).
+                if matches!(updated, Ok(OverrideUpdate::Behind))
+                    && read(&kept.whole_read, refresh::WHOLE_READ_GAP)
+                {
+                    whole = true;
+                    updated = store.override_updates(&mut kept.feed, true, most).await;
+                }
                 let updated = updated.map_err(|e| self.unkept(ChangeError::NotMade(e)))?;
                 if whole {
                     kept.whole_read = Some(Instant::now());

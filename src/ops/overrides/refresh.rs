@@ -14,6 +14,8 @@ use crate::app::App;
 const REFRESH: Duration = Duration::from_secs(1);
 /// How often a shared store's whole set is read again.
 pub(super) const WHOLE_READ: Duration = Duration::from_secs(300);
+/// The least time between two whole reads made because the log could not tell.
+pub(super) const WHOLE_READ_GAP: Duration = Duration::from_secs(10);
 
 /// Refreshes the overrides of `app` until it is gone.
 pub(crate) fn spawn(app: Weak<App>) {

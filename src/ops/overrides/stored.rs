@@ -35,6 +35,7 @@ pub(super) fn apply(
             }
         };
     let all = match update {
+        OverrideUpdate::Behind => return None,
         OverrideUpdate::Changed(changed) if changed.is_empty() => return None,
         OverrideUpdate::Changed(changed) => {
             let mut all = Overrides::clone(&limiter.overrides());

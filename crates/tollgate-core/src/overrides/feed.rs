@@ -19,6 +19,9 @@ pub enum OverrideUpdate {
     Changed(Vec<(String, Option<String>)>),
     /// The whole set, read again: (id, JSON).
     All(Vec<(String, String)>),
+    /// The log cannot tell what changed (never read, the store emptied, or trimmed past
+    /// the version held): the whole set must be read.
+    Behind,
 }
 
 /// A change of a stored override the store answered.

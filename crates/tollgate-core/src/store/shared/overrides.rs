@@ -52,9 +52,9 @@ impl SharedStore {
         self.change_override(id, None, 0).await
     }
 
-    /// What changed in the stored overrides since `feed` (moved past it), at most `most`
-    /// overrides when the whole set is read: that whole set when `whole` is asked, or
-    /// when the log cannot tell.
+    /// What changed in the stored overrides since `feed` (moved past it): the whole set
+    /// when `whole` is asked (at most `most` overrides), else what the log tells, or
+    /// [`OverrideUpdate::Behind`] when it cannot.
     pub async fn override_updates(
         &self,
         feed: &mut OverrideFeed,
@@ -62,10 +62,13 @@ impl SharedStore {
         most: usize,
     ) -> Result<OverrideUpdate, StoreError> {
         let read = async {
-            if !whole && let Some(changed) = self.catch_up(feed).await? {
-                return Ok(OverrideUpdate::Changed(changed));
+            if whole {
+                return self.read_whole(feed, most).await;
             }
-            self.read_whole(feed, most).await
+            Ok(match self.catch_up(feed).await? {
+                Some(changed) => OverrideUpdate::Changed(changed),
+                None => OverrideUpdate::Behind,
+            })
         };
         match tokio::time::timeout(self.operator_wait() * 4, read).await {
             Err(_) => Err(StoreError::Timeout),
