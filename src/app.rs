@@ -28,6 +28,8 @@ pub(crate) struct App {
     pub(crate) status: RulesStatus,
     /// Runtime overrides: where they are kept, and their changes.
     pub(crate) overrides: OverrideRegistry,
+    /// `/metrics` shows the rules' heaviest keys (`METRICS_TOP_KEYS`).
+    pub(crate) top_keys_in_metrics: bool,
 }
 
 /// Why a request got no answer.
@@ -87,6 +89,7 @@ impl App {
                 args.rules.reference_mode,
                 overrides_gauge,
             ),
+            top_keys_in_metrics: args.ops.metrics_top_keys,
         }
     }
 

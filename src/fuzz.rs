@@ -189,6 +189,7 @@ impl Service {
             dynamic_metadata: true,
             status: RulesStatus::new(false),
             overrides: OverrideRegistry::new(0, None, None, false, Default::default()),
+            top_keys_in_metrics: false,
         });
         app.install(rules, Source::Files { path: path.into() });
         Self { runtime, app }

@@ -17,8 +17,8 @@ use envoy_types::pb::google::protobuf::{
 use tollgate_core::headers::{HeaderStyle, headers};
 use tollgate_core::rules::{MetaValue, Metadata, merge_metadata};
 use tollgate_core::{
-    Algorithm, Decision, Descriptor, Entry, Hits, InvalidRequest, LimitOverride, Limited, Outcome,
-    Request, Unit,
+    Decision, Descriptor, Entry, Hits, InvalidRequest, LimitOverride, Limited, Outcome, Request,
+    Unit,
 };
 
 /// The domain request for an Envoy request.
@@ -178,11 +178,7 @@ pub(crate) fn dynamic_metadata(req: &RateLimitRequest, decision: &Decision) -> S
     }
     let mut merged = Metadata::new();
     for limited in decision.descriptors.iter().filter_map(Outcome::limited) {
-        // An in-flight slot given back (the request over elsewhere) must not be released
-        // again at stream end: its metadata, which the release is written to need, is left
-        // out.
-        let given_back = limited.limit.algorithm() == Algorithm::Slots && limited.hits == 0;
-        if let (false, false, Some(meta)) = (limited.is_over(), given_back, &limited.metadata) {
+        if let Some(meta) = limited.answered_metadata() {
             merge_metadata(&mut merged, meta);
         }
     }
@@ -435,10 +431,10 @@ mod tests {
     }
 
     #[test]
-    fn an_in_flight_slot_given_back_returns_no_metadata_to_release_it_by() {
+    fn only_an_in_flight_slot_held_returns_the_metadata_to_release_it_by() {
         let held: tollgate_core::rules::Metadata =
             serde_json::from_str(r#"{"slot": "held"}"#).expect("valid JSON");
-        let slot = |hits: u64| {
+        let slot = |hits: u64, confirmed: bool| {
             Outcome::Limited(Limited {
                 limit: tollgate_core::Limit::in_flight(2, std::time::Duration::from_secs(60))
                     .expect("a valid in-flight limit"),
@@ -449,17 +445,23 @@ mod tests {
                 reset: std::time::Duration::ZERO,
                 hits,
                 metadata: Some(std::sync::Arc::new(held.clone())),
-                in_flight: None,
+                in_flight: confirmed.then(tollgate_core::InFlight::default),
             })
         };
         let req = proto(0, vec![one("user", "ann")]);
-        for (hits, returned) in [(1, true), (0, false)] {
+        // Taken and confirmed by the store; given back (another descriptor over); taken
+        // without the store's answer, so holding no slot there.
+        for (hits, confirmed, returned) in [(1, true, true), (0, true, false), (1, false, false)] {
             let decision = Decision {
                 over_limit: hits == 0,
-                descriptors: vec![slot(hits)],
+                descriptors: vec![slot(hits, confirmed)],
             };
             let got = crate::api::json::scalars::struct_json(&dynamic_metadata(&req, &decision));
-            assert_eq!(got.get("metadata").is_some(), returned, "{hits}: {got}");
+            assert_eq!(
+                got.get("metadata").is_some(),
+                returned,
+                "{hits} {confirmed}: {got}"
+            );
         }
     }
 

@@ -2,6 +2,7 @@
 //! from the command line, sent over HTTP/1.1 (over TLS with `--tls`), and the answer
 //! printed for a person.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -12,7 +13,9 @@ use tokio::net::TcpStream;
 use crate::api::json::request_body;
 use crate::cli::admin_tls;
 use crate::cli::client::request;
+use crate::cli::visible::{shown, visible};
 use crate::config::settings::{AdminArgs, ClientTlsArgs, TopArgs};
+use crate::ops::token;
 
 /// How long connecting and the whole exchange may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +82,9 @@ pub(super) async fn call_json(
     body: &str,
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
+    if let Some(token) = token {
+        token::check("ADMIN_TOKEN (--admin-token)", token).map_err(anyhow::Error::msg)?;
+    }
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
@@ -100,15 +106,17 @@ pub(super) async fn call_json(
         .await
         .map_err(|_| anyhow::anyhow!("{addr} did not answer within {TIMEOUT:?}"))??;
     if answer.status != 200 {
-        anyhow::bail!("{addr} answered {}: {}", answer.status, answer.body.trim());
+        let said = visible(answer.body.trim());
+        anyhow::bail!("{addr} answered {}: {said}", answer.status);
     }
     serde_json::from_str(&answer.body)
         .with_context(|| format!("the answer is not JSON: {:.200}", answer.body))
 }
 
-/// `tollgate explain`: prints what the server says of each descriptor.
-pub(crate) async fn explain(args: AdminArgs) -> anyhow::Result<()> {
-    print!("{}", render(&ask(&args, "POST", "/explain", None).await?));
+/// `tollgate explain`: prints what the server says of each descriptor (and who set an
+/// override, when `token` is the server's).
+pub(crate) async fn explain(args: AdminArgs, token: Option<&str>) -> anyhow::Result<()> {
+    print!("{}", render(&ask(&args, "POST", "/explain", token).await?));
     Ok(())
 }
 
@@ -121,7 +129,7 @@ pub(crate) async fn reset(args: AdminArgs, token: &str) -> anyhow::Result<()> {
         println!("no counter: no descriptor is limited by a rule");
     }
     for key in keys {
-        println!("reset {}", str_of(key));
+        println!("reset {}", shown(key));
     }
     Ok(())
 }
@@ -148,8 +156,8 @@ pub(crate) async fn top(args: TopArgs) -> anyhow::Result<()> {
 
 /// The top keys for a person: a heading, then `count ±error domain.rule descriptor`.
 fn render_top(top: &Value) -> String {
-    let by = str_of(&top["by"]);
-    let mut out = format!("top keys by {by} in the last {}\n", str_of(&top["window"]));
+    let by = shown(&top["by"]);
+    let mut out = format!("top keys by {by} in the last {}\n", shown(&top["window"]));
     let empty = Vec::new();
     let entries = top["entries"].as_array().unwrap_or(&empty);
     if entries.is_empty() {
@@ -160,9 +168,9 @@ fn render_top(top: &Value) -> String {
             "{:>10} ±{:<6} {}.{} {}\n",
             e["count"],
             e["error"],
-            str_of(&e["domain"]),
-            str_of(&e["rule"]),
-            str_of(&e["descriptor"]),
+            shown(&e["domain"]),
+            shown(&e["rule"]),
+            shown(&e["descriptor"]),
         ));
     }
     out
@@ -170,28 +178,30 @@ fn render_top(top: &Value) -> String {
 
 /// The explanation for a person, one block per descriptor.
 fn render(explained: &Value) -> String {
-    let mut out = format!("overall: {}", str_of(&explained["overallCode"]));
+    let mut out = format!("overall: {}", shown(&explained["overallCode"]));
     match explained["error"].as_str() {
         // What the gRPC status says: `UNKNOWN: no rate limit configuration loaded`.
-        Some(error) => out.push_str(&format!(": {error} (every call gets this error)\n")),
+        Some(error) => out.push_str(&format!(
+            ": {} (every call gets this error)\n",
+            visible(error)
+        )),
         None => out.push('\n'),
     }
     let empty = Vec::new();
     let descriptors = explained["descriptors"].as_array().unwrap_or(&empty);
     for (i, d) in descriptors.iter().enumerate() {
-        let entries = str_of(&d["descriptor"]);
+        let entries = shown(&d["descriptor"]);
         let matched = match (&d["rule"], &d["noRule"]) {
-            (_, Value::String(why)) => format!("no rule matched ({why})"),
+            (_, Value::String(why)) => format!("no rule matched ({})", visible(why)),
             (rule, _) if rule["override"] == true => "the request's own limit".to_owned(),
             (rule, _) => {
-                let mut text =
-                    format!("rule {}.{}", str_of(&rule["domain"]), str_of(&rule["path"]));
+                let mut text = format!("rule {}.{}", shown(&rule["domain"]), shown(&rule["path"]));
                 if let Some(names) = rule["names"].as_array().filter(|n| !n.is_empty()) {
-                    let names: Vec<&str> = names.iter().map(str_of).collect();
+                    let names: Vec<Cow<'_, str>> = names.iter().map(shown).collect();
                     text.push_str(&format!(" ({})", names.join(", ")));
                 }
                 if let Some(origins) = rule["origins"].as_array() {
-                    let origins: Vec<&str> = origins.iter().map(str_of).collect();
+                    let origins: Vec<Cow<'_, str>> = origins.iter().map(shown).collect();
                     text.push_str(&format!(" from {}", origins.join(", ")));
                 }
                 let by = &d["override"];
@@ -199,12 +209,8 @@ fn render(explained: &Value) -> String {
                     text.push_str(&format!(
                         ", overridden: {} per {} ({})",
                         limit.get("requests_per_unit").unwrap_or(&Value::Null),
-                        limit
-                            .get("unit")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_lowercase(),
-                        str_of(&by["source"])
+                        shown(limit.get("unit").unwrap_or(&Value::Null)).to_lowercase(),
+                        shown(&by["source"])
                     ));
                 }
                 if d["replaced"] == true {
@@ -215,7 +221,7 @@ fn render(explained: &Value) -> String {
         };
         out.push_str(&format!("descriptor {i}: {entries}: {matched}\n"));
         if let Some(key) = d["key"].as_str() {
-            out.push_str(&format!("  key: {key}\n"));
+            out.push_str(&format!("  key: {}\n", visible(key)));
         }
         let shared = !d["store"].is_null() || !d["storeError"].is_null();
         let local = if shared { "local view" } else { "counter" };
@@ -224,20 +230,20 @@ fn render(explained: &Value) -> String {
                 out.push_str(&format!(
                     "  {label}: count {} of {} (window {}), remaining {}, reset {}\n",
                     limit["count"],
-                    str_of(&limit["limit"]),
-                    str_of(&limit["window"]),
+                    shown(&limit["limit"]),
+                    shown(&limit["window"]),
                     limit["remaining"],
-                    str_of(&limit["reset"]),
+                    shown(&limit["reset"]),
                 ));
             }
         }
         if let Some(why) = d["storeError"].as_str() {
-            out.push_str(&format!("  store: unreadable ({why})\n"));
+            out.push_str(&format!("  store: unreadable ({})\n", visible(why)));
         }
         let lease = &d["lease"];
         if !lease.is_null() {
             let ends = match lease["ends"].as_str() {
-                Some(ends) => format!(" until its window ends in {ends}"),
+                Some(ends) => format!(" until its window ends in {}", visible(ends)),
                 None => String::new(),
             };
             out.push_str(&format!(
@@ -245,13 +251,9 @@ fn render(explained: &Value) -> String {
                 lease["left"], lease["spendable"]
             ));
         }
-        out.push_str(&format!("  decision: {}\n", str_of(&d["decision"])));
+        out.push_str(&format!("  decision: {}\n", shown(&d["decision"])));
     }
     out
-}
-
-fn str_of(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use anyhow::Context as _;
 
+use crate::cli::visible::visible;
 use crate::config::settings::{ClientArgs, ClientTlsArgs, RequestArgs};
 use crate::net::tls;
 
@@ -120,7 +121,7 @@ pub(crate) async fn run(args: ClientArgs) -> anyhow::Result<bool> {
                     | tonic::Code::Cancelled
             );
             let hint = if transport { transport_hint(&args) } else { "" };
-            anyhow::anyhow!("{:?}: {}{hint}", s.code(), s.message())
+            anyhow::anyhow!("{:?}: {}{hint}", s.code(), visible(s.message()))
         })?
         .into_inner();
     let overall = code_name(response.overall_code);
@@ -142,7 +143,7 @@ fn describe(status: &DescriptorStatus) -> String {
             .map_or("UNKNOWN", |u| u.as_str_name());
         text.push_str(&format!(" limit={}/{unit}", limit.requests_per_unit));
         if !limit.name.is_empty() {
-            text.push_str(&format!(" name={}", limit.name));
+            text.push_str(&format!(" name={}", visible(&limit.name)));
         }
         text.push_str(&format!(" remaining={}", status.limit_remaining));
         if let Some(d) = &status.duration_until_reset {

@@ -6,6 +6,7 @@ mod admin_tls;
 pub(crate) mod client;
 mod overrides;
 mod serve;
+mod visible;
 
 use std::process::ExitCode;
 
@@ -33,7 +34,13 @@ pub fn run(cli: Cli) -> ExitCode {
             Ok(true) => ExitCode::from(2),
             Err(e) => failed(&e),
         },
-        Command::Explain(args) => done(on_runtime(admin_client::explain(args))),
+        Command::Explain {
+            request,
+            admin_token,
+        } => done(on_runtime(admin_client::explain(
+            request,
+            admin_token.as_deref(),
+        ))),
         Command::Reset {
             request,
             admin_token,

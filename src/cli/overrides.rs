@@ -6,6 +6,7 @@ use tollgate_core::overrides::{Override, OverrideEntry, OverrideLimit};
 
 use crate::cli::admin_client::call_json;
 use crate::cli::client::parse_descriptor;
+use crate::cli::visible::{shown, visible};
 use crate::config::settings::{ClientTlsArgs, OverriddenArgs, OverrideAction, OverrideArgs};
 use crate::ops::overrides::{entries as descriptor_text, limit_text};
 
@@ -98,7 +99,7 @@ async fn list(
             Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_owned()),
             Some(next) => anyhow::bail!("{addr} answered the page after {next:?} with itself"),
             None => {
-                let kept_in = str_of(&answer["keptIn"]);
+                let kept_in = shown(&answer["keptIn"]);
                 return Ok(format!("{count} override(s), kept in {kept_in}\n{lines}"));
             }
         }
@@ -108,12 +109,15 @@ async fn list(
 /// One override's line: `set api tenant=acme: 5 per minute`.
 fn line(verb: &str, o: &Value) -> String {
     match serde_json::from_value::<Override>(o.clone()) {
-        Ok(o) => format!(
-            "{verb} {} {}: {}\n",
-            o.domain,
-            descriptor_text(&o.entries),
-            limit_text(&o)
-        ),
+        Ok(o) => {
+            let text = format!(
+                "{verb} {} {}: {}",
+                o.domain,
+                descriptor_text(&o.entries),
+                limit_text(&o)
+            );
+            format!("{}\n", visible(&text))
+        }
         Err(e) => format!("{verb} (unreadable: {e})\n"),
     }
 }
@@ -131,8 +135,4 @@ fn render(answer: &Value) -> String {
         }
     }
     out
-}
-
-fn str_of(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }

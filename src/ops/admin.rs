@@ -4,42 +4,17 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use tokio::sync::watch;
-use tollgate_core::LogLimit;
 
 use crate::api::json;
 use crate::app::App;
+use crate::ops::admin_state::Admin;
 use crate::ops::metrics::top as top_keys;
-use crate::ops::token::AdminToken;
 use crate::ops::{explain, overrides, reset, top, ui};
-
-/// What the admin routes share: the service, whether the server is draining, the
-/// token that allows resets (none: resets are off), and how often refused resets are
-/// logged.
-#[derive(Clone)]
-pub(crate) struct Admin {
-    pub(crate) app: Arc<App>,
-    pub(crate) draining: watch::Receiver<bool>,
-    pub(crate) admin_token: Option<Arc<str>>,
-    pub(crate) refused_resets: Arc<LogLimit>,
-}
-
-impl FromRef<Admin> for Arc<App> {
-    fn from_ref(admin: &Admin) -> Self {
-        admin.app.clone()
-    }
-}
-
-impl FromRef<Admin> for AdminToken {
-    fn from_ref(admin: &Admin) -> Self {
-        AdminToken(admin.admin_token.clone())
-    }
-}
 
 /// The largest `/json` body: a request at every limit on descriptors, entries and text
 /// (64 × 32 × 2 × 4 KiB) would be larger, but such a request is refused anyway, and this
@@ -86,10 +61,14 @@ async fn health(State(admin): State<Admin>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus metrics in the Prometheus text format, with the rules' heaviest keys.
+/// Prometheus metrics in the Prometheus text format; with the rules' heaviest keys when
+/// the operator asked for them (`METRICS_TOP_KEYS`), since the page needs no token and
+/// keys name clients.
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
     let text = app.metrics.encode().and_then(|mut text| {
-        top_keys::encode(&app.limiter, &mut text)?;
+        if app.top_keys_in_metrics {
+            top_keys::encode(&app.limiter, &mut text)?;
+        }
         Ok(text)
     });
     match text {

@@ -2,27 +2,51 @@
 //! body is the `/json` request; the answer says per descriptor which rule matched (or why
 //! none did), the counter's key and state in this process and in the shared store, the
 //! lease this instance holds on it, and the decision it would get; before any rules are
-//! loaded, the error calls get.
+//! loaded, the error calls get. Who set an override is shown only to the admin token.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tollgate_core::rules::Policy;
 use tollgate_core::{Algorithm, CounterView, Explained, Limit, Matched, Outcome, Request, Rule};
 
 use crate::api::json::{text, with_request};
-use crate::app::{App, RlsError};
+use crate::app::RlsError;
+use crate::ops::admin_state::Admin;
+use crate::ops::loopback;
+use crate::ops::token::{Credentials, authorize, credentials, refuse};
 use crate::ops::unmatched::no_match_reason;
+
+/// What explain shows of an override's source without the admin token: the source
+/// names who set it (an admin's address), which is no business of a stranger's.
+const HIDDEN_SOURCE: &str = "hidden: shown with Authorization: Bearer <ADMIN_TOKEN>";
 
 /// `POST /explain`: 200 with the explanation, 400 for a body that is not a request.
 /// Before the first rules arrive (xDS), the explanation is the error every call gets.
-pub(crate) async fn handler(State(app): State<Arc<App>>, body: Bytes) -> Response {
+/// Anyone may ask; who set an override is shown only to the admin token, and a request
+/// that carries a wrong one is refused as the admin calls refuse it.
+pub(crate) async fn handler(
+    State(admin): State<Admin>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let shows_sources = match credentials(&headers) {
+        Credentials::Absent => false,
+        _ => match authorize(admin.admin_token.as_deref(), &headers, "override sources") {
+            Ok(()) => true,
+            Err((status, why)) => {
+                let peer = loopback::peer(&extensions);
+                return refuse(&admin.refused_resets, &peer, status, why);
+            }
+        },
+    };
+    let app = &admin.app;
     with_request(&body, async |request| {
         if !app.status.readiness().loaded {
             return Json(json!({
@@ -40,7 +64,9 @@ pub(crate) async fn handler(State(app): State<Arc<App>>, body: Bytes) -> Respons
                     .iter()
                     .zip(&request.descriptors)
                     .zip(&explained.decision.descriptors)
-                    .map(|((e, d), outcome)| descriptor(request, e, entries(d), outcome))
+                    .map(|((e, d), outcome)| {
+                        descriptor(request, e, entries(d), outcome, shows_sources)
+                    })
                     .collect();
                 let overall = if explained.decision.over_limit {
                     "OVER_LIMIT"
@@ -67,7 +93,13 @@ fn entries(d: &tollgate_core::Descriptor<'_>) -> String {
         .join(",")
 }
 
-fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outcome) -> Value {
+fn descriptor(
+    req: &Request<'_>,
+    e: &Explained,
+    entries: String,
+    outcome: &Outcome,
+    shows_sources: bool,
+) -> Value {
     let keys: Vec<&str> = entries
         .split(',')
         .filter_map(|p| p.split_once('=').map(|(k, _)| k))
@@ -80,6 +112,7 @@ fn descriptor(req: &Request<'_>, e: &Explained, entries: String, outcome: &Outco
         }
         Matched::Overridden { rule, by, source } => {
             out["rule"] = rule_json(rule);
+            let source = if shows_sources { source } else { HIDDEN_SOURCE };
             out["override"] = json!({ "override": by, "source": source });
         }
         Matched::Replaced(rule) => {

@@ -4,21 +4,20 @@
 //! logged at info with what and from where; refusals at most once a period, since a
 //! client may send them by the thousand.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, State};
-use axum::http::header::WWW_AUTHENTICATE;
+use axum::extract::State;
 use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use tollgate_core::{Clock as _, DecideError, SystemClock};
+use tollgate_core::DecideError;
 
 use crate::api::json::{text, with_request};
-use crate::ops::admin::Admin;
-use crate::ops::token::authorize;
+use crate::ops::admin_state::Admin;
+use crate::ops::loopback;
+use crate::ops::token::{authorize, refuse};
 
 /// At most one log line of refused resets per this period.
 pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -31,23 +30,10 @@ pub(crate) async fn handler(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let peer = extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_owned(), |ConnectInfo(p)| p.to_string());
+    let peer = loopback::peer(&extensions);
     if let Err((status, why)) = authorize(admin.admin_token.as_deref(), &headers, "counter resets")
     {
-        if let Some(held) = admin.refused_resets.admit(SystemClock.now()) {
-            tracing::warn!(
-                %peer,
-                "counter reset refused: {} ({held} more refused since the last such line)",
-                why.trim_end()
-            );
-        }
-        let challenge = [(WWW_AUTHENTICATE, "Bearer")];
-        return match status {
-            StatusCode::UNAUTHORIZED => (status, challenge, why).into_response(),
-            _ => (status, why).into_response(),
-        };
+        return refuse(&admin.refused_resets, &peer, status, why);
     }
     with_request(&body, async |request| {
         match admin.app.limiter.reset(request).await {

@@ -1,18 +1,17 @@
 //! `GET /top`: the heaviest keys of the rules, as JSON, of this instance or (`scope=fleet`)
 //! of every instance sharing the store. Keys name clients (addresses, users), which is
-//! personal data: answered to loopback peers, and to others only with
+//! personal data: answered to loopback requests (peer and Host), and to others only with
 //! `Authorization: Bearer <ADMIN_TOKEN>` (compared in constant time).
 //!
 //! With a shared store, every instance publishes its heaviest keys through it every
 //! [`PUBLISH_PERIOD`] ([`spawn_publisher`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::{Extensions, HeaderMap, StatusCode};
+use axum::extract::{RawQuery, State};
+use axum::http::{Extensions, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tollgate_core::TopQuery;
@@ -20,7 +19,9 @@ use tollgate_core::top::{TopBy, TopEntry, TopWindow};
 
 use crate::api::json::text;
 use crate::app::App;
-use crate::ops::token::{AdminToken, bearer, same};
+use crate::ops::admin_state::Admin;
+use crate::ops::loopback;
+use crate::ops::token::{Credentials, credentials, holds, refuse};
 
 /// The most entries one answer holds.
 pub(crate) const MAX_ENTRIES: usize = 1_000;
@@ -43,39 +44,33 @@ pub(crate) fn spawn_publisher(app: &Arc<App>) {
 }
 
 /// `GET /top?domain=web&rule=ip&by=denied&window=minute&n=10&scope=fleet`: 200 with the entries,
-/// heaviest first; 400 for a bad parameter; 403 to a peer that is neither loopback nor
-/// holding the admin token.
+/// heaviest first; 400 for a bad parameter; 403 to a request that is neither a loopback
+/// one ([`loopback`]) nor holding the admin token, and to a wrong token from afar.
 pub(crate) async fn handler(
-    State(app): State<Arc<App>>,
-    State(AdminToken(token)): State<AdminToken>,
+    State(admin): State<Admin>,
     extensions: Extensions,
+    uri: Uri,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    if !allowed(peer, token.as_deref(), &headers) {
-        return text(
-            StatusCode::FORBIDDEN,
-            "top keys name clients: ask from loopback, or with Authorization: Bearer <ADMIN_TOKEN>"
-                .to_owned(),
-        );
+    if !holds(admin.admin_token.as_deref(), &headers)
+        && let Some(why) = loopback::refusal(&extensions, &uri, &headers)
+    {
+        let why = match credentials(&headers) {
+            Credentials::Bearer(_) => "wrong admin token\n".to_owned(),
+            _ => format!(
+                "top keys name clients: {why}; or ask with Authorization: Bearer <ADMIN_TOKEN>\n"
+            ),
+        };
+        let peer = loopback::peer(&extensions);
+        return refuse(&admin.refused_resets, &peer, StatusCode::FORBIDDEN, why);
     }
     let params = match Params::parse(query.as_deref().unwrap_or("")) {
         Ok(params) => params,
         Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
-    let entries = app.limiter.top(&params.query());
+    let entries = admin.app.limiter.top(&params.query());
     Json(answer(&params, &entries)).into_response()
-}
-
-/// Loopback peers may ask; others need the admin token.
-fn allowed(peer: Option<SocketAddr>, token: Option<&str>, headers: &HeaderMap) -> bool {
-    let loopback = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
-    let holds_token = match (token, bearer(headers)) {
-        (Some(token), Some(given)) => same(given.as_bytes(), token.as_bytes()),
-        _ => false,
-    };
-    loopback || holds_token
 }
 
 /// `/top`'s parameters.
@@ -222,22 +217,5 @@ mod tests {
         assert_eq!(err("n=x"), "n=x: expected a number from 1 to 1000");
         assert_eq!(err("n=1&n=2"), "parameter n is given twice");
         assert!(err("color=red").starts_with("unknown parameter color"));
-    }
-
-    #[test]
-    fn loopback_or_the_token_may_ask() {
-        let local: SocketAddr = "127.0.0.1:5000".parse().expect("addr");
-        let far: SocketAddr = "192.0.2.1:5000".parse().expect("addr");
-        let mut with_token = HeaderMap::new();
-        with_token.insert(
-            axum::http::header::AUTHORIZATION,
-            "Bearer s3cret".parse().expect("header"),
-        );
-        let none = HeaderMap::new();
-        assert!(allowed(Some(local), None, &none));
-        assert!(!allowed(Some(far), None, &with_token));
-        assert!(!allowed(Some(far), Some("s3cret"), &none));
-        assert!(allowed(Some(far), Some("s3cret"), &with_token));
-        assert!(!allowed(None, Some("other"), &with_token));
     }
 }

@@ -1,7 +1,8 @@
 //! `GET /ui`: one page to look at, served from the binary (`ui.html`, plain HTML and
 //! JavaScript): the rules as a tree, the top keys refreshed every two seconds, the store's
 //! health and counter calls, and an explain form. The page holds no data itself: it asks
-//! `/top`, which answers loopback peers or the admin token the page is given.
+//! `/top`, which answers loopback requests (peer and Host) or the admin token the page is
+//! given.
 
 use axum::http::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE};
 use axum::response::IntoResponse;

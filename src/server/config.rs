@@ -1,6 +1,7 @@
 //! The settings of `tollgate serve`, checked once before anything starts: the reference's
-//! settings that cannot be honoured refused, statsd's target read, the rules loaded (or
-//! the xDS client's settings checked) and the server's TLS material read.
+//! settings that cannot be honoured refused, the admin token checked, statsd's target
+//! read, the rules loaded (or the xDS client's settings checked) and the server's TLS
+//! material read.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use crate::config::xds::XdsConfig;
 use crate::config::{compat, env_typos};
 use crate::net::tls::ServerTls;
 use crate::ops::statsd::StatsdConfig;
+use crate::ops::token;
 
 /// `tollgate serve`'s settings, checked: what [`run`](super::run) starts from.
 pub struct Config {
@@ -48,6 +50,9 @@ impl Config {
     /// Tollgate refuses or warns about, and names that look like a setting but are none).
     pub(crate) async fn load(args: ServeArgs, env: &[(String, String)]) -> anyhow::Result<Self> {
         check_reference_settings(env)?;
+        if let Some(admin_token) = &args.ops.admin_token {
+            token::check("ADMIN_TOKEN (--admin-token)", admin_token).map_err(anyhow::Error::msg)?;
+        }
         let statsd = args.ops.stats.statsd()?;
         let origin = rules_origin(&args).await?;
         // Before anything else starts: a bad certificate or key stops startup here.

@@ -35,8 +35,9 @@ pub use self::signals::terminated;
 use self::signals::{drain_on, hangups, reload_on_hangup, stopped};
 use self::store::connect_store;
 
-/// Longest the drain waits for the store to take back the leased blocks.
-const LEASE_GIVE_BACK: Duration = Duration::from_secs(1);
+/// Longest the drain waits for the store to take back the leased blocks and what this
+/// instance owes it or gave back without it.
+const STORE_DRAIN: Duration = Duration::from_secs(2);
 
 /// Runs the server from `config` on `listeners` until `shutdown` completes, then drains:
 /// what it starts, in order.
@@ -55,9 +56,10 @@ pub async fn run(
     let hangups = hangups();
     let _tls_watch = server_tls.as_ref().map(ServerTls::watch).transpose()?;
     let (store, store_name) = connect_store(&args).await?;
-    // Unspent leased blocks go back at the drain, so that other instances may admit them.
-    let leasing = match &store {
-        Store::Shared(shared) if args.store.leases => Some(shared.clone()),
+    // Unspent leased blocks go back at the drain, so that other instances may admit them,
+    // and what is owed or credited reaches the store.
+    let shared = match &store {
+        Store::Shared(shared) => Some(shared.clone()),
         _ => None,
     };
     let xds_stats = Arc::new(XdsStats::default());
@@ -104,8 +106,8 @@ pub async fn run(
         draining,
     };
     let served = serve(&args, ports, services, server_tls, stop_rx).await;
-    if let Some(shared) = leasing {
-        shared.give_back_leases(LEASE_GIVE_BACK).await;
+    if let Some(shared) = shared {
+        shared.drain(STORE_DRAIN).await;
     }
     drop(hangup);
     served

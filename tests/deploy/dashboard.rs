@@ -183,7 +183,10 @@ async fn every_series_the_dashboard_queries_exists_after_real_traffic() {
     let xds = XdsServer::start().await;
     xds.set(NODE, "1", vec![resource(rules())]);
     let command = tollgate::serve_from_env();
-    let server = Serve::custom(command).redis("single", &redis.url());
+    // The top keys panel reads a family /metrics shows only when asked.
+    let server = Serve::custom(command)
+        .redis("single", &redis.url())
+        .env("METRICS_TOP_KEYS", "true");
     let server = xds
         .client_env(NODE)
         .into_iter()

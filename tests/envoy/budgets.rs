@@ -163,14 +163,16 @@ async fn a_fixed_cost_is_charged_after_each_response() {
 async fn two_tollgates_on_one_redis_share_a_budget() {
     let redis = RedisServer::start();
     let upstream = Upstream::start().await;
-    let a = Serve::rules(RULES)
-        .redis("single", &redis.url())
-        .start_connected()
-        .await;
-    let b = Serve::rules(RULES)
-        .redis("single", &redis.url())
-        .start_connected()
-        .await;
+    // A store timeout a busy host meets: with the default 10 ms, a call that missed it
+    // let an instance decide from its view, which may not hold the other's charges yet.
+    let instance = || {
+        Serve::rules(RULES)
+            .redis("single", &redis.url())
+            .args(["--store-timeout", "2s"])
+            .start_connected()
+    };
+    let a = instance().await;
+    let b = instance().await;
     let (envoy_a, envoy_b) = (
         budgets_envoy(&upstream, &a).await,
         budgets_envoy(&upstream, &b).await,

@@ -33,9 +33,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 3600, algorithm: token_bucket, burst: 4}
   - key: spend
     rate_limit: {unit: day, unit_multiplier: 30, requests_per_unit: 1000, algorithm: leaky_bucket}
-  # The largest bucket: a unit spans under a microsecond, the stores' resolution.
-  - key: huge_bucket
-    rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: token_bucket}
   - key: both
     rate_limits:
       - {name: per_hour, unit: hour, requests_per_unit: 10}
@@ -282,23 +279,6 @@ async fn token_bucket_allows_its_burst_then_refills(instance: Instance) {
     assert_eq!(until_reset(&s).as_secs(), 4);
 }
 on_every_store!(token_bucket, token_bucket_allows_its_burst_then_refills);
-
-/// A bucket of burst 2^32 − 1 refuses a request of 2^32 units, though their spans come out
-/// alike in whole microseconds, and is told a full refill; the whole burst fits.
-async fn the_largest_bucket_refuses_one_unit_more(instance: Instance) {
-    let mut rls = instance.client().await;
-    let burst = u64::from(u32::MAX);
-    let over = status(
-        &mut rls,
-        one("huge_bucket", "h", Some(burst + 1), false, None),
-    )
-    .await;
-    assert_eq!(code(&over), Code::OverLimit, "{over:?}");
-    assert_eq!(until_reset(&over).as_secs(), 1, "{over:?}");
-    let all = status(&mut rls, one("huge_bucket", "h", Some(burst), false, None)).await;
-    assert_eq!(code(&all), Code::Ok, "{all:?}");
-}
-on_every_store!(largest_bucket, the_largest_bucket_refuses_one_unit_more);
 
 /// The seed article's spending limit: capacity 1000 over 30 days; spend 30, then 990 is
 /// over (only 970 left), and 970 fits.

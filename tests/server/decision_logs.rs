@@ -65,3 +65,34 @@ async fn a_directive_still_asks_for_a_library_by_module() {
     assert!(stderr.contains("h2::"), "{stderr}");
     assert!(!stderr.contains(" decision "), "{stderr}");
 }
+
+/// A client's value that holds a line end, an escape or a bidi override cannot forge a
+/// log line or paint the operator's terminal: the lines naming it (a decision at debug,
+/// the counter going over at info) show those characters escaped.
+#[tokio::test]
+async fn a_value_cannot_forge_a_log_line_or_paint_the_terminal() {
+    const FORGED: &str =
+        "ann\n2020-01-01T00:00:00.000000Z  WARN forged: admin logged in\x1b[2J\u{202e}";
+    let server = Serve::rules(RULES).env("LOG_LEVEL", "debug").start();
+    let mut rls = server.client().await;
+    for _ in 0..3 {
+        rls.check("logs", &[("user", FORGED)]).await;
+    }
+    let stderr = server.stop().stderr;
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("2020-01-01")),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(['\x1b', '\u{202e}']),
+        "a raw escape or override: {stderr:?}"
+    );
+    let over = stderr
+        .lines()
+        .find(|l| l.contains("counter went over its limit"))
+        .unwrap_or_else(|| panic!("no line for the counter going over: {stderr}"));
+    assert!(
+        over.contains(r"user=ann\n2020-01-01T00:00:00.000000Z  WARN forged"),
+        "{over}"
+    );
+}

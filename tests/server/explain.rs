@@ -3,9 +3,10 @@
 //! counted by asking.
 
 use serde_json::Value;
+use tollgate_testkit::admin::{self, TOKEN, override_body};
 use tollgate_testkit::free_port;
 use tollgate_testkit::grpc::{Code, code, request};
-use tollgate_testkit::http::post_json;
+use tollgate_testkit::http::{self, Method, post_json};
 use tollgate_testkit::process;
 use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Listening};
 
@@ -158,4 +159,49 @@ async fn explain_before_the_first_rules_says_what_a_call_gets() {
         out.stdout,
         "overall: UNKNOWN: no rate limit configuration loaded (every call gets this error)\n"
     );
+}
+
+/// Explain needs no token, yet it showed who set an override: the admin's address. That
+/// is shown only with the admin token now; a wrong token is refused as everywhere else.
+#[tokio::test]
+async fn explain_shows_who_set_an_override_only_with_the_admin_token() {
+    let server = InProcess::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let set = override_body("ex", ("user", "ann"), "5", "minute");
+    let set = admin::overrides(&server, Method::PUT, "/overrides", &set, Some(TOKEN)).await;
+    assert_eq!(set.status, 200, "{set:?}");
+    let ann = admin::body("ex", "user", "ann");
+
+    let open = explain(&server, &ann).await;
+    let overridden = &open["descriptors"][0]["override"];
+    assert_eq!(
+        overridden["override"]["limit"]["requests_per_unit"], 5,
+        "{open}"
+    );
+    assert_eq!(
+        overridden["source"], "hidden: shown with Authorization: Bearer <ADMIN_TOKEN>",
+        "{open}"
+    );
+    assert!(!open.to_string().contains("127.0.0.1"), "{open}");
+
+    let ask = async |token: &str| {
+        let bearer = format!("Bearer {token}");
+        let headers = [
+            ("content-type", "application/json"),
+            ("authorization", &bearer),
+        ];
+        http::send(server.http_addr(), Method::POST, "/explain", &headers, &ann)
+            .await
+            .expect("POST /explain")
+    };
+    let with_token = ask(TOKEN).await;
+    assert_eq!(with_token.status, 200, "{with_token:?}");
+    let shown: Value = serde_json::from_str(&with_token.body).expect("JSON");
+    let source = shown["descriptors"][0]["override"]["source"].as_str();
+    assert!(
+        source.is_some_and(|s| s.starts_with("set over HTTP by 127.0.0.1:")),
+        "{shown}"
+    );
+    let wrong = ask("not-the-token").await;
+    assert_eq!(wrong.status, 403, "{wrong:?}");
+    assert!(!wrong.body.contains("127.0.0.1"), "{wrong:?}");
 }

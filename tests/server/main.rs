@@ -3,6 +3,7 @@
 //! suite runs on a real redis-server too. The answers, matching, explain and reset run
 //! the server in this process (`in_process.rs`); the rest start it as a process.
 
+mod admin_token;
 mod algorithms;
 mod cli;
 mod client;
@@ -23,6 +24,7 @@ mod reset;
 mod rlqs;
 mod secrets;
 mod startup;
+mod terminal;
 mod tls;
 mod top;
 mod tracing;

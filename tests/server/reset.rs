@@ -100,7 +100,7 @@ async fn refused_resets_are_logged_at_most_once_a_period() {
     let stderr = server.stop().stderr;
     let logged: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains("counter reset refused"))
+        .filter(|l| l.contains("admin call refused"))
         .collect();
     let periods = u32::try_from(took.as_secs() / PERIOD.as_secs()).unwrap_or(u32::MAX);
     assert!(

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tollgate_testkit::admin::TOKEN;
 use tollgate_testkit::grpc::{Code, Rls, overall, request};
 use tollgate_testkit::http;
 use tollgate_testkit::pki::{Issued, Pki};
+use tollgate_testkit::process;
 use tollgate_testkit::raw_grpc::{RawGrpc, SHOULD_RATE_LIMIT, frame};
 use tollgate_testkit::tls::{self, certificate_der, grpc_channel, https_get};
-use tollgate_testkit::tollgate::{ConfigDir, Serve, Server};
+use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, ConfigDir, Serve, Server};
 use tollgate_testkit::wait;
 use tonic::transport::Endpoint;
 
@@ -254,6 +256,30 @@ async fn the_http_port_serves_tls_on_request_without_asking_for_client_certifica
         plaintext.is_err(),
         "plaintext HTTP on a TLS port: {plaintext:?}"
     );
+}
+
+/// `--tls` took an optional value, so `tollgate override --tls list` read `list` as that
+/// value and failed. It is a switch before a subcommand; `--tls=true` still parses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_commands_take_tls_as_a_switch_before_their_subcommand() {
+    let pki = Pki::new();
+    let server = start(
+        serve_tls(&pki.issue("server", SERVER_NAMES))
+            .env("HTTP_SERVER_USE_TLS", "true")
+            .env("ADMIN_TOKEN", TOKEN),
+    )
+    .await;
+    for tls in ["--tls", "--tls=true"] {
+        let mut cmd = tollgate::command();
+        cmd.args(["override", "--http-addr", &server.http_addr().to_string()])
+            .args([tls, "list"])
+            .env("ADMIN_TOKEN", TOKEN)
+            .env("TOLLGATE_TLS_CA", pki.ca());
+        let out = process::run("tollgate override --tls list", cmd, COMMAND_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "{tls}: {out:?}");
+        assert!(out.stdout.starts_with("0 override(s)"), "{tls}: {out:?}");
+    }
 }
 
 #[test]

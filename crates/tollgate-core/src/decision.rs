@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::limit::Limit;
+use crate::limit::{Algorithm, Limit};
 use crate::rules::Metadata;
 
 /// The answer to one request.
@@ -68,6 +68,17 @@ impl Limited {
     /// Whether this descriptor denies the request (a shadow-mode denial does not).
     pub fn is_over(&self) -> bool {
         !self.admitted && !self.shadow
+    }
+
+    /// The rule's metadata to answer with, if any: none when this descriptor is over, and
+    /// on an in-flight rule none unless a slot is held for the request, so that a release
+    /// written to need the metadata frees only a slot its acquisition took. A slot is held
+    /// when the hit took one that its store confirmed (decided without the store, it holds
+    /// none) and was not given back (the request over on another descriptor).
+    pub fn answered_metadata(&self) -> Option<&Arc<Metadata>> {
+        let slot_held = self.hits > 0 && self.in_flight.is_some();
+        let holds = self.limit.algorithm() != Algorithm::Slots || slot_held;
+        self.metadata.as_ref().filter(|_| !self.is_over() && holds)
     }
 
     /// The wait a client is told, in whole seconds rounded up: a client that waits the

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::calendar::{Calendar, CalendarError};
-use crate::clock::{NANOS_PER_MILLI, NANOS_PER_SECOND, nanos_of};
+use crate::clock::{NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND, nanos_of};
 use crate::unit::Unit;
 
 /// Sub-windows of a sliding window when a rule names none.
@@ -16,6 +16,10 @@ pub const MAX_PRECISION: u32 = 1_000;
 
 /// The longest an in-flight slot may live: a year, in milliseconds.
 const MAX_EXPIRE_AFTER_MS: u128 = 365 * 86_400 * 1_000;
+/// The longest a bucket may take to fill, in microseconds: 100 years. Arrival times then
+/// stay far below what every store's numbers hold (2^53 µs, the year 2255); past them a
+/// bucket never filled, and admitted without end.
+const MAX_BUCKET_FILL_US: u128 = 100 * 365 * 86_400 * 1_000_000;
 
 /// How a limit counts, with the parameters that only that way of counting has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +148,31 @@ pub enum LimitError {
     /// A bucket of no capacity.
     #[error("burst must be at least 1")]
     ZeroBurst,
+    /// A bucket refilling faster than the microseconds its time is counted in: a unit
+    /// would take no time, and the bucket would admit without end.
+    #[error(
+        "a token or leaky bucket refills at most 1,000,000 units a second (its time is \
+         counted in whole microseconds): {requests} per {seconds} s is faster"
+    )]
+    BucketTooFast {
+        /// Requests per window.
+        requests: u32,
+        /// The window in seconds.
+        seconds: u64,
+    },
+    /// A bucket taking longer to fill than the stores' arrival times reach.
+    #[error(
+        "a token or leaky bucket must fill within 100 years: a burst of {burst} at \
+         {requests} per {seconds} s takes longer"
+    )]
+    BucketTooSlow {
+        /// The bucket's capacity.
+        burst: u32,
+        /// Requests per window.
+        requests: u32,
+        /// The window in seconds.
+        seconds: u64,
+    },
     /// A calendar that cannot be: wrong unit, unknown zone, too long.
     #[error(transparent)]
     Calendar(#[from] CalendarError),
@@ -161,7 +190,8 @@ impl LimitError {
         match self {
             Self::ZeroMultiplier | Self::WindowTooLong => "unit_multiplier",
             Self::Precision(_) | Self::SubWindow(_) => "precision",
-            Self::ZeroBurst => "burst",
+            Self::ZeroBurst | Self::BucketTooSlow { .. } => "burst",
+            Self::BucketTooFast { .. } => "requests_per_unit",
             Self::Calendar(CalendarError::Zone(_)) => "time_zone",
             Self::Calendar(CalendarError::TooLong) => "unit_multiplier",
             Self::Calendar(CalendarError::Unit(_)) | Self::CalendarAlgorithm(_) => "calendar",
@@ -282,12 +312,34 @@ impl Limit {
                     return Err(LimitError::SubWindow(precision));
                 }
             }
-            Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } if burst == 0 => {
-                return Err(LimitError::ZeroBurst);
+            Algorithm::TokenBucket { burst } | Algorithm::LeakyBucket { burst } => {
+                self.check_bucket(burst)?;
             }
             _ => {}
         }
         Ok(self)
+    }
+
+    /// A bucket's time is counted in whole microseconds, and its arrival times must stay
+    /// within what the stores hold (`algo/gcra.rs`). A rate of 0 denies everything.
+    fn check_bucket(&self, burst: u32) -> Result<(), LimitError> {
+        if burst == 0 {
+            return Err(LimitError::ZeroBurst);
+        }
+        let (requests, seconds) = (self.requests_per_unit, self.window.as_secs());
+        let window_us = u128::from(self.window_nanos() / NANOS_PER_MICRO);
+        if u128::from(requests) > window_us {
+            return Err(LimitError::BucketTooFast { requests, seconds });
+        }
+        if requests > 0 && u128::from(burst) * window_us / u128::from(requests) > MAX_BUCKET_FILL_US
+        {
+            return Err(LimitError::BucketTooSlow {
+                burst,
+                requests,
+                seconds,
+            });
+        }
+        Ok(())
     }
 
     /// Units admitted per window.
@@ -424,6 +476,40 @@ mod tests {
             Limit::new(5, Unit::Year)
                 .with_multiplier(u32::MAX)
                 .is_err_and(|e| e == LimitError::WindowTooLong)
+        );
+    }
+
+    /// A bucket is counted in whole microseconds, up to arrival times the stores hold:
+    /// one refilling faster than a unit a microsecond, or filling in more than 100 years,
+    /// is refused with its field; the edges and a rate of 0 are not.
+    #[test]
+    fn buckets_outside_what_their_arithmetic_holds_are_refused() {
+        let bucket = |requests, unit, burst| {
+            Limit::new(requests, unit).with_algorithm(Algorithm::TokenBucket { burst })
+        };
+        let fast = bucket(u32::MAX, Unit::Second, u32::MAX).expect_err("2^32 − 1 a second");
+        assert_eq!(
+            (fast.field(), fast.to_string().as_str()),
+            (
+                "requests_per_unit",
+                "a token or leaky bucket refills at most 1,000,000 units a second (its time is \
+                 counted in whole microseconds): 4294967295 per 1 s is faster"
+            )
+        );
+        assert!(bucket(1_000_001, Unit::Second, 10).is_err());
+        assert!(bucket(1_000_000, Unit::Second, 10).is_ok());
+        assert!(bucket(60_000_000, Unit::Minute, 10).is_ok());
+        let slow = bucket(1, Unit::Year, 101).expect_err("101 years to fill");
+        assert_eq!(slow.field(), "burst");
+        assert!(bucket(1, Unit::Year, 100).is_ok());
+        assert!(
+            bucket(0, Unit::Second, u32::MAX).is_ok(),
+            "a rate of 0 denies all"
+        );
+        assert!(
+            Limit::new(1, Unit::Hour)
+                .with_algorithm(Algorithm::LeakyBucket { burst: u32::MAX })
+                .is_err_and(|e| e.field() == "burst")
         );
     }
 

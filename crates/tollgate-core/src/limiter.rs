@@ -470,7 +470,8 @@ impl<R: Recorder> Limiter<R> {
             tracing::info!(
                 key,
                 unlogged,
-                "counter went over its limit ({limit} per {window:?}; {domain} {entries}, rule {rule}); its further denials are logged at debug only"
+                "counter went over its limit ({limit} per {window:?}; {} {entries}, rule {rule}); its further denials are logged at debug only",
+                Escaped(domain)
             );
         }
     }
@@ -513,14 +514,33 @@ fn outcome(
     }
 }
 
-/// A descriptor's entries as `k=v,k2=v2`.
+/// A descriptor's entries as `k=v,k2=v2`, each [`Escaped`].
 struct Entries<'a, 'd>(&'a Descriptor<'d>);
 
 impl std::fmt::Display for Entries<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, (k, v)) in self.0.pairs().enumerate() {
             let comma = if i > 0 { "," } else { "" };
-            write!(f, "{comma}{k}={v}")?;
+            write!(f, "{comma}{}={}", Escaped(k), Escaped(v))?;
+        }
+        Ok(())
+    }
+}
+
+/// Text a client chose, as a log line shows it: line ends, control and bidirectional
+/// characters and backslashes escaped as Rust escapes them (`\n`, `\u{1b}`, `\u{202e}`),
+/// so that a value can neither end the line and forge the next nor paint a terminal.
+/// Quotes stay as they are: the text is not quoted.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            match c {
+                '\'' | '"' => f.write_char(c)?,
+                c => write!(f, "{}", c.escape_debug())?,
+            }
         }
         Ok(())
     }

@@ -92,8 +92,8 @@ pub async fn send(
         .map_err(|_| format!("no complete response within {TIMEOUT:?}"))?
 }
 
-/// One request on `stream`, a connection to `host` (plain or TLS); the failure as a
-/// message. The caller bounds the time.
+/// One request on `stream`, a connection to `host` (plain or TLS; the `Host` header
+/// unless `headers` hold one); the failure as a message. The caller bounds the time.
 pub async fn send_on<S>(
     stream: S,
     host: &str,
@@ -110,10 +110,14 @@ where
         .map_err(|e| format!("handshake: {e}"))?;
     // The connection is driven beside the request; it ends when the sender is dropped.
     let driver = tokio::spawn(connection);
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header(hyper::header::HOST, host);
+    let mut request = hyper::Request::builder().method(method).uri(path);
+    // The connection's host, unless the test names another.
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request = request.header(hyper::header::HOST, host);
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -125,14 +129,7 @@ where
         .await
         .map_err(|e| format!("send: {e}"))?;
     let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(name, value)| {
-            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-            (name.as_str().to_owned(), value)
-        })
-        .collect();
+    let headers = pairs(response.headers());
     let body = response
         .into_body()
         .collect()
@@ -145,5 +142,61 @@ where
         status,
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// `headers` as the tests look at them: names in lower case, values as text, in order.
+pub(crate) fn pairs(headers: &hyper::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            (name.as_str().to_owned(), value)
+        })
+        .collect()
+}
+
+/// One request written byte for byte on a fresh connection, for what no client library
+/// sends: two `Authorization` headers, bytes that are not UTF-8, no `Host` (HTTP/1.0).
+/// `request` must have the server close the connection after it (HTTP/1.0, or
+/// `Connection: close`); its answer is read to that close.
+pub async fn send_raw(addr: SocketAddr, request: &[u8]) -> Result<Response, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        stream
+            .write_all(request)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut raw = Vec::new();
+        stream
+            .read_to_end(&mut raw)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        Ok::<_, String>(raw)
+    };
+    let raw = tokio::time::timeout(TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no complete response within {TIMEOUT:?}"))??;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("not an HTTP answer: {text:?}"))?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status: {head:?}"))?;
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    Ok(Response {
+        status,
+        headers,
+        body: body.to_owned(),
     })
 }

@@ -6,10 +6,10 @@
 //! - [`wait`]: every wait is a condition polled under a deadline, never a bare sleep;
 //! - [`process`]: children that die with the test process, their output, signals;
 //! - [`tollgate`]: the binary under test, its rule directories, `serve` and `check-config`;
-//! - [`grpc`] and [`http`]: the clients, [`raw_grpc`]: gRPC by hand for what clients never
-//!   send, [`h2_frames`]: HTTP/2 byte by byte for bursts no library sends at once,
-//!   [`h2_rls`]: the load benchmark's lean client, and [`keys`]: where counters live in
-//!   Redis;
+//! - [`grpc`], [`http`] and [`http2`] (prior knowledge, every header chosen): the clients,
+//!   [`raw_grpc`]: gRPC by hand for what clients never send, [`h2_frames`]: HTTP/2 byte by
+//!   byte for what no library sends, [`h2_rls`]: the load benchmark's lean client, and
+//!   [`keys`]: where counters live in Redis;
 //! - [`redis`], [`postgres`] and [`envoy`]: the real components Tollgate talks to or sits
 //!   behind, [`shared_store`]: the limits and checks the Redis and PostgreSQL suites
 //!   share, and [`leases`]: the leasing run both suites make;
@@ -50,6 +50,7 @@ pub mod h2_frames;
 pub mod h2_rls;
 pub mod helm;
 pub mod http;
+pub mod http2;
 pub mod in_flight;
 pub mod keys;
 pub mod leases;

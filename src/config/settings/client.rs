@@ -1,4 +1,5 @@
-//! Settings of the command-line clients: `tollgate client`, `explain`, `reset` and `top`.
+//! Settings of the command-line clients: `tollgate client`, `explain`, `reset`, `top` and
+//! `override`.
 
 use super::flag::Flag as _;
 use clap::{Args, Subcommand};
@@ -77,8 +78,9 @@ pub(crate) struct RequestArgs {
 /// TLS of `tollgate client`: on when any of these is given.
 #[derive(Debug, Args)]
 pub(crate) struct ClientTlsArgs {
-    /// Connect over TLS, trusting the system's root certificates (or --tls-ca).
-    #[arg(long, env = "TOLLGATE_TLS", default_value_t = false, flag())]
+    /// Connect over TLS, trusting the system's root certificates (or --tls-ca); a switch
+    /// (`--tls`, or `--tls=false`).
+    #[arg(long, env = "TOLLGATE_TLS", default_value_t = false, switch())]
     pub(crate) tls: bool,
     /// TLS, trusting only this CA (PEM) for the server's certificate.
     #[arg(long, env = "TOLLGATE_TLS_CA")]

@@ -53,7 +53,14 @@ pub(crate) enum Command {
     Client(ClientArgs),
     /// Ask a running Tollgate why a request would get its answer (POST /explain on its
     /// HTTP port); counts nothing.
-    Explain(AdminArgs),
+    Explain {
+        #[command(flatten)]
+        request: AdminArgs,
+        /// The server's ADMIN_TOKEN: sent when set, so that the answer says who set an
+        /// override.
+        #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+        admin_token: Option<String>,
+    },
     /// Set the counters of a request back to empty on a running Tollgate (DELETE
     /// /counters on its HTTP port), in its store and every instance's local view.
     Reset {

@@ -40,10 +40,14 @@ pub(crate) struct OpsArgs {
     /// balancers stop sending first (5s suits Kubernetes).
     #[arg(long, env = "SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub(crate) shutdown_delay: Duration,
-    /// The bearer token `DELETE /counters` must carry; without one, resetting counters
-    /// over HTTP is off.
+    /// The bearer token `DELETE /counters` and `/overrides` must carry, and `/top` from
+    /// beyond loopback; without one, resets and overrides over HTTP are off. Never empty.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+    /// Also show each rule's heaviest keys on /metrics (`tollgate_top_key_requests`).
+    /// Off: /metrics needs no token, and keys name clients.
+    #[arg(long, env = "METRICS_TOP_KEYS", default_value_t = false, flag())]
+    pub(crate) metrics_top_keys: bool,
     /// Most runtime overrides (`PUT /overrides`); past it, a new one is refused.
     #[arg(long, env = "OVERRIDES_MAX", default_value_t = tollgate_core::overrides::DEFAULT_MAX_OVERRIDES, value_parser = RangedU64ValueParser::<usize>::new().range(0..=10_000_000))]
     pub(crate) overrides_max: usize,

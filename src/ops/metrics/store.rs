@@ -108,6 +108,16 @@ impl prometheus_client::collector::Collector for StoreCollector {
                 s.debt_forgiven,
             ),
             (
+                "tollgate_store_credited_total",
+                "Units given back to the store that this instance had given back without it (refunds, calls run after their requests were refused, slots taken for requests answered without one)",
+                s.credited,
+            ),
+            (
+                "tollgate_store_calls_in_doubt_total",
+                "Calls whose connection broke after they were sent: each taken as whichever leaves the store's count higher",
+                s.calls_in_doubt,
+            ),
+            (
                 "tollgate_store_lease_taken_total",
                 "Blocks of units hot counters leased from the shared store",
                 s.leases_taken,
@@ -141,6 +151,12 @@ impl prometheus_client::collector::Collector for StoreCollector {
             "tollgate_store_debt_units",
             "Units admitted without the store and not yet counted in it",
             i64::try_from(s.debt_units).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut encoder,
+            "tollgate_store_credit_units",
+            "Units this instance gave back without the store, still to be given back to it",
+            i64::try_from(s.credit_units).unwrap_or(i64::MAX),
         )?;
         labelled(
             &mut encoder,

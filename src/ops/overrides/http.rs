@@ -2,12 +2,10 @@
 //! counter resets are: 401 without it, 403 with a wrong one or with no token set.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::header::WWW_AUTHENTICATE;
+use axum::extract::{RawQuery, State};
 use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -18,8 +16,9 @@ use tollgate_core::overrides::{Override, OverrideEntry};
 
 use super::Refused;
 use crate::api::json::{reason, text};
-use crate::ops::admin::Admin;
-use crate::ops::token::authorize;
+use crate::ops::admin_state::Admin;
+use crate::ops::loopback;
+use crate::ops::token::{authorize, refuse};
 
 /// What `DELETE /overrides` names: one overridden descriptor.
 #[derive(Debug, Deserialize)]
@@ -161,23 +160,11 @@ fn guard(
     extensions: &Extensions,
     headers: &HeaderMap,
 ) -> Result<String, Box<Response>> {
-    let peer = extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_owned(), |ConnectInfo(p)| p.to_string());
+    let peer = loopback::peer(extensions);
     let Err((status, why)) = authorize(admin.admin_token.as_deref(), headers, "overrides") else {
         return Ok(peer);
     };
-    if let Some(held) = admin.refused_resets.admit(SystemClock.now()) {
-        tracing::warn!(
-            %peer,
-            "admin call refused: {} ({held} more refused since the last such line)",
-            why.trim_end()
-        );
-    }
-    Err(Box::new(match status {
-        StatusCode::UNAUTHORIZED => (status, [(WWW_AUTHENTICATE, "Bearer")], why).into_response(),
-        _ => (status, why).into_response(),
-    }))
+    Err(Box::new(refuse(&admin.refused_resets, &peer, status, why)))
 }
 
 /// The override in `body`; a refusal naming the field and the problem. A limit is read

@@ -170,12 +170,13 @@ impl OverrideRegistry {
                 replaced.map(|r| r.spec().clone())
             }
         };
+        // Debug-formatted: a client's value with control characters is logged escaped.
         tracing::info!(
             %who,
-            domain = %spec.domain,
-            descriptor = %entries(&spec.entries),
-            limit = %limit_text(&spec),
-            replaced = %replaced.as_ref().map_or_else(|| "none".to_owned(), limit_text),
+            domain = ?spec.domain,
+            descriptor = ?entries(&spec.entries),
+            limit = ?limit_text(&spec),
+            replaced = ?replaced.as_ref().map_or_else(|| "none".to_owned(), limit_text),
             "override set"
         );
         Ok(replaced)
@@ -222,9 +223,9 @@ impl OverrideRegistry {
         let spec = removed.ok_or(Refused::Missing)?;
         tracing::info!(
             %who,
-            domain,
-            descriptor = %entries_text(pairs()),
-            limit = %limit_text(&spec),
+            domain = ?domain,
+            descriptor = ?entries_text(pairs()),
+            limit = ?limit_text(&spec),
             "override deleted"
         );
         Ok(spec)

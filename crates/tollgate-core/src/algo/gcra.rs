@@ -170,7 +170,8 @@ mod tests {
 
     /// A request larger than the bucket is never admitted, also where its span and the
     /// bucket's come out alike: a unit spanning under a microsecond (both round to the
-    /// same), or a burst spanning past what a span holds (both saturate).
+    /// same), or a burst spanning past what a span holds (both saturate). `Limit` refuses
+    /// such buckets; the algorithm holds without that.
     #[test]
     fn a_hit_past_the_burst_is_never_admitted_where_spans_come_out_alike() {
         const MOST: u32 = u32::MAX;

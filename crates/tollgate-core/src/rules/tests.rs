@@ -179,6 +179,14 @@ fn problems_name_the_file_the_place_and_the_reason() {
             "rules.yaml: descriptors[0].rate_limits[1].unit_multiplier: unit_multiplier must be at least 1",
         ),
         (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: token_bucket}}\n",
+            "rules.yaml: descriptors[0].rate_limit.requests_per_unit: a token or leaky bucket refills at most 1,000,000 units a second (its time is counted in whole microseconds): 4294967295 per 1 s is faster",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 1, algorithm: leaky_bucket, burst: 4294967295}}\n",
+            "rules.yaml: descriptors[0].rate_limit.burst: a token or leaky bucket must fill within 100 years: a burst of 4294967295 at 1 per 3600 s takes longer",
+        ),
+        (
             "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, precision: 7}}\n",
             "rules.yaml: descriptors[0].rate_limit.precision: precision 7 does not split the window into whole milliseconds",
         ),

@@ -197,9 +197,18 @@ pub struct SharedStats {
     pub debt_units: u64,
     /// Owed units that reached the store.
     pub debt_charged: u64,
-    /// Owed units forgiven: their windows passed before the store answered again, or too
-    /// many counters owed at once.
+    /// Owed or credited units forgiven: their windows passed before the store answered
+    /// again, too many counters owed at once, or a refund in doubt taken as made.
     pub debt_forgiven: u64,
+    /// Units the store counted that this instance gave back without it (refunds decided
+    /// without the store, calls it ran after their requests were refused, slots it took
+    /// for requests answered without one), still to be given back to it.
+    pub credit_units: u64,
+    /// Credited units the store gave back.
+    pub credited: u64,
+    /// Calls that may or may not have run (their connection broke after they were sent):
+    /// each is taken as whichever leaves the store's count higher.
+    pub calls_in_doubt: u64,
     /// Blocks of units leased from the store by hot counters.
     pub leases_taken: u64,
     /// Units in those blocks (counted in the store when taken).

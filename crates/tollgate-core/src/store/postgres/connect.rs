@@ -14,6 +14,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::apply::ApplyArgs;
 use super::describe::describe;
+use super::override_statements::{CHANGE_OVERRIDE, OVERRIDE_LOG, OVERRIDE_OF};
 use super::schema::{self, SchemaError};
 use super::target_error::TargetError;
 use super::tls::{PgTls, SslMode, TlsError, client_config};
@@ -217,7 +218,7 @@ const CHECK: &str = "SELECT tollgate_apply($1, $2, $3, $4, $5, 0, $6, $7, $8, $9
 pub(super) const CHECK_MANY: &str = "SELECT call_no, reply FROM \
      tollgate_apply_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 const NOW: &str = "SELECT tollgate_now_us()";
-const SLOTS: &str = "SELECT tollgate_slots($1, $2, $3, $4, $5, $6)";
+const SLOTS: &str = "SELECT tollgate_slots($1, $2, $3, $4, $5, $6, $7)";
 
 impl PgConnector {
     /// One connection, with its statement timeout set.
@@ -256,9 +257,9 @@ impl PgConnector {
         )
         .map_err(PgError::Unprepared)?;
         let (override_change, override_log, override_of) = tokio::try_join!(
-            prepare(super::CHANGE_OVERRIDE),
-            prepare(super::OVERRIDE_LOG),
-            prepare(super::OVERRIDE_OF)
+            prepare(CHANGE_OVERRIDE),
+            prepare(OVERRIDE_LOG),
+            prepare(OVERRIDE_OF)
         )
         .map_err(PgError::Unprepared)?;
         Ok(PooledConn {

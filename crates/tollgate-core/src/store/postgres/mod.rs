@@ -13,6 +13,7 @@ mod differential;
 mod listen;
 #[cfg(test)]
 mod override_log_tests;
+mod override_statements;
 mod schema;
 mod target_error;
 mod tls;
@@ -31,6 +32,7 @@ use self::batch::Statements;
 use self::classify::classify;
 use self::connect::PgConnector;
 use self::describe::describe;
+use self::override_statements::ALL_OVERRIDES;
 use super::shared::SharedBehaviour;
 use super::shared::announce::{Subscribe, announcement};
 use super::shared::backend::{
@@ -96,19 +98,6 @@ pub(crate) struct PgBackend {
 const RESET: &str =
     "WITH gone AS (DELETE FROM tollgate_counters WHERE key = $1) SELECT pg_notify($2, $3)";
 
-/// Sets or deletes an override of the key prefix (`overrides.sql`).
-pub(super) const CHANGE_OVERRIDE: &str = "SELECT tollgate_override_change($1, $2, $3, $4, $5, $6)";
-
-/// An override of the key prefix once no change of it is under way.
-pub(super) const OVERRIDE_OF: &str = "SELECT tollgate_override_of($1, $2)";
-
-/// The change log of the key prefix's overrides.
-pub(super) const OVERRIDE_LOG: &str = "SELECT * FROM tollgate_override_log($1, $2, $3)";
-
-/// The overrides of the key prefix, at most a number of them.
-const ALL_OVERRIDES: &str =
-    "SELECT id, spec FROM tollgate_overrides WHERE prefix = $1 ORDER BY id LIMIT $2";
-
 impl PgBackend {
     /// The backend of `config` over `tls`, connecting in the background (on the current
     /// tokio runtime), telling `time` the store's clock, and sweeping expired counters.
@@ -172,14 +161,24 @@ impl Backend for PgBackend {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let key = format!("{}{}", self.key_prefix, call.key);
-        let numbers = [call.n, call.max, call.expire_after_us, call.deadline_us].map(signed);
+        let numbers = [
+            call.n,
+            call.max,
+            call.expire_after_us,
+            call.deadline_us,
+            call.debt,
+        ]
+        .map(signed);
         let link = self.link.clone();
         Box::pin(async move {
             let conn = pool.pick();
-            let [n, max, expire, deadline] = &numbers;
+            let [n, max, expire, deadline, debt] = &numbers;
             let row = conn
                 .client
-                .query_one(&conn.slots, &[&key, &call.mode, n, max, expire, deadline])
+                .query_one(
+                    &conn.slots,
+                    &[&key, &call.mode, n, max, expire, deadline, debt],
+                )
                 .await
                 .map_err(|e| classify(&link, e))?;
             let numbers: Vec<i64> = row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;

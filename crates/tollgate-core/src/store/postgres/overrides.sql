@@ -8,7 +8,7 @@ CREATE TABLE IF NOT EXISTS tollgate_overrides (
     PRIMARY KEY (prefix, id)
 );
 
--- Version 11: a change log, so that instances read what changed, not the whole set.
+-- Version 12: a change log, so that instances read what changed, not the whole set.
 -- Each row carries the version of its last change and its expiry (read from its JSON,
 -- Unix seconds); a delete leaves a tombstone with its version, the newest
 -- tollgate_override_log_keep() kept. Per prefix, tollgate_override_meta holds the log's
@@ -123,7 +123,7 @@ DROP TRIGGER IF EXISTS tollgate_override_deleted ON tollgate_overrides;
 CREATE TRIGGER tollgate_override_deleted AFTER DELETE ON tollgate_overrides
     FOR EACH ROW EXECUTE FUNCTION tollgate_override_deleted();
 
--- Rows written before version 11: their expiry read, each logged once.
+-- Rows written before version 12: their expiry read, each logged once.
 UPDATE tollgate_overrides SET spec = spec
 WHERE version = 0;
 

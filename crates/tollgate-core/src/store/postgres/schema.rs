@@ -17,9 +17,10 @@
 //! batched calls: `tollgate_apply_many` runs many calls of version 4's signature in one
 //! statement (instances of version 8 keep calling that signature alone); 10 a bucket
 //! refuses a request of more units than its burst, whose span could round to the burst's;
-//! 11 the overrides' change log: each row's version and expiry, tombstones, a meta row per
-//! key prefix, kept by triggers (so that earlier versions' writes are logged too), and the
-//! functions that change and read them.
+//! 11 `tollgate_slots` takes a debt, slots admitted without the database (10's signature
+//! calls it with none); 12 the overrides' change log: each row's version and expiry,
+//! tombstones, a meta row per key prefix, kept by triggers (so that earlier versions'
+//! writes are logged too), and the functions that change and read them.
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -39,7 +40,7 @@ const SCHEMA: &str = concat!(
 );
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 11;
+pub const SCHEMA_VERSION: i32 = 12;
 
 /// Whether every piece the schema makes is there: the counter and override tables, the counting
 /// functions this version calls, the older signatures kept for a rolling upgrade's
@@ -62,6 +63,8 @@ const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
      bigint[], bigint[], bigint[])') IS NOT NULL \
      AND to_regprocedure('tollgate_slots(text, text, bigint, bigint, bigint, bigint)') \
      IS NOT NULL \
+     AND to_regprocedure('tollgate_slots(text, text, bigint, bigint, bigint, bigint, \
+     bigint)') IS NOT NULL \
      AND to_regprocedure('tollgate_now_us()') IS NOT NULL \
      AND to_regprocedure('tollgate_sweep(integer)') IS NOT NULL";
 

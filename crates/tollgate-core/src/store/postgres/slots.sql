@@ -8,10 +8,13 @@
 --                the oldest first; 'k' check
 --   p_expire     how long a slot lives unless released (microseconds)
 --   p_deadline   microseconds; past it nothing changes and {-1, now} is returned (0: none)
+--   p_debt       slots an instance admitted without the database (schema version 11):
+--                taken first, even past p_max
 -- Returns {admitted (1/0), now, slots this call found past their time and dropped, then
--- per group of live slots before this call: frees_at, count}.
+-- per group of live slots before this call and its debt: frees_at, count}.
 CREATE OR REPLACE FUNCTION tollgate_slots(
-    p_key text, p_mode text, p_n bigint, p_max bigint, p_expire bigint, p_deadline bigint)
+    p_key text, p_mode text, p_n bigint, p_max bigint, p_expire bigint, p_deadline bigint,
+    p_debt bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -63,6 +66,16 @@ BEGIN
         END IF;
     END LOOP;
 
+    IF p_debt > 0 THEN
+        -- Slots admitted without the database hold theirs from now on, whatever is held.
+        held := held + p_debt;
+        IF cardinality(after) >= 2 AND after[cardinality(after) - 1] = now_us + p_expire THEN
+            after[cardinality(after)] := after[cardinality(after)] + p_debt;
+        ELSE
+            after := after || ARRAY[now_us + p_expire, p_debt];
+        END IF;
+    END IF;
+
     IF p_mode = 'a' THEN
         IF held + p_n > p_max THEN
             admitted := false;
@@ -84,4 +97,12 @@ BEGIN
     END IF;
     RETURN ARRAY[CASE WHEN admitted THEN 1 ELSE 0 END, now_us, expired] || before;
 END;
+$$;
+
+-- Version 10's signature, for instances of a rolling upgrade: no debt.
+CREATE OR REPLACE FUNCTION tollgate_slots(
+    p_key text, p_mode text, p_n bigint, p_max bigint, p_expire bigint, p_deadline bigint)
+RETURNS bigint[]
+LANGUAGE sql VOLATILE AS $$
+    SELECT tollgate_slots(p_key, p_mode, p_n, p_max, p_expire, p_deadline, 0);
 $$;

@@ -6,7 +6,7 @@
 --   KEYS[3]  sorted set: member an id, score the Unix second its override expires
 --   KEYS[4]  hash: epoch (names this log; a new one means start over), version (of the
 --            last change), trimmed (the newest version dropped from the log)
--- ARGV     op ('set', 'delete', 'log'), epoch for a log that has none, channel,
+-- ARGV     op ('set', 'delete', 'log'), epoch for a log that has none yet, channel,
 --          announcement, then per op:
 --   set     deadline_us (0: none), id, JSON, expires_at (0: never), max
 --           -> {'late'} past the deadline, nothing changed; {'full', live} when a new id
@@ -41,14 +41,16 @@ local function count(field)
 end
 
 local version, trimmed = count('version'), count('trimmed')
+-- The log starts with its first change: a read of none writes nothing, and answers an
+-- empty epoch, whose reader takes the first epoch logged from version 0.
 local epoch = redis.call('HGET', meta_key, 'epoch')
-if not epoch then
-  epoch = ARGV[2]
-  redis.call('HSET', meta_key, 'epoch', epoch)
-end
 
 local changed = false
 local function logged(id)
+  if not epoch then
+    epoch = ARGV[2]
+    redis.call('HSET', meta_key, 'epoch', epoch)
+  end
   version = version + 1
   redis.call('ZADD', log_key, version, id)
   local excess = redis.call('ZCARD', log_key) - LOG_KEEP
@@ -131,7 +133,7 @@ if op == 'log' then
   end
   purge()
   finish()
-  local reply = { epoch, string.format('%.0f', version), string.format('%.0f', trimmed),
+  local reply = { epoch or '', string.format('%.0f', version), string.format('%.0f', trimmed),
     string.format('%.0f', version), '1' }
   if most == 0 or since >= version then return reply end
   local entries = redis.call('ZRANGEBYSCORE', log_key, '(' .. string.format('%.0f', since),

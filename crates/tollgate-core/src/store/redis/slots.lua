@@ -5,15 +5,18 @@
 --
 -- KEYS[1]  the counter
 -- ARGV     mode ('a' acquire n slots if all fit under max; 'r' release n slots, the
---          oldest first; 'k' check), n, max, expire_after_us, deadline_us (0: none)
--- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing),
---           now_us, slots this call found past their time and dropped, then per group
---           of live slots before this call: frees_at_us, count}
+--          oldest first; 'k' check), n, max, expire_after_us, deadline_us (0: none),
+--          debt (slots an instance admitted without Redis: taken first, even past max;
+--          absent: none)
+-- Returns  {admitted (1/0; -1 if Redis ran this after the deadline and changed nothing,
+--           the debt included), now_us, slots this call found past their time and
+--           dropped, then per group of live slots before this call and its debt:
+--           frees_at_us, count}
 
 local key = KEYS[1]
 local mode = ARGV[1]
-local n, max, expire, deadline =
-  tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local n, max, expire, deadline, debt =
+  tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6] or '0')
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 if deadline > 0 and now > deadline then return { -1, now } end
@@ -32,6 +35,23 @@ for i = 1, #flat, 2 do
     reply[#reply + 1] = frees
     reply[#reply + 1] = count
   end
+end
+
+if debt > 0 then
+  -- Slots admitted without Redis hold theirs from now on, whatever is held.
+  local field = string.format('%.0f', now + expire)
+  redis.call('HINCRBY', key, field, debt)
+  held = held + debt
+  local group = nil
+  for _, g in ipairs(live) do
+    if g[3] == field then group = g end
+  end
+  if group then
+    group[2] = group[2] + debt
+  else
+    live[#live + 1] = { now + expire, debt, field }
+  end
+  redis.call('PEXPIRE', key, 2 * math.ceil(expire / 1000) + 1)
 end
 
 if mode == 'a' then

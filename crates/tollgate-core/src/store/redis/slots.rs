@@ -21,6 +21,7 @@ pub(super) fn call(script: &redis::Script, prefix: &str, call: &SlotCall) -> red
         .arg(call.n)
         .arg(call.max)
         .arg(call.expire_after_us)
-        .arg(call.deadline_us);
+        .arg(call.deadline_us)
+        .arg(call.debt);
     cmd
 }

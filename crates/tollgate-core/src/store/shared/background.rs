@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::protocol::Counted;
+use super::debts::{Due, SETTLE_TIMEOUT};
+use super::protocol::{self, Counted};
+use super::slot_call::in_flight;
 use super::{Answer, SharedStore, bump};
 use crate::algo::Hits;
 use crate::clock::{Timestamp, nanos_of};
@@ -21,8 +23,6 @@ pub(super) const REFRESH_QUEUE: usize = 4_096;
 const SETTLE_PERIOD: Duration = Duration::from_millis(100);
 /// Debts the settler sends at once.
 const SETTLE_BATCH: usize = 256;
-/// The settler's calls run off the request path, so they may wait longer than requests.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often round trips are compared with the store timeout.
 const LATENCY_WATCH: Duration = Duration::from_secs(10);
 /// The share of timed-out round trips, in percent, past which the operator is told.
@@ -52,28 +52,72 @@ impl SharedStore {
         self.refresh_tx.try_send(job).is_ok()
     }
 
-    /// Sends the debts no request has carried; each that does not land is owed again.
+    /// Sends the debts no request has carried and the credits; each that does not land
+    /// is owed (or credited) again.
     async fn settle(self: &Arc<Self>) {
         let due = self.ledger.due(self.local.now(), SETTLE_BATCH);
-        join_all(due.iter().map(|due| async move {
-            let now = self.local.now();
-            let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
-            let call = self.ledger.settle(due, now, deadline);
-            match self.round_trip(call.args(), SETTLE_TIMEOUT).await {
-                Answer::Ran(snapshot) => call.ran(|| {
-                    let charged = Counted {
-                        debt: due.units,
-                        hits: Hits::Check,
-                    };
-                    self.adopt(&due.key, &due.limits, charged, snapshot);
-                }),
-                Answer::Failed(_) => call.failed(),
-                Answer::Pending(trip) => call.outlived(trip, 0, now),
+        join_all(due.iter().map(|due| self.settle_one(due))).await;
+    }
+
+    /// Sends one debt (a check carrying it) or one credit (a refund), adopting the
+    /// answer; a credit that landed is announced, as any decrease is.
+    async fn settle_one(self: &Arc<Self>, due: &Due) {
+        if in_flight(&due.limits).is_some() {
+            return self.settle_slots(due).await;
+        }
+        let now = self.local.now();
+        let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
+        let call = self.ledger.settle(due, now, deadline);
+        let debt = call.args().debt;
+        match self.round_trip(call.args(), SETTLE_TIMEOUT).await {
+            Answer::Ran(snapshot) => {
+                let at = snapshot.now;
+                let hits = match due.hits {
+                    Hits::Refund(n) => Hits::Refund(n),
+                    Hits::Charge(_) | Hits::Consume(_) | Hits::Check => Hits::Check,
+                };
+                let counted = Counted { debt, hits };
+                let lowered = protocol::lowers(&snapshot.states, &due.limits, at, counted);
+                call.ran(|| self.adopt(&due.key, &due.limits, counted, snapshot));
+                if lowered {
+                    self.announce_decrease(&due.key, at, SETTLE_TIMEOUT).await;
+                }
             }
-        }))
-        .await;
+            Answer::Failed(_, ran) => call.failed(ran),
+            Answer::Pending(trip) => call.outlived(trip, None, now),
+        }
     }
 }
+
+impl SharedStore {
+    /// At shutdown: gives back every block held, then settles what is owed and credited
+    /// and hears from the calls still out, at most `limit` in all; whether everything
+    /// settled (what did not is lost with the process, and logged).
+    pub async fn drain(self: &Arc<Self>, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        self.give_back_leases(limit).await;
+        let mut tick = tokio::time::interval(DRAIN_POLL);
+        while !self.ledger.is_settled() {
+            if tokio::time::Instant::now() >= deadline {
+                let stats = self.ledger.stats();
+                tracing::warn!(
+                    owed = stats.units,
+                    credited = stats.credit_units,
+                    "the store did not settle within {limit:?} of the drain: these units are not counted there"
+                );
+                return false;
+            }
+            if !self.ledger.owes_nothing() && self.is_up() {
+                self.settle().await;
+            }
+            tick.tick().await;
+        }
+        true
+    }
+}
+
+/// How often the drain looks whether the ledger has settled.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// Reads denied counters again once their current sub-window has closed, off the request
 /// path, so the local view learns other instances' hits before it next has to decide.
@@ -97,7 +141,7 @@ async fn refresher(store: Weak<SharedStore>, mut jobs: tokio::sync::mpsc::Receiv
                     bump(&store.counts.refreshes);
                     store.adopt(&job.key, &job.limits, Counted::READ, snapshot);
                 }),
-                Answer::Failed(_) | Answer::Pending(_) => store.local.refresh_failed(&job.key),
+                Answer::Failed(..) | Answer::Pending(_) => store.local.refresh_failed(&job.key),
             }
         });
     }

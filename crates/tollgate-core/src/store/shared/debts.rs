@@ -9,21 +9,32 @@
 //! instance admitted, and one instance never admits more than its limit because the store
 //! was slow. A debt whose units would no longer count (its windows have passed) is
 //! forgiven instead of charged to a later window.
+//!
+//! The other way round is a credit: units the store counted that this instance gave back
+//! without it (a refund decided while the store did not answer, a call the store ran
+//! after its request was refused, a slot the store took for a request answered without
+//! one). The settler sends each as a refund of its own, so that the store's count comes
+//! down to what was admitted, not only up to it. A credit whose units would no longer
+//! count is forgiven too.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use crate::algo::LimitState;
+use crate::algo::{Hits, LimitState};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::lock::lock;
 
+/// The settler's calls run off the request path, so they may wait longer than requests.
+pub(crate) const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Counters that may owe at once; past it a new debt is forgiven (and counted).
 pub(crate) const MAX_DEBTS: usize = 100_000;
 
-/// One counter's debt: units not yet sent, units sent and not yet known to have landed,
-/// and units admitted whose request's call is still out.
+/// One counter's account: units owed (not yet sent, sent and not yet known to have
+/// landed, admitted while the request's own call is out), and units credited (to give
+/// back, and given back but not yet heard of).
 #[derive(Debug)]
 struct Debt {
     limits: Box<[Limit]>,
@@ -32,13 +43,18 @@ struct Debt {
     awaited: u64,
     /// When the owed units would no longer count, had they been counted when admitted.
     expires: Timestamp,
+    credit: u64,
+    crediting: u64,
+    /// When the credited units would no longer count in the store.
+    credit_expires: Timestamp,
 }
 
-/// A debt due to be sent by the settler: the counter, its limits, the units.
+/// What the settler sends for one counter: owed units (`Hits::Charge`, carried by a
+/// check) or credited ones (`Hits::Refund`, a refund of their own).
 pub(crate) struct Due {
     pub(crate) key: Box<str>,
     pub(crate) limits: Box<[Limit]>,
-    pub(crate) units: u64,
+    pub(crate) hits: Hits,
 }
 
 /// Figures of the ledger.
@@ -50,8 +66,13 @@ pub(crate) struct DebtStats {
     pub(crate) units: u64,
     /// Units that reached the store.
     pub(crate) charged: u64,
-    /// Units forgiven: their windows passed first, or the ledger was full.
+    /// Units forgiven, owed or credited: their windows passed first, or the ledger was
+    /// full.
     pub(crate) forgiven: u64,
+    /// Units credited: to give back to the store, or on their way.
+    pub(crate) credit_units: u64,
+    /// Credited units the store gave back.
+    pub(crate) credited: u64,
 }
 
 /// The ledger of every counter's debt.
@@ -63,6 +84,8 @@ pub(crate) struct Debts {
     units: AtomicU64,
     charged: AtomicU64,
     forgiven: AtomicU64,
+    credit_units: AtomicU64,
+    credited: AtomicU64,
 }
 
 impl Debts {
@@ -74,11 +97,12 @@ impl Debts {
     }
 
     /// Records what a decision made at `now` without the store counted on counter
-    /// `key`: units admitted are owed, units given back cancel owed ones.
+    /// `key`: units admitted are owed (less any credit), units given back cancel owed
+    /// ones and are credited beyond them.
     pub(crate) fn owe(&self, key: &str, limits: &[Limit], units: i64, now: Timestamp) {
         match u64::try_from(units) {
             Ok(owed) => self.incur(key, limits, owed, now),
-            Err(_) => self.refund(key, units.unsigned_abs()),
+            Err(_) => self.refund(key, limits, units.unsigned_abs(), now),
         }
     }
 
@@ -136,6 +160,9 @@ impl Debts {
                 sending: 0,
                 awaited: 0,
                 expires: Timestamp::default(),
+                credit: 0,
+                crediting: 0,
+                credit_expires: Timestamp::default(),
             };
             ledger.insert(key.into(), debt);
             self.counters.store(ledger.len(), Ordering::Relaxed);
@@ -153,24 +180,57 @@ impl Debts {
             self.forgiven.fetch_add(units, Ordering::Relaxed);
             return;
         };
+        self.expire(debt, now);
+        // Units to give back and units to add cancel out: the store's count is right.
+        let cancelled = units.min(debt.credit);
+        debt.credit -= cancelled;
+        self.credit_units.fetch_sub(cancelled, Ordering::Relaxed);
+        let units = units - cancelled;
+        if units > 0 {
+            debt.owed = debt.owed.saturating_add(units);
+            debt.expires = debt.expires.max(counts_until(&debt.limits, debt.owed, now));
+            self.units.fetch_add(units, Ordering::Relaxed);
+        }
+        self.drop_if_settled(&mut ledger, key);
+    }
+
+    /// A refund decided without the store at `now` cancels owed units; what is left is
+    /// credited, to be given back to the store.
+    fn refund(&self, key: &str, limits: &[Limit], units: u64, now: Timestamp) {
+        if units == 0 {
+            return;
+        }
+        let mut ledger = self.lock();
+        let Some(debt) = self.entry(&mut ledger, key, limits) else {
+            // No room: the store keeps counting them, which can only deny more.
+            self.forgiven.fetch_add(units, Ordering::Relaxed);
+            return;
+        };
+        self.expire(debt, now);
+        let cancelled = units.min(debt.owed);
+        debt.owed -= cancelled;
+        self.units.fetch_sub(cancelled, Ordering::Relaxed);
+        let units = units - cancelled;
+        if units > 0 {
+            debt.credit = debt.credit.saturating_add(units);
+            let until = counts_until(&debt.limits, debt.credit, now);
+            debt.credit_expires = debt.credit_expires.max(until);
+            self.credit_units.fetch_add(units, Ordering::Relaxed);
+        }
+        self.drop_if_settled(&mut ledger, key);
+    }
+
+    /// Forgives what `debt` holds, owed or credited, whose windows have passed by `now`:
+    /// those units would only burden (or relieve) the current window.
+    fn expire(&self, debt: &mut Debt, now: Timestamp) {
         if now >= debt.expires && debt.owed > 0 {
-            // Units whose windows have passed would only burden the current one.
             self.forget(debt.owed);
             debt.owed = 0;
         }
-        debt.owed = debt.owed.saturating_add(units);
-        debt.expires = debt.expires.max(counts_until(&debt.limits, debt.owed, now));
-        self.units.fetch_add(units, Ordering::Relaxed);
-    }
-
-    /// A refund decided without the store cancels owed units.
-    fn refund(&self, key: &str, units: u64) {
-        let mut ledger = self.lock();
-        if let Some(debt) = ledger.get_mut(key) {
-            let cancelled = units.min(debt.owed);
-            debt.owed -= cancelled;
-            self.units.fetch_sub(cancelled, Ordering::Relaxed);
-            self.drop_if_settled(&mut ledger, key);
+        if now >= debt.credit_expires && debt.credit > 0 {
+            self.credit_units.fetch_sub(debt.credit, Ordering::Relaxed);
+            self.forgiven.fetch_add(debt.credit, Ordering::Relaxed);
+            debt.credit = 0;
         }
     }
 
@@ -241,35 +301,77 @@ impl Debts {
         }
     }
 
-    /// Up to `max` debts that no request has carried, taken for the settler to send;
-    /// debts whose windows have passed are forgiven on the way.
+    /// A refund of `sent` credited units of `key` landed.
+    pub(crate) fn credited(&self, key: &str, sent: u64) {
+        let mut ledger = self.lock();
+        if let Some(debt) = ledger.get_mut(key) {
+            let sent = sent.min(debt.crediting);
+            debt.crediting -= sent;
+            self.credit_units.fetch_sub(sent, Ordering::Relaxed);
+            self.credited.fetch_add(sent, Ordering::Relaxed);
+            self.drop_if_settled(&mut ledger, key);
+        }
+    }
+
+    /// A refund of `sent` credited units of `key` did not run: credited again.
+    pub(crate) fn restore_credit(&self, key: &str, sent: u64) {
+        let mut ledger = self.lock();
+        if let Some(debt) = ledger.get_mut(key) {
+            let sent = sent.min(debt.crediting);
+            debt.crediting -= sent;
+            debt.credit = debt.credit.saturating_add(sent);
+        }
+    }
+
+    /// A refund of `sent` credited units of `key` may or may not have run (its connection
+    /// broke after it was sent): taken as run, so that the store is never given back a
+    /// unit twice; its count may be over by them, which can only deny more.
+    pub(crate) fn credit_in_doubt(&self, key: &str, sent: u64) {
+        let mut ledger = self.lock();
+        if let Some(debt) = ledger.get_mut(key) {
+            let sent = sent.min(debt.crediting);
+            debt.crediting -= sent;
+            self.credit_units.fetch_sub(sent, Ordering::Relaxed);
+            self.forgiven.fetch_add(sent, Ordering::Relaxed);
+            self.drop_if_settled(&mut ledger, key);
+        }
+    }
+
+    /// Up to `max` debts that no request has carried, and credits, taken for the settler
+    /// to send; those whose windows have passed are forgiven on the way.
     pub(crate) fn due(&self, now: Timestamp, max: usize) -> Vec<Due> {
         let mut ledger = self.lock();
         let mut due = Vec::new();
-        let mut expired = Vec::new();
+        let mut settled = Vec::new();
         for (key, debt) in ledger.iter_mut() {
-            if debt.owed == 0 {
+            if debt.owed == 0 && debt.credit == 0 {
                 continue;
             }
-            if now >= debt.expires {
-                self.forget(debt.owed);
-                debt.owed = 0;
-                if debt.unsettled() == 0 {
-                    expired.push(key.clone());
-                }
+            self.expire(debt, now);
+            if debt.is_settled() {
+                settled.push(key.clone());
                 continue;
             }
-            if due.len() < max {
+            if debt.owed > 0 && due.len() < max {
                 due.push(Due {
                     key: key.clone(),
                     limits: debt.limits.clone(),
-                    units: debt.owed,
+                    hits: Hits::Charge(debt.owed),
                 });
                 debt.sending = debt.sending.saturating_add(debt.owed);
                 debt.owed = 0;
             }
+            if debt.credit > 0 && due.len() < max {
+                due.push(Due {
+                    key: key.clone(),
+                    limits: debt.limits.clone(),
+                    hits: Hits::Refund(debt.credit),
+                });
+                debt.crediting = debt.crediting.saturating_add(debt.credit);
+                debt.credit = 0;
+            }
         }
-        for key in expired {
+        for key in settled {
             ledger.remove(&key);
         }
         self.counters.store(ledger.len(), Ordering::Relaxed);
@@ -283,6 +385,8 @@ impl Debts {
             units: load(&self.units),
             charged: load(&self.charged),
             forgiven: load(&self.forgiven),
+            credit_units: load(&self.credit_units),
+            credited: load(&self.credited),
         }
     }
 
@@ -292,7 +396,7 @@ impl Debts {
     }
 
     fn drop_if_settled(&self, ledger: &mut HashMap<Box<str>, Debt>, key: &str) {
-        if ledger.get(key).is_some_and(|d| d.unsettled() == 0) {
+        if ledger.get(key).is_some_and(Debt::is_settled) {
             ledger.remove(key);
             self.counters.store(ledger.len(), Ordering::Relaxed);
         }
@@ -305,6 +409,10 @@ impl Debts {
 }
 
 impl Debt {
+    fn is_settled(&self) -> bool {
+        self.unsettled() == 0 && self.credit == 0 && self.crediting == 0
+    }
+
     fn unsettled(&self) -> u64 {
         self.owed
             .saturating_add(self.sending)
@@ -362,7 +470,7 @@ mod tests {
         debts.restore("k", 4);
         let due = debts.due(at(T0), 10);
         assert_eq!(due.len(), 1);
-        assert_eq!(due[0].units, 4);
+        assert!(matches!(due[0].hits, Hits::Charge(4)));
         assert!(debts.due(at(T0), 10).is_empty(), "taken by the settler");
     }
 
@@ -389,7 +497,18 @@ mod tests {
         let debts = Debts::default();
         let limits = [limit(SLIDING, 10, 60 * SECOND)];
         debts.incur("k", &limits, 3, at(T0));
-        debts.refund("k", 5);
+        debts.refund("k", &limits, 5, at(T0));
+        assert_eq!(debts.unsettled("k"), 0, "the three owed are cancelled");
+        assert_eq!(debts.stats().credit_units, 2, "two more are credited");
+        let due = debts.due(at(T0), 10);
+        assert!(matches!(
+            due[..],
+            [Due {
+                hits: Hits::Refund(2),
+                ..
+            }]
+        ));
+        debts.credited("k", 2);
         assert!(debts.is_empty());
         debts.expect("k", &limits, 2);
         assert_eq!(

@@ -1,13 +1,16 @@
 //! Several instances on one real store, each a `SharedStore` of its own in this process:
 //! what one instance does to a counter, the others must see.
 
+mod exactness;
 mod model;
+mod settling;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::cluster::RedisCluster;
 use tollgate_testkit::wait::until_async;
 
 use super::lease::LeasePolicy;
@@ -23,7 +26,19 @@ use crate::unit::Unit;
 /// The store every instance of a test shares.
 enum Shared<'a> {
     Redis(&'a RedisServer),
+    Cluster(&'a RedisCluster),
     Postgres(&'a PostgresServer),
+}
+
+impl Shared<'_> {
+    /// Where an instance connects to reach the store directly.
+    fn url(&self) -> String {
+        match self {
+            Self::Redis(redis) => redis.url(),
+            Self::Cluster(cluster) => cluster.url(),
+            Self::Postgres(pg) => pg.url(),
+        }
+    }
 }
 
 fn behaviour(leases: bool, timeout: Duration) -> SharedBehaviour {
@@ -38,63 +53,95 @@ fn behaviour(leases: bool, timeout: Duration) -> SharedBehaviour {
     }
 }
 
+/// One instance on `shared`, reached at `url` (the store's own, or a proxy's), once up.
+async fn connect(shared: &Shared<'_>, url: &str, behaviour: SharedBehaviour) -> Arc<SharedStore> {
+    let clock = Arc::new(SystemClock);
+    let store = match shared {
+        Shared::Redis(_) | Shared::Cluster(_) => {
+            let target = match shared {
+                Shared::Cluster(_) => RedisTarget::Cluster {
+                    nodes: url
+                        .split(',')
+                        .map(|node| format!("redis://{node}"))
+                        .collect(),
+                },
+                _ => RedisTarget::Single {
+                    url: url.to_owned(),
+                },
+            };
+            let config = RedisConfig {
+                target,
+                tls: RedisTls::default(),
+                key_prefix: String::new(),
+                behaviour,
+            };
+            SharedStore::redis(config, clock, Duration::from_secs(60))
+        }
+        Shared::Postgres(_) => {
+            let config = PgConfig {
+                target: PgTarget::parse(url).expect("the test server's URL"),
+                pool_size: 2,
+                statement_timeout: Duration::from_secs(5),
+                unlogged: true,
+                sweep_interval: Duration::from_secs(60),
+                key_prefix: String::new(),
+                behaviour,
+            };
+            SharedStore::postgres(config, clock, Duration::from_secs(60))
+                .expect("no TLS files to read")
+        }
+    };
+    assert!(
+        store.wait_up(Duration::from_secs(10)).await,
+        "the store answers"
+    );
+    store
+}
+
 /// `n` instances on `shared`, each up and listening to the others' announcements.
 async fn instances(
     shared: &Shared<'_>,
     n: usize,
     behaviour: SharedBehaviour,
 ) -> Vec<Arc<SharedStore>> {
-    let clock = Arc::new(SystemClock);
     let mut stores = Vec::new();
     for _ in 0..n {
-        let store = match shared {
-            Shared::Redis(redis) => {
-                let config = RedisConfig {
-                    target: RedisTarget::Single { url: redis.url() },
-                    tls: RedisTls::default(),
-                    key_prefix: String::new(),
-                    behaviour,
-                };
-                SharedStore::redis(config, clock.clone(), Duration::from_secs(60))
-            }
-            Shared::Postgres(pg) => {
-                let config = PgConfig {
-                    target: PgTarget::parse(&pg.url()).expect("the test server's URL"),
-                    pool_size: 2,
-                    statement_timeout: Duration::from_secs(5),
-                    unlogged: true,
-                    sweep_interval: Duration::from_secs(60),
-                    key_prefix: String::new(),
-                    behaviour,
-                };
-                SharedStore::postgres(config, clock.clone(), Duration::from_secs(60))
-                    .expect("no TLS files to read")
-            }
-        };
-        assert!(
-            store.wait_up(Duration::from_secs(10)).await,
-            "the store answers"
-        );
-        stores.push(store);
+        stores.push(connect(shared, &shared.url(), behaviour).await);
     }
-    // Every subscription is open once an announcement of each instance is heard by all.
+    subscribed(&stores).await;
+    stores
+}
+
+/// Waits until every subscription of `stores` is open: an announcement of each instance
+/// is heard by all.
+async fn subscribed(stores: &[Arc<SharedStore>]) {
     let probe = "fleet|subscribed=yes#probe";
+    let before: Vec<u64> = stores.iter().map(|s| heard(s)).collect();
     until_async(
         "every instance subscribed",
         Duration::from_secs(10),
         async || {
-            for store in &stores {
+            for store in stores {
                 store.reset(probe).await.map_err(|e| e.to_string())?;
             }
             let heard: Vec<u64> = stores.iter().map(|s| heard(s)).collect();
-            match heard.iter().all(|&h| h >= stores.len() as u64) {
+            let all = (heard.iter().zip(&before)).all(|(h, b)| h - b >= stores.len() as u64);
+            match all {
                 true => Ok(()),
                 false => Err(format!("heard {heard:?}")),
             }
         },
     )
     .await;
-    stores
+}
+
+/// Seeds 1 to `default`, or to `FLEET_MODEL_SEEDS` for a longer search by hand.
+pub(super) fn seeds(default: u64) -> std::ops::Range<u64> {
+    let count = std::env::var("FLEET_MODEL_SEEDS").map_or(default, |n| {
+        n.parse()
+            .unwrap_or_else(|_| panic!("FLEET_MODEL_SEEDS={n}: not a number of seeds"))
+    });
+    1..count + 1
 }
 
 /// Announcements `store` has heard.

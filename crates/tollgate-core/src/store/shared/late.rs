@@ -1,44 +1,63 @@
 //! Round trips that outlived their request's wait. The request was answered per
 //! `--on-store-error`, but the call was sent and may still run: dropping it would leave
 //! the store counting what it will, unknown to this instance, and the instance owing what
-//! it admitted twice or not at all. So the call is awaited in the background, and what it
-//! did settles the account: the debt it carried landed or is owed again, and what the
-//! fallback counted beyond what the store counted is owed.
+//! it decided twice or not at all. So the call is awaited in the background, and what it
+//! did settles the account: the debt it carried landed or is owed again, a credit it gave
+//! back landed or is credited again, and the difference between what the fallback decided
+//! and what the store counted is owed (or credited, when the store counted more).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::backend::{CallArgs, Trip};
-use super::counted;
+use super::backend::{CallArgs, Trip, TripError};
 use super::ledger::Ledger;
-use super::protocol::{self, Reply};
+use super::protocol::{self, RawReply, Reply};
+use super::ran::{Ran, counted};
+use super::slot_call;
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 
-/// Round trips awaited at once; past it, a call is taken as not run (conservatively: what
-/// its request admitted is owed).
+/// Round trips awaited at once; past it, a call is taken as in doubt.
 const MAX_AWAITED: usize = 10_000;
-/// Longest a call is awaited after its request was answered; then it is taken as not run.
-const LATE_WAIT: Duration = Duration::from_secs(30);
+/// Longest a call is awaited after its request was answered; then it is taken as in doubt.
+pub(super) const LATE_WAIT: Duration = Duration::from_secs(30);
+
+/// What the reply `raw` of a call for `hits` on a counter under `limits` says it did.
+fn heard(raw: Result<RawReply, TripError>, limits: &[Limit], hits: Hits) -> Ran {
+    let raw = match raw {
+        Ok(raw) => raw,
+        Err(e) => return e.ran(),
+    };
+    if slot_call::in_flight(limits).is_some() {
+        return slot_call::ran(&raw, hits);
+    }
+    match protocol::decode(&raw, limits) {
+        Ok(Reply::Ran { admitted, .. }) => Ran::Counted(counted(hits, admitted)),
+        Ok(Reply::Late { .. }) => Ran::Not,
+        Err(_) => Ran::InDoubt,
+    }
+}
 
 impl Ledger {
-    /// Awaits `trip`, the call of `args` (its own `hits`) whose request was decided
-    /// without it at `now`, its fallback counting `decided` units (negative: given back;
-    /// what it admitted is awaited in the debts meanwhile).
+    /// Awaits `trip`, the call of `args` (its own `hits`, giving back `credit` credited
+    /// units) that was not answered in time at `now`. For a request's call, its fallback
+    /// counted `decided` units (negative: given back; what it admitted is awaited in the
+    /// debts meanwhile); a call of no request (the settler's) has none.
     pub(super) fn hear_late(
         self: &Arc<Self>,
         trip: Trip,
         args: &CallArgs<'_>,
-        hits: Hits,
-        decided: i64,
+        (hits, credit): (Hits, u64),
+        decided: Option<i64>,
         now: Timestamp,
     ) {
         let (key, limits, debt) = (args.key, args.limits, args.debt);
         if self.awaited.fetch_add(1, Ordering::Relaxed) >= MAX_AWAITED {
             self.awaited.fetch_sub(1, Ordering::Relaxed);
-            self.reconcile(key, limits, debt, None, decided, now);
+            self.doubted();
+            self.reconcile((key, limits), (debt, credit), Ran::InDoubt, decided, now);
             return;
         }
         let ledger = Arc::downgrade(self);
@@ -49,42 +68,54 @@ impl Ledger {
                 return;
             };
             ledger.awaited.fetch_sub(1, Ordering::Relaxed);
-            let stored = match raw {
-                Ok(Ok(raw)) => match protocol::decode(&raw, &limits) {
-                    Ok(Reply::Ran { admitted, .. }) => Some(counted(hits, admitted)),
-                    Ok(Reply::Late { .. }) | Err(_) => None,
-                },
-                Ok(Err(_)) | Err(_) => None,
+            let ran = match raw {
+                Ok(raw) => heard(raw, &limits, hits),
+                Err(_) => Ran::InDoubt,
             };
-            ledger.reconcile(&key, &limits, debt, stored, decided, now);
+            if ran == Ran::InDoubt {
+                ledger.doubted();
+            }
+            ledger.reconcile((&key, &limits), (debt, credit), ran, decided, now);
         });
     }
 
-    /// Settles a call that carried `debt`, which the store ran counting `stored` units of
-    /// its hits (`None`: did not run, or not known), while the request's fallback counted
+    /// Settles a call on counter `key` that carried `debt` and gave back `credit`, which
+    /// the store `ran` as it says, while its request's fallback (if it had one) counted
     /// `decided`.
-    fn reconcile(
+    pub(super) fn reconcile(
         &self,
-        key: &str,
-        limits: &[Limit],
-        debt: u64,
-        stored: Option<i64>,
-        decided: i64,
+        (key, limits): (&str, &[Limit]),
+        (debt, credit): (u64, u64),
+        ran: Ran,
+        decided: Option<i64>,
         now: Timestamp,
     ) {
-        let owed = match stored {
-            Some(stored) => {
+        match ran {
+            Ran::Counted(_) => {
                 if debt > 0 {
                     self.debts.landed(key, debt);
                 }
-                decided - stored
+                if credit > 0 {
+                    self.debts.credited(key, credit);
+                }
             }
-            None => {
+            Ran::Not => {
                 self.debts.restore(key, debt);
-                decided
+                if credit > 0 {
+                    self.debts.restore_credit(key, credit);
+                }
             }
-        };
-        let expected = u64::try_from(decided).unwrap_or(0);
-        self.debts.heard(key, limits, expected, owed, now);
+            Ran::InDoubt => {
+                self.debts.restore(key, debt);
+                if credit > 0 {
+                    self.debts.credit_in_doubt(key, credit);
+                }
+            }
+        }
+        if let Some(decided) = decided {
+            let expected = u64::try_from(decided).unwrap_or(0);
+            self.debts
+                .heard(key, limits, expected, ran.owed(decided), now);
+        }
     }
 }

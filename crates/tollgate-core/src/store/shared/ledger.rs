@@ -3,18 +3,19 @@
 //! not answered yet ([`InFlight`]), and the calls that outlived their request's wait
 //! (`late.rs`). A call is opened from the ledger, carrying what it owes, and resolved
 //! exactly once: it [`ran`](Call::ran), [`failed`](Call::failed), or
-//! [`outlived`](Call::outlived) its request; dropped unresolved, it failed.
+//! [`outlived`](Call::outlived) its request; dropped unresolved, it is in doubt.
 //!
 //! Lock order: a local view's shard, then the ledger's debts (the view asks the ledger
 //! under its lock, `LocalView::adopt` and `fall_back`); never the other way round.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::backend::{CallArgs, Trip};
 use super::debts::{DebtStats, Debts, Due};
 use super::in_flight::{InFlight, Sent};
 use super::protocol::Ask;
+use super::ran::Ran;
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -26,6 +27,8 @@ pub(crate) struct Ledger {
     in_flight: InFlight,
     /// Calls that outlived their request's wait and are still awaited (`late.rs`).
     pub(super) awaited: AtomicUsize,
+    /// Calls that may or may not have run (`late::Ran::InDoubt`).
+    pub(super) in_doubt: AtomicU64,
 }
 
 /// One check-and-count, open until resolved.
@@ -35,6 +38,8 @@ pub(crate) struct Call<'a> {
     args: CallArgs<'a>,
     /// The call's units in flight, counted until it is resolved.
     sent: Option<Sent<'a>>,
+    /// Credited units the call gives back (the settler's refund of a credit).
+    credit: u64,
     open: bool,
 }
 
@@ -68,18 +73,30 @@ impl Ledger {
             ledger: self,
             args,
             sent,
+            credit: 0,
             open: true,
         }
     }
 
-    /// The call that sends `due`, a debt no request carried, to the store.
+    /// The call that sends `due`, a debt no request carried (a check carrying it) or a
+    /// credit (a refund of its own), to the store.
     pub(crate) fn settle<'a>(
         self: &'a Arc<Self>,
         due: &'a Due,
         now: Timestamp,
         deadline: Option<Timestamp>,
     ) -> Call<'a> {
-        self.check((&due.key, &due.limits), due.units, now, deadline)
+        let counter = (&*due.key, &*due.limits);
+        match due.hits {
+            Hits::Refund(credit) => {
+                let mut call = self.check(counter, 0, now, deadline);
+                call.args.ask = Ask::Hits(due.hits);
+                call.credit = credit;
+                call
+            }
+            Hits::Charge(units) => self.check(counter, units, now, deadline),
+            Hits::Consume(_) | Hits::Check => self.check(counter, 0, now, deadline),
+        }
     }
 
     /// A read of counter `key` that counts nothing and carries no debt.
@@ -113,6 +130,7 @@ impl Ledger {
             ledger: self,
             args,
             sent: None,
+            credit: 0,
             open: true,
         }
     }
@@ -157,6 +175,21 @@ impl Ledger {
     pub(crate) fn stats(&self) -> DebtStats {
         self.debts.stats()
     }
+
+    /// Counts a call taken as in doubt.
+    pub(crate) fn doubted(&self) {
+        self.in_doubt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls taken as in doubt so far.
+    pub(crate) fn in_doubt(&self) -> u64 {
+        self.in_doubt.load(Ordering::Relaxed)
+    }
+
+    /// Whether every call is heard from and nothing is owed or credited.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.owes_nothing() && self.awaited.load(Ordering::Relaxed) == 0
+    }
 }
 
 impl<'a> Call<'a> {
@@ -169,39 +202,67 @@ impl<'a> Call<'a> {
         self.sent.as_ref().map_or(0, Sent::others)
     }
 
-    /// The store ran the call: the debt it carried landed, then `adopt` takes its answer
-    /// in while the call's units still count as in flight (so no fallback meanwhile
-    /// misses them from both).
+    /// The store ran the call: the debt it carried landed (and the credit it gave back),
+    /// then `adopt` takes its answer in while the call's units still count as in flight
+    /// (so no fallback meanwhile misses them from both).
     pub(crate) fn ran<T>(mut self, adopt: impl FnOnce() -> T) -> T {
         self.open = false;
         if self.args.debt > 0 {
             self.ledger.debts.landed(self.args.key, self.args.debt);
         }
+        if self.credit > 0 {
+            self.ledger.debts.credited(self.args.key, self.credit);
+        }
         adopt()
     }
 
-    /// The call did not run, or may not have: its debt is owed again.
-    pub(crate) fn failed(mut self) {
+    /// The call failed: it did not run, or (`Ran::InDoubt`) may have. Its debt is owed
+    /// again; its credit is credited again unless it may have been given back.
+    pub(crate) fn failed(mut self, ran: Ran) {
         self.open = false;
-        self.ledger.debts.restore(self.args.key, self.args.debt);
+        if ran == Ran::InDoubt && self.moves_units() {
+            self.ledger.doubted();
+        }
+        self.unresolved(ran);
+    }
+
+    /// Whether the call may change a count: it asks for more than a check, or carries a
+    /// debt or a credit.
+    fn moves_units(&self) -> bool {
+        let asked = !matches!(self.args.ask, Ask::Hits(Hits::Check));
+        asked || self.args.debt > 0 || self.credit > 0
+    }
+
+    fn unresolved(&self, ran: Ran) {
+        let args = (self.args.key, self.args.limits);
+        let carried = (self.args.debt, self.credit);
+        self.ledger
+            .reconcile(args, carried, ran, None, self.args.around);
     }
 
     /// The call's request was decided at `now` without it, counting `decided` units
-    /// (negative: given back); the call is awaited in the background (`late.rs`).
-    pub(crate) fn outlived(mut self, trip: Trip, decided: i64, now: Timestamp) {
+    /// (negative: given back), or it is a call of no request (`None`); the call is
+    /// awaited in the background (`late.rs`).
+    pub(crate) fn outlived(mut self, trip: Trip, decided: Option<i64>, now: Timestamp) {
         self.open = false;
         let hits = match self.args.ask {
             Ask::Hits(hits) => hits,
             Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
         };
-        self.ledger.hear_late(trip, &self.args, hits, decided, now);
+        let carried = (hits, self.credit);
+        self.ledger
+            .hear_late(trip, &self.args, carried, decided, now);
     }
 }
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
+        // Dropped unresolved (its request was dropped while it was out): it may run.
         if self.open {
-            self.ledger.debts.restore(self.args.key, self.args.debt);
+            if self.moves_units() {
+                self.ledger.doubted();
+            }
+            self.unresolved(Ran::InDoubt);
         }
     }
 }

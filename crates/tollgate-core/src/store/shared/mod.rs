@@ -28,6 +28,7 @@ pub(crate) mod link;
 mod overrides;
 mod peer_tops;
 pub(crate) mod protocol;
+pub(crate) mod ran;
 pub(crate) mod slot_call;
 pub(crate) mod slots;
 
@@ -41,10 +42,11 @@ pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
 use self::ledger::Ledger;
 use self::link::TimeSink;
 use self::protocol::{Ask, Counted, RawReply, Reply};
+use self::ran::{Ran, counted};
 use super::local::{Adopted, Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
-use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
+use super::{DecidedBy, IgnoredAnnouncements, OnStoreError, SharedStats, StoreError, StoreStats};
 use crate::algo::{Hits, LimitState, Verdict};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -54,9 +56,8 @@ use crate::stats::Histogram;
 enum Answer {
     /// The store ran the call.
     Ran(Snapshot),
-    /// It failed or was ignored: nothing was counted (for a lost connection this is not
-    /// known, and taken so).
-    Failed(StoreError),
+    /// It failed or was ignored: nothing was counted, or (`Ran::InDoubt`) it may have been.
+    Failed(StoreError, Ran),
     /// No answer within the wait; the call may still run.
     Pending(Trip),
 }
@@ -208,6 +209,19 @@ impl SharedStore {
         }
     }
 
+    /// What this instance heard and did not believe: decreases stamped far from the
+    /// store's clock (`decreases.rs`), top-keys snapshots and entries past what an
+    /// instance sends (`peer_tops.rs`).
+    pub(crate) fn ignored_announcements(&self) -> IgnoredAnnouncements {
+        let tops = self.peer_tops.dropped();
+        IgnoredAnnouncements {
+            stamps: self.local.stamps_ignored(),
+            oversized_tops: tops.oversized,
+            crowded_tops: tops.crowded,
+            implausible_top_entries: tops.implausible,
+        }
+    }
+
     /// The heavy keys instances published lately, this one's included.
     pub(crate) fn peer_tops(&self) -> Vec<String> {
         self.peer_tops.fresh(self.now())
@@ -266,6 +280,9 @@ impl SharedStore {
                 debt_units: debts.units,
                 debt_charged: debts.charged,
                 debt_forgiven: debts.forgiven,
+                credit_units: debts.credit_units,
+                credited: debts.credited,
+                calls_in_doubt: self.ledger.in_doubt(),
                 leases_taken: load(&self.leases.counts.taken),
                 lease_units_leased: load(&self.leases.counts.units_leased),
                 lease_units_returned: load(&self.leases.counts.units_returned),
@@ -278,7 +295,7 @@ impl SharedStore {
     /// The local view of counter `key` and the store's value, read with a check that
     /// counts nothing and is not adopted into the view.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        if slots::in_flight(limits).is_some() {
+        if slot_call::in_flight(limits).is_some() {
             return self.peek_slots(key, limits, hits).await;
         }
         let now = self.local.now();
@@ -293,7 +310,7 @@ impl SharedStore {
                 let states = held.then_some(snapshot.states.as_slice());
                 Ok(CounterView::of(states, limits, snapshot.now, hits))
             }
-            Answer::Failed(e) => Err(e),
+            Answer::Failed(e, _) => Err(e),
             Answer::Pending(_) => Err(StoreError::Timeout),
         };
         Peek {
@@ -334,7 +351,7 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
-        if slots::in_flight(limits).is_some() {
+        if slot_call::in_flight(limits).is_some() {
             return self.slots(key, limits, hits).await;
         }
         let began = self.local.local_now();
@@ -407,21 +424,22 @@ impl SharedStore {
                 bump(&self.counts.round_trips);
                 let ran_at = snapshot.now;
                 let debt = call.args().debt;
-                let verdict =
-                    call.ran(|| self.adopt(key, limits, Counted { debt, hits }, snapshot));
-                if let Hits::Refund(1..) = hits {
+                let counted = Counted { debt, hits };
+                let lowered = protocol::lowers(&snapshot.states, limits, ran_at, counted);
+                let verdict = call.ran(|| self.adopt(key, limits, counted, snapshot));
+                if lowered {
                     // Answered once every instance may know: the next request anywhere
                     // is decided on the count the refund left.
                     self.announce_decrease(key, ran_at, timeout).await;
                 }
                 Ok((verdict, DecidedBy::Store))
             }
-            Answer::Failed(e) => {
+            Answer::Failed(e, ran) => {
                 let pending = call.others_in_flight();
-                call.failed();
+                call.failed(ran);
                 self.fall_back(key, limits, (hits, pending), now, e, |verdict| {
                     let decided = counted(hits, verdict.decision.admitted);
-                    self.ledger.owe(key, limits, decided, now);
+                    self.ledger.owe(key, limits, ran.owed(decided), now);
                 })
                 .map(|verdict| (verdict, DecidedBy::Fallback))
             }
@@ -434,7 +452,7 @@ impl SharedStore {
                     self.ledger
                         .expect(key, limits, u64::try_from(decided).unwrap_or(0));
                 });
-                call.outlived(trip, decided, now);
+                call.outlived(trip, Some(decided), now);
                 verdict.map(|verdict| (verdict, DecidedBy::Fallback))
             }
         }
@@ -500,7 +518,7 @@ impl SharedStore {
             Err(trip) => Answer::Pending(trip),
             Ok(raw) => match self.read(raw, args.limits) {
                 Ok(snapshot) => Answer::Ran(snapshot),
-                Err(e) => Answer::Failed(e),
+                Err((e, ran)) => Answer::Failed(e, ran),
             },
         }
     }
@@ -535,12 +553,13 @@ impl SharedStore {
         })
     }
 
-    /// What a finished round trip says, counted by kind when it failed.
+    /// What a finished round trip says, counted by kind when it failed, with whether the
+    /// call ran.
     fn read(
         &self,
         raw: Result<RawReply, TripError>,
         limits: &[Limit],
-    ) -> Result<Snapshot, StoreError> {
+    ) -> Result<Snapshot, (StoreError, Ran)> {
         let raw = self.raw_reply(raw)?;
         match protocol::decode(&raw, limits) {
             Ok(Reply::Ran {
@@ -555,33 +574,39 @@ impl SharedStore {
             Ok(Reply::Late { now }) => {
                 self.local.learn_time(now);
                 bump(&self.counts.timeouts);
-                Err(StoreError::Timeout)
+                Err((StoreError::Timeout, Ran::Not))
             }
-            Err(why) => Err(self.unreadable(why)),
+            Err(why) => Err((self.unreadable(why), Ran::InDoubt)),
         }
     }
 
-    /// The numbers of a finished round trip, or its failure counted by kind.
-    fn raw_reply(&self, raw: Result<RawReply, TripError>) -> Result<RawReply, StoreError> {
-        match raw {
+    /// The numbers of a finished round trip, or its failure counted by kind, with whether
+    /// the call ran.
+    fn raw_reply(&self, raw: Result<RawReply, TripError>) -> Result<RawReply, (StoreError, Ran)> {
+        let e = match raw {
+            Ok(raw) => return Ok(raw),
+            Err(e) => e,
+        };
+        let ran = e.ran();
+        let error = match e {
             #[cfg(feature = "postgres")]
-            Err(TripError::Timeout) => {
+            TripError::Timeout => {
                 bump(&self.counts.timeouts);
                 self.backend.health().report_slow();
-                Err(StoreError::Timeout)
+                StoreError::Timeout
             }
-            Err(TripError::NotConnected) => Err(StoreError::NotConnected),
-            Err(TripError::Lost(e)) => {
+            TripError::NotConnected => StoreError::NotConnected,
+            TripError::Lost(e) => {
                 bump(&self.counts.connection_errors);
-                Err(StoreError::Failed(e))
+                StoreError::Failed(e)
             }
-            Err(TripError::Failed(e)) => {
+            TripError::Failed(e) => {
                 bump(&self.counts.script_errors);
                 self.backend.health().report_call_failed();
-                Err(StoreError::Failed(e))
+                StoreError::Failed(e)
             }
-            Ok(raw) => Ok(raw),
-        }
+        };
+        Err((error, ran))
     }
 
     /// A reply that could not be read, counted as a failed call.
@@ -602,16 +627,5 @@ fn operator_error(e: TripError) -> StoreError {
         #[cfg(feature = "postgres")]
         TripError::Timeout => StoreError::Timeout,
         TripError::Lost(e) | TripError::Failed(e) => StoreError::Failed(e),
-    }
-}
-
-/// The units a decision on `hits` counted (negative: gave back).
-fn counted(hits: Hits, admitted: bool) -> i64 {
-    let units = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    match hits {
-        Hits::Consume(n) if admitted => units(n),
-        Hits::Charge(n) => units(n),
-        Hits::Refund(n) => -units(n),
-        Hits::Consume(_) | Hits::Check => 0,
     }
 }

@@ -170,17 +170,22 @@ impl SharedStore {
         &self,
         feed: &mut OverrideFeed,
     ) -> Result<Option<Vec<(String, Option<String>)>>, TripError> {
-        let Some((epoch, since)) = &feed.at else {
+        let Some((mut epoch, since)) = feed.at.clone() else {
             return Ok(None);
         };
         let mut changed = Vec::new();
-        let mut at = *since;
+        let mut at = since;
         loop {
             let read = self
                 .backend
                 .override_log(at, LOG_BATCH, LOG_BATCH_BYTES)
                 .await?;
-            if read.epoch != *epoch || read.trimmed > at || read.version < at {
+            // Read when the store had no log: its first epoch holds every change since,
+            // from version 0, until trimmed.
+            if epoch.is_empty() && at == 0 && read.trimmed == 0 {
+                epoch.clone_from(&read.epoch);
+            }
+            if read.epoch != epoch || read.trimmed > at || read.version < at {
                 return Ok(None);
             }
             let LogRead {
@@ -201,7 +206,7 @@ impl SharedStore {
             }
             at = next;
             if complete {
-                feed.at = Some((epoch.clone(), at));
+                feed.at = Some((epoch, at));
                 return Ok(Some(changed));
             }
         }

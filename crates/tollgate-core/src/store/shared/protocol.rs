@@ -150,6 +150,26 @@ pub(crate) fn effect(
     apply(states, limits, now, hits.saturated())
 }
 
+/// Whether a call that `counted` on `states` at `now` lowered the counter: a refund that
+/// took something off (one on a counter holding nothing gives nothing back, and there is
+/// no decrease to announce).
+pub(crate) fn lowers(
+    states: &[LimitState],
+    limits: &[Limit],
+    now: Timestamp,
+    counted: Counted,
+) -> bool {
+    let Hits::Refund(n @ 1..) = counted.hits else {
+        return false;
+    };
+    let refunded = |n| {
+        let mut states = states.to_vec();
+        effect(&mut states, limits, now, counted.debt, Hits::Refund(n));
+        states
+    };
+    refunded(0) != refunded(n)
+}
+
 /// One limit as the stores take it: kind letter (`s` sliding, `f` fixed, `c` calendar,
 /// `g` GCRA), window in microseconds, precision or burst, requests per window, and for a
 /// calendar three window boundaries around `around` in microseconds ([`Calendar::boundaries`];

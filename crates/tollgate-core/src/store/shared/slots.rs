@@ -1,108 +1,191 @@
 //! In-flight rules on a shared store. Every instance must see a release at once, so these
-//! counters skip the local view, leases and debts: each hit, release or check is one call
-//! to the store (`redis/slots.lua`, `postgres/slots.sql`), which keeps the slots in its
-//! own clock and answers the slots held before the call. The verdict is the memory
-//! store's algorithm on those slots; the store's own decision wins where they differ.
+//! counters skip leases and local denials: each hit, release or check is one call to the
+//! store (`redis/slots.lua`, `postgres/slots.sql`), which keeps the slots in its own clock
+//! and answers the slots held before the call. The verdict is the memory store's
+//! algorithm on those slots; the store's own decision wins where they differ.
+//!
+//! Without an answer in time, `--on-store-error` decides, and the slot is not confirmed:
+//! the verdict says nothing of the slots, so the answer carries no rule metadata and Envoy
+//! sends no release for it (a release must never free a slot its acquisition did not
+//! take). With `local` the view decides: the slots of the store's last answer and what
+//! this instance decided since. What was admitted so is owed to the store as any debt,
+//! carried by the next call (the store takes those slots even past `max`, and with no
+//! release to come they free themselves after `expire_after`); a release decided so is
+//! credited and released by the settler.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::protocol::{RawReply, ReplyError, units};
-use super::slot_call::SlotCall;
-use super::{SharedStore, bump};
-use crate::algo::{Hits, LimitState, LimitVerdict, Slots, Verdict, apply};
-use crate::clock::Timestamp;
-use crate::limit::{Algorithm, Limit};
+use super::backend::CallArgs;
+use super::debts::{Due, SETTLE_TIMEOUT};
+use super::protocol::{Ask, Counted, RawReply, ReplyError, units};
+use super::ran::{Ran, counted};
+use super::slot_call::{SlotCall, SlotReply, decode, in_flight};
+use super::{SharedStore, Snapshot, bump};
+use crate::algo::{Hits, LimitState, Verdict};
+
+use crate::limit::Limit;
 use crate::store::peek::{CounterView, Peek};
-use crate::store::{DecidedBy, OnStoreError, StoreError};
+use crate::store::{DecidedBy, StoreError};
 
-/// The one limit of an in-flight counter, if `limits` are one.
-pub(crate) fn in_flight(limits: &[Limit]) -> Option<&Limit> {
-    match limits {
-        [limit] if limit.algorithm == Algorithm::Slots => Some(limit),
-        _ => None,
-    }
-}
-
-/// A store's answer to a [`SlotCall`]: whether it admitted, its clock, the slots it
-/// found past their time and dropped, the slots held before the call.
-struct SlotReply {
-    admitted: bool,
-    now: Timestamp,
-    expired: u64,
-    before: Slots,
-}
-
-/// Reads the raw reply: the flag (1 admitted, 0 denied, -1 late), the store's clock in
-/// microseconds, the slots expired, then per group of live slots when it frees itself
-/// (microseconds) and how many. `None` for a late call, which changed nothing.
-fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
-    let number = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
-    let (flag, now) = (&raw.flag, &raw.now_us);
-    if *flag == -1 {
-        return Ok(None);
-    }
-    let Some((expired, held)) = raw.state.split_first() else {
-        return Err(ReplyError::Short(2));
+/// The slot call of `args` on an in-flight counter under `limit`: its hits, its debt.
+fn slot_call(args: &CallArgs<'_>, limit: &Limit) -> SlotCall {
+    let hits = match args.ask {
+        Ask::Hits(hits) => hits,
+        Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
     };
-    if held.len() % 2 != 0 {
-        return Err(ReplyError::Short(3 + held.len()));
+    let mut call = SlotCall::new(args.key, limit, hits, args.deadline);
+    call.debt = units(args.debt);
+    call
+}
+
+/// What the settler's call for `due` does besides its debt: a release of the credited
+/// slots, or nothing.
+fn settling_hits(due: &Due) -> Hits {
+    match due.hits {
+        Hits::Refund(n) => Hits::Refund(n),
+        Hits::Consume(_) | Hits::Charge(_) | Hits::Check => Hits::Check,
     }
-    let held = held
-        .chunks_exact(2)
-        .map(|pair| Ok((Timestamp::from_micros(number(pair[0])?), number(pair[1])?)))
-        .collect::<Result<Vec<_>, ReplyError>>()?;
-    Ok(Some(SlotReply {
-        admitted: *flag == 1,
-        now: Timestamp::from_micros(number(*now)?),
-        expired: number(*expired)?,
-        before: Slots::from_held(held),
-    }))
+}
+
+/// A verdict decided without the store's answer: it confirms no slot, so it says nothing
+/// of the slots (`in_flight` is none) and the answer carries no rule metadata.
+fn unconfirmed(mut verdict: Verdict) -> Verdict {
+    verdict.in_flight = None;
+    verdict
 }
 
 impl SharedStore {
-    /// Decides `hits` on the in-flight counter `key` by one call to the store; without an
-    /// answer in time, per `--on-store-error` (`local` admits: no view holds slots).
+    /// Decides `hits` on the in-flight counter `key` by one call to the store, carrying
+    /// the slots this instance admitted without it; without an answer in time, per
+    /// `--on-store-error` (module docs).
     pub(super) async fn slots(
         &self,
         key: &str,
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
-        let (verdict, _) = match self.slot_call(key, limits, hits).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                bump(&self.counts.fallbacks);
-                let admitted = match self.behaviour.on_error {
-                    OnStoreError::Error => return Err(e),
-                    OnStoreError::Deny => false,
-                    OnStoreError::Allow | OnStoreError::Local => true,
-                };
-                let decision = LimitVerdict {
-                    admitted,
-                    remaining: 0,
-                    reset: limits.first().map(Limit::window).unwrap_or_default(),
-                };
-                let verdict = Verdict {
-                    limit_index: 0,
-                    decision,
-                    in_flight: None,
-                };
-                return Ok((verdict, DecidedBy::Fallback));
-            }
+        let Some(limit) = in_flight(limits) else {
+            return Err(StoreError::Failed(Arc::new(ReplyError::Short(0))));
         };
-        Ok((verdict, DecidedBy::Store))
+        let now = self.local.now();
+        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now) {
+            return verdict.map(|verdict| (unconfirmed(verdict), DecidedBy::Fallback));
+        }
+        let timeout = self.behaviour.timeout;
+        let deadline = self.local.deadline(now, timeout);
+        let call = self
+            .ledger
+            .open((key, limits), Ask::Hits(hits), now, deadline);
+        let trip = self.backend.slots(slot_call(call.args(), limit));
+        let pending = call.others_in_flight();
+        let trip = match self.wait(trip, timeout, Instant::now()).await {
+            Ok(raw) => match self.read_slots(raw) {
+                Ok(reply) => {
+                    let counted = Counted {
+                        debt: call.args().debt,
+                        hits,
+                    };
+                    let verdict = call.ran(|| self.adopt_slots(key, limits, counted, reply));
+                    return Ok((verdict, DecidedBy::Store));
+                }
+                Err((e, ran)) => {
+                    call.failed(ran);
+                    let verdict = self.fall_back(key, limits, (hits, pending), now, e, |v| {
+                        let decided = counted(hits, v.decision.admitted);
+                        self.ledger.owe(key, limits, ran.owed(decided), now);
+                    })?;
+                    return Ok((unconfirmed(verdict), DecidedBy::Fallback));
+                }
+            },
+            Err(trip) => trip,
+        };
+        let mut decided = 0;
+        let timed_out = StoreError::Timeout;
+        let verdict = self.fall_back(key, limits, (hits, pending), now, timed_out, |v| {
+            decided = counted(hits, v.decision.admitted);
+            self.ledger
+                .expect(key, limits, u64::try_from(decided).unwrap_or(0));
+        });
+        call.outlived(trip, Some(decided), now);
+        Ok((unconfirmed(verdict?), DecidedBy::Fallback))
+    }
+
+    /// The store's answer to a slot call that `counted` as the verdict, and the slots
+    /// after it as the counter's view.
+    fn adopt_slots(
+        &self,
+        key: &str,
+        limits: &[Limit],
+        counted: Counted,
+        reply: SlotReply,
+    ) -> Verdict {
+        let snapshot = Snapshot {
+            admitted: reply.admitted,
+            now: reply.now,
+            states: vec![LimitState::Slots(reply.before.clone())],
+        };
+        let mut verdict = self.adopt(key, limits, counted, snapshot);
+        if let Some(f) = &mut verdict.in_flight {
+            if let Hits::Consume(n) = counted.hits
+                && verdict.decision.admitted != reply.admitted
+            {
+                let taken = if reply.admitted { units(n) } else { 0 };
+                let before = reply.before.count(reply.now).saturating_add(counted.debt);
+                f.held = before.saturating_add(taken);
+            }
+            // The store dropped the expired slots before answering: `before` holds none.
+            f.expired = reply.expired;
+        }
+        verdict
+    }
+
+    /// Settles in-flight counter `due.key`: the slots admitted without the store taken
+    /// (carried by a check), or those released without it released.
+    pub(super) async fn settle_slots(&self, due: &Due) {
+        let Some(limit) = in_flight(&due.limits) else {
+            return;
+        };
+        let now = self.local.now();
+        let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
+        let call = self.ledger.settle(due, now, deadline);
+        let settling = slot_call(call.args(), limit);
+        let trip = self.backend.slots(settling);
+        match self.wait(trip, SETTLE_TIMEOUT, Instant::now()).await {
+            Err(trip) => call.outlived(trip, None, now),
+            Ok(raw) => match self.read_slots(raw) {
+                Ok(reply) => {
+                    let debt = call.args().debt;
+                    let counted = Counted {
+                        debt,
+                        hits: settling_hits(due),
+                    };
+                    call.ran(|| self.adopt_slots(&due.key, &due.limits, counted, reply));
+                }
+                Err((_, ran)) => call.failed(ran),
+            },
+        }
     }
 
     /// The in-flight counter `key` as the store holds it, read with a check.
     pub(super) async fn peek_slots(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        let shared = self
-            .slot_call(key, limits, Hits::Check)
-            .await
-            .map(|(_, (now, before))| {
-                let states = [LimitState::Slots(before)];
-                CounterView::of(Some(&states), limits, now, hits)
-            });
+        let shared = match in_flight(limits) {
+            None => Err(StoreError::Failed(Arc::new(ReplyError::Short(0)))),
+            Some(limit) => {
+                let timeout = self.behaviour.timeout;
+                let deadline = self.local.deadline(self.local.now(), timeout);
+                let trip = self
+                    .backend
+                    .slots(SlotCall::new(key, limit, Hits::Check, deadline));
+                match self.wait(trip, timeout, Instant::now()).await {
+                    Err(_) => Err(StoreError::Timeout),
+                    Ok(raw) => self.read_slots(raw).map_err(|(e, _)| e).map(|reply| {
+                        let states = [LimitState::Slots(reply.before)];
+                        CounterView::of(Some(&states), limits, reply.now, hits)
+                    }),
+                }
+            }
+        };
         Peek {
             local: None,
             stored_key: None,
@@ -111,82 +194,24 @@ impl SharedStore {
         }
     }
 
-    /// One call for `hits`, waited for at most the store timeout: the verdict, the
-    /// store's clock and the slots held before.
-    async fn slot_call(
+    /// What a finished slot call says, counted by kind when it failed, with whether it
+    /// ran.
+    fn read_slots(
         &self,
-        key: &str,
-        limits: &[Limit],
-        hits: Hits,
-    ) -> Result<(Verdict, (Timestamp, Slots)), StoreError> {
-        let Some(limit) = in_flight(limits) else {
-            return Err(StoreError::Failed(Arc::new(ReplyError::Short(0))));
-        };
-        let timeout = self.behaviour.timeout;
-        let now = self.local.now();
-        let call = SlotCall::new(key, limit, hits, self.local.deadline(now, timeout));
-        let started = Instant::now();
-        let trip = self.backend.slots(call);
-        let answer = match self.wait(trip, timeout, started).await {
-            Err(_) => return Err(StoreError::Timeout),
-            Ok(raw) => self.raw_reply(raw)?,
-        };
-        let reply = match decode(&answer) {
-            Ok(Some(reply)) => reply,
+        raw: Result<RawReply, super::TripError>,
+    ) -> Result<SlotReply, (StoreError, Ran)> {
+        let answer = self.raw_reply(raw)?;
+        match decode(&answer) {
+            Ok(Some(reply)) => {
+                bump(&self.counts.round_trips);
+                self.local.learn_time(reply.now);
+                Ok(reply)
+            }
             Ok(None) => {
                 bump(&self.counts.timeouts);
-                return Err(StoreError::Timeout);
+                Err((StoreError::Timeout, Ran::Not))
             }
-            Err(why) => return Err(self.unreadable(why)),
-        };
-        bump(&self.counts.round_trips);
-        self.local.learn_time(reply.now);
-        let mut states = [LimitState::Slots(reply.before.clone())];
-        let mut verdict = apply(&mut states, limits, reply.now, hits);
-        if let Hits::Consume(n) = hits
-            && verdict.decision.admitted != reply.admitted
-        {
-            bump(&self.counts.disagreements);
-            verdict.decision.admitted = reply.admitted;
-            let taken = if reply.admitted { units(n) } else { 0 };
-            if let Some(f) = &mut verdict.in_flight {
-                f.held = reply.before.count(reply.now).saturating_add(taken);
-            }
+            Err(why) => Err((self.unreadable(why), Ran::InDoubt)),
         }
-        // The store dropped the expired slots before answering: `before` holds none.
-        if let Some(f) = &mut verdict.in_flight {
-            f.expired = reply.expired;
-        }
-        Ok((verdict, (reply.now, reply.before)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn decode(numbers: &[i64]) -> Result<Option<SlotReply>, ReplyError> {
-        super::decode(&RawReply::from_numbers(numbers.to_vec())?)
-    }
-
-    #[test]
-    fn a_reply_reads_as_the_slots_held_before() {
-        let reply = decode(&[1, 5_000_000, 3, 70_000_000, 1, 65_000_000, 2])
-            .expect("readable")
-            .expect("ran");
-        assert!(reply.admitted);
-        assert_eq!(reply.now, Timestamp::from_micros(5_000_000));
-        assert_eq!(reply.expired, 3);
-        let in_order = vec![
-            (Timestamp::from_micros(65_000_000), 2),
-            (Timestamp::from_micros(70_000_000), 1),
-        ];
-        assert_eq!(reply.before, Slots::from_held(in_order));
-        assert!(decode(&[-1, 5]).expect("readable").is_none(), "late");
-        assert!(decode(&[1]).is_err());
-        assert!(decode(&[1, 5]).is_err(), "no count of expired slots");
-        assert!(decode(&[1, 5, 0, 7]).is_err(), "a group without its count");
-        assert!(decode(&[1, 5, 0, -7, 1]).is_err());
-        assert!(decode(&[1, 5, -1]).is_err());
     }
 }

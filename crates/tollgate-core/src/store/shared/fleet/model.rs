@@ -24,7 +24,7 @@ use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::rng::Rng;
 use tollgate_testkit::wait::{POLL, room_in_window};
 
-use super::{Shared, instances};
+use super::{Shared, instances, seeds};
 use crate::algo::Hits;
 use crate::limit::{Algorithm, Limit};
 use crate::store::shared::lease::LeasePolicy;
@@ -282,7 +282,7 @@ async fn run(shared: Shared<'_>, seeds: std::ops::Range<u64>) {
     };
     let redis = match shared {
         Shared::Redis(redis) => Some(redis),
-        Shared::Postgres(_) => None,
+        Shared::Postgres(_) | Shared::Cluster(_) => None,
     };
     let fleet = instances(&shared, INSTANCES, behaviour).await;
     // Fixed windows of an hour: every sequence runs inside one.
@@ -326,15 +326,6 @@ fn limits_of(algorithm: Algorithm, n: u64) -> Vec<Limit> {
         algorithm => Limit::new(n as u32, Unit::Hour).with_algorithm(algorithm),
     };
     vec![limit.expect("a valid limit")]
-}
-
-/// Seeds 1 to `default`, or to `FLEET_MODEL_SEEDS` for a longer search by hand.
-fn seeds(default: u64) -> std::ops::Range<u64> {
-    let count = std::env::var("FLEET_MODEL_SEEDS").map_or(default, |n| {
-        n.parse()
-            .unwrap_or_else(|_| panic!("FLEET_MODEL_SEEDS={n}: not a number of seeds"))
-    });
-    1..count + 1
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,10 @@ use super::{GiveBack, Leases, Miss, PERIOD, Spend, Taken};
 use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
-use crate::store::shared::backend::CallArgs;
+use crate::store::shared::backend::{CallArgs, Trip};
+use crate::store::shared::late::LATE_WAIT;
 use crate::store::shared::protocol::{Ask, Counted, RawReply, Reply, decode, effect, lease_effect};
+use crate::store::shared::ran::Ran;
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -92,17 +94,29 @@ impl SharedStore {
         let debt = call.args().debt;
         let timeout = self.behaviour.timeout;
         let span = self.backend.span(limits.len());
-        // Counted, measured and read as a request's call is. One not answered in time is
-        // dropped (past its deadline the store ignores it), its debt owed again.
-        let Ok(raw) = self.call(call.args(), timeout).instrument(span).await else {
-            call.failed();
-            return None;
+        // Counted, measured and read as a request's call is. One not answered in time may
+        // still run: it is heard from late, and a block it took then is given back.
+        let raw = match self.call(call.args(), timeout).instrument(span).await {
+            Ok(raw) => raw,
+            Err(trip) => {
+                let trip = self.giving_back_late((key, limits), trip);
+                call.outlived(trip, None, now);
+                return None;
+            }
         };
         let flag = raw.as_ref().ok().map(|raw| raw.flag);
-        let (Ok(Snapshot { now, states, .. }), Some(flag)) = (self.read(raw, limits), flag) else {
-            call.failed();
-            return None;
+        let (snapshot, flag) = match (self.read(raw, limits), flag) {
+            (Ok(Snapshot { now, states, .. }), Some(flag)) => ((now, states), flag),
+            (Err((_, ran)), _) => {
+                call.failed(ran);
+                return None;
+            }
+            (Ok(_), None) => {
+                call.failed(Ran::InDoubt);
+                return None;
+            }
         };
+        let (now, states) = snapshot;
         bump(&self.counts.round_trips);
         let granted = u64::try_from(flag).unwrap_or(0);
         let mut after = states.clone();
@@ -142,21 +156,71 @@ impl SharedStore {
         Some(Ok(verdict))
     }
 
-    /// Gives a block back in a task of its own, waiting for the store at most the store
-    /// timeout; nothing waits for it.
+    /// `trip`, a take not answered in time, which gives back the block it took should it
+    /// run: no request will spend it.
+    fn giving_back_late(self: &Arc<Self>, (key, limits): (&str, &[Limit]), trip: Trip) -> Trip {
+        let me = Arc::downgrade(self);
+        let (key, limits) = (key.to_owned(), limits.to_vec());
+        Box::pin(async move {
+            let raw = trip.await;
+            if let (Ok(reply), Some(store)) = (&raw, me.upgrade())
+                && let Ok(Reply::Ran { now, .. }) = decode(reply, &limits)
+                && let Ok(units @ 1..) = u64::try_from(reply.flag)
+            {
+                let ask = Ask::GiveBack { units, taken: now };
+                store.send_back(GiveBack { key, limits, ask });
+            }
+            raw
+        })
+    }
+
+    /// Gives a block back in a task of its own; nothing waits for it. It carries no
+    /// deadline, so one sent is awaited until heard of (as a late call is); one that did
+    /// not run is sent again once the store is up, until its units no longer count.
     pub(in crate::store::shared) fn send_back(self: &Arc<Self>, back: GiveBack) {
-        let GiveBack { key, limits, ask } = back;
-        let trip = self
-            .backend
-            .check_and_count(&give_back(&key, &limits, ask, self.now()));
-        let timeout = self.behaviour.timeout;
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
-            if let (Ok(Ok(raw)), Some(store)) =
-                (tokio::time::timeout(timeout, trip).await, me.upgrade())
-                && let Some(at) = store.gave_back(&key, &limits, ask, &raw)
-            {
-                store.announce_decrease(&key, at, timeout).await;
+            let GiveBack { key, limits, ask } = back;
+            let longest = limits.iter().map(Limit::window).max().unwrap_or_default();
+            loop {
+                let Some(store) = me.upgrade() else { return };
+                let now = store.now();
+                if let Ask::GiveBack { taken, .. } = ask
+                    && now > taken + longest
+                {
+                    // Past every window it was counted in: the store would take nothing.
+                    return;
+                }
+                let timeout = store.behaviour.timeout;
+                let trip = store
+                    .backend
+                    .check_and_count(&give_back(&key, &limits, ask, now));
+                drop(store);
+                let raw = tokio::time::timeout(LATE_WAIT, trip).await;
+                let Some(store) = me.upgrade() else { return };
+                let ran = match &raw {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e.ran()),
+                    Err(_) => Some(Ran::InDoubt),
+                };
+                match (ran, raw) {
+                    (None, Ok(Ok(raw))) => {
+                        if let Some(at) = store.gave_back(&key, &limits, ask, &raw) {
+                            store.announce_decrease(&key, at, timeout).await;
+                        }
+                        return;
+                    }
+                    (Some(Ran::Not), _) => {
+                        // Never ran: again once the store answers.
+                        store.wait_up(LATE_WAIT).await;
+                    }
+                    _ => {
+                        // It may have run: sent again it could be given back twice. The
+                        // store keeps counting those units, which only denies more.
+                        store.ledger.doubted();
+                        return;
+                    }
+                }
             }
         });
     }
