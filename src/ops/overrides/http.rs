@@ -58,7 +58,8 @@ pub(crate) async fn put(
     }
 }
 
-/// `GET /overrides?domain=`: the overrides (of one domain when named), with their source.
+/// `GET /overrides?domain=&cursor=&limit=`: a page of the overrides (of one domain when
+/// named), with their source, and the cursor of the next page when there is one.
 pub(crate) async fn get(
     State(admin): State<Admin>,
     extensions: Extensions,
@@ -72,25 +73,52 @@ pub(crate) async fn get(
         form_urlencoded::parse(query.unwrap_or_default().as_bytes())
             .into_owned()
             .collect();
-    if let Some(unknown) = query.keys().find(|k| *k != "domain") {
+    if let Some(unknown) = query
+        .keys()
+        .find(|k| !["domain", "cursor", "limit"].contains(&k.as_str()))
+    {
         return text(
             StatusCode::BAD_REQUEST,
-            format!("{unknown}: unknown parameter (only domain)"),
+            format!("{unknown}: unknown parameter (only domain, cursor and limit)"),
         );
     }
-    let domain = query.get("domain").map(String::as_str);
-    match admin.app.overrides.all(&admin.app.limiter) {
-        Ok(all) => {
-            let listed: Vec<Value> = all
-                .list(domain)
-                .iter()
-                .map(|o| json!({ "override": o.spec(), "source": o.source() }))
-                .collect();
-            let kept_in = admin.app.overrides.kept_in();
-            Json(json!({ "overrides": listed, "keptIn": kept_in })).into_response()
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => PAGE,
+        Some(Ok(limit)) if (1..=MAX_PAGE).contains(&limit) => limit,
+        Some(_) => {
+            let why = format!("limit: a whole number from 1 to {MAX_PAGE}");
+            return text(StatusCode::BAD_REQUEST, why);
         }
-        Err(refused) => refusal(refused),
+    };
+    let all = match admin.app.overrides.all(&admin.app.limiter) {
+        Ok(all) => all,
+        Err(refused) => return refusal(refused),
+    };
+    let page = all.page(
+        query.get("domain").map(String::as_str),
+        query.get("cursor").map(String::as_str),
+        limit,
+        SystemClock.now(),
+    );
+    let mut next = page.next;
+    let mut listed = Vec::new();
+    let mut bytes = 0;
+    for (i, o) in page.overrides.iter().enumerate() {
+        let item = json!({ "override": o.spec(), "source": o.source() });
+        bytes += item.to_string().len();
+        listed.push(item);
+        // A page of huge overrides ends early, so that every answer stays small.
+        if bytes > PAGE_BYTES && i + 1 < page.overrides.len() {
+            next = Some(o.spec().id());
+            break;
+        }
     }
+    let kept_in = admin.app.overrides.kept_in();
+    let mut answer = json!({ "overrides": listed, "keptIn": kept_in });
+    if let Some(next) = next {
+        answer["next"] = Value::String(next);
+    }
+    Json(answer).into_response()
 }
 
 /// `DELETE /overrides`: 200 with the override removed, 404 when there was none.
@@ -117,6 +145,13 @@ pub(crate) async fn delete(
         Err(refused) => refusal(refused),
     }
 }
+
+/// Overrides on a page unless the query says otherwise.
+const PAGE: usize = 1_000;
+/// The most a query may ask for.
+const MAX_PAGE: usize = 10_000;
+/// About the most JSON on one page: past it, the page ends.
+const PAGE_BYTES: usize = 1 << 20;
 
 /// The caller's address when the token is right; the refusal otherwise (logged at most
 /// once a period, as refused resets are).
@@ -170,6 +205,7 @@ fn refusal(refused: Refused) -> Response {
         Refused::Off(_) => StatusCode::FORBIDDEN,
         Refused::Missing => StatusCode::NOT_FOUND,
         Refused::Keep(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Refused::Unknown(_) => StatusCode::GATEWAY_TIMEOUT,
     };
     text(status, refused.to_string())
 }
