@@ -9,14 +9,13 @@ use tollgate_testkit::http::Method;
 use tollgate_testkit::overrides::{
     assert_overrides_spread, assert_refused_while_the_store_is_down, await_listed,
 };
-use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis::cluster::RedisCluster;
+use tollgate_testkit::redis::{Engine, RedisServer};
 
 use crate::support::{DOMAIN, USER_LIMIT, admin_instance as instance, serve};
 
-#[tokio::test]
-async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
-    let redis = RedisServer::start();
+async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let limit = u32::try_from(USER_LIMIT).expect("a small limit");
     assert_overrides_spread(
         async || instance(&redis).await,
@@ -26,10 +25,10 @@ async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
     )
     .await;
 }
+on_each_engine!(an_override_set_on_one_instance_is_enforced_by_the_other_and_kept);
 
-#[tokio::test]
-async fn overrides_spread_over_a_cluster() {
-    let cluster = RedisCluster::start();
+async fn overrides_spread_over_a_cluster(engine: Engine) {
+    let cluster = RedisCluster::start_on(engine);
     let start = async || {
         serve("cluster", &cluster.url())
             .args(["--store-timeout", "1s"])
@@ -40,6 +39,7 @@ async fn overrides_spread_over_a_cluster() {
     let limit = u32::try_from(USER_LIMIT).expect("a small limit");
     assert_overrides_spread(start, DOMAIN, ("user", "ann"), limit).await;
 }
+on_each_engine!(overrides_spread_over_a_cluster);
 
 #[tokio::test]
 async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
@@ -49,9 +49,8 @@ async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
     assert_refused_while_the_store_is_down(&server, DOMAIN).await;
 }
 
-#[tokio::test]
-async fn overrides_written_unannounced_are_read_within_a_second_up_to_the_bound() {
-    let redis = RedisServer::start();
+async fn overrides_written_unannounced_are_read_within_a_second_up_to_the_bound(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = serve("single", &redis.url())
         .env("ADMIN_TOKEN", TOKEN)
         .env("OVERRIDES_MAX", "1")
@@ -75,3 +74,4 @@ async fn overrides_written_unannounced_are_read_within_a_second_up_to_the_bound(
     let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
     assert!(!listed.body.contains("bob"), "past the bound: {listed:?}");
 }
+on_each_engine!(overrides_written_unannounced_are_read_within_a_second_up_to_the_bound);
