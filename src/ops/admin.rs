@@ -4,35 +4,17 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use tokio::sync::watch;
-use tollgate_core::LogLimit;
 
 use crate::api::json;
 use crate::app::App;
+use crate::ops::admin_state::Admin;
 use crate::ops::metrics::top as top_keys;
 use crate::ops::{explain, overrides, reset, top, ui};
-
-/// What the admin routes share: the service, whether the server is draining, the
-/// token that allows resets and overrides (none: they are off), and how often refused
-/// admin calls are logged.
-#[derive(Clone)]
-pub(crate) struct Admin {
-    pub(crate) app: Arc<App>,
-    pub(crate) draining: watch::Receiver<bool>,
-    pub(crate) admin_token: Option<Arc<str>>,
-    pub(crate) refused_resets: Arc<LogLimit>,
-}
-
-impl FromRef<Admin> for Arc<App> {
-    fn from_ref(admin: &Admin) -> Self {
-        admin.app.clone()
-    }
-}
 
 /// The largest `/json` body: a request at every limit on descriptors, entries and text
 /// (64 × 32 × 2 × 4 KiB) would be larger, but such a request is refused anyway, and this

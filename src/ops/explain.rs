@@ -17,7 +17,7 @@ use tollgate_core::{Algorithm, CounterView, Explained, Limit, Matched, Outcome, 
 
 use crate::api::json::{text, with_request};
 use crate::app::RlsError;
-use crate::ops::admin::Admin;
+use crate::ops::admin_state::Admin;
 use crate::ops::loopback;
 use crate::ops::token::{Credentials, authorize, credentials, refuse};
 use crate::ops::unmatched::no_match_reason;

@@ -2,6 +2,7 @@
 //! reset, runtime overrides, the top keys and the /ui page.
 
 pub(crate) mod admin;
+pub(crate) mod admin_state;
 pub(crate) mod debug_port;
 pub(crate) mod explain;
 pub(crate) mod log_format;

@@ -15,7 +15,7 @@ use serde_json::json;
 use tollgate_core::DecideError;
 
 use crate::api::json::{text, with_request};
-use crate::ops::admin::Admin;
+use crate::ops::admin_state::Admin;
 use crate::ops::loopback;
 use crate::ops::token::{authorize, refuse};
 

@@ -19,7 +19,7 @@ use tollgate_core::top::{TopBy, TopEntry, TopWindow};
 
 use crate::api::json::text;
 use crate::app::App;
-use crate::ops::admin::Admin;
+use crate::ops::admin_state::Admin;
 use crate::ops::loopback;
 use crate::ops::token::{Credentials, credentials, holds, refuse};
 

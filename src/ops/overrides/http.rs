@@ -16,7 +16,7 @@ use tollgate_core::overrides::{Override, OverrideEntry};
 
 use super::Refused;
 use crate::api::json::{reason, text};
-use crate::ops::admin::Admin;
+use crate::ops::admin_state::Admin;
 use crate::ops::loopback;
 use crate::ops::token::{authorize, refuse};
 

@@ -26,9 +26,7 @@ use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-use super::SharedStore;
 use crate::clock::Timestamp;
-use crate::store::IgnoredAnnouncements;
 
 /// The longest key announced as itself (PostgreSQL's NOTIFY takes under 8000 bytes).
 const MAX_ANNOUNCED_KEY: usize = 7_900;
@@ -115,21 +113,6 @@ pub(crate) fn hear(announced: &str) -> Heard<'_> {
             Err(_) => Heard::Reset(announced),
         },
         _ => Heard::Reset(announced),
-    }
-}
-
-impl SharedStore {
-    /// What this instance heard and did not believe: decreases stamped far from the
-    /// store's clock (`decreases.rs`), top-keys snapshots and entries past what an
-    /// instance sends (`peer_tops.rs`).
-    pub(crate) fn ignored_announcements(&self) -> IgnoredAnnouncements {
-        let tops = self.peer_tops.dropped();
-        IgnoredAnnouncements {
-            stamps: self.local.stamps_ignored(),
-            oversized_tops: tops.oversized,
-            crowded_tops: tops.crowded,
-            implausible_top_entries: tops.implausible,
-        }
     }
 }
 

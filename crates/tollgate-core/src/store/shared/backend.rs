@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::announce::Subscribe;
 use super::link::Health;
 use super::protocol::{Ask, PROBE_CALL, PROBE_KEY, RawReply};
+use super::ran::Ran;
 use super::slot_call::SlotCall;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -55,6 +56,18 @@ pub(crate) enum TripError {
     Lost(Arc<dyn std::error::Error + Send + Sync>),
     /// The store answered with an error.
     Failed(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl TripError {
+    /// What a finished trip's error says of whether it ran.
+    pub(crate) fn ran(&self) -> Ran {
+        match self {
+            Self::NotConnected => Ran::Not,
+            #[cfg(feature = "postgres")]
+            Self::Timeout => Ran::Not,
+            Self::Lost(_) | Self::Failed(_) => Ran::InDoubt,
+        }
+    }
 }
 
 /// One round trip, owning all it needs, so that a call the request stopped waiting for

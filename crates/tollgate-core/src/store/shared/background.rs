@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::debts::Due;
+use super::debts::{Due, SETTLE_TIMEOUT};
 use super::protocol::{self, Counted};
-use super::{Answer, SharedStore, bump, slots};
+use super::slot_call::in_flight;
+use super::{Answer, SharedStore, bump};
 use crate::algo::Hits;
 use crate::clock::{Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
@@ -22,8 +23,6 @@ pub(super) const REFRESH_QUEUE: usize = 4_096;
 const SETTLE_PERIOD: Duration = Duration::from_millis(100);
 /// Debts the settler sends at once.
 const SETTLE_BATCH: usize = 256;
-/// The settler's calls run off the request path, so they may wait longer than requests.
-pub(super) const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often round trips are compared with the store timeout.
 const LATENCY_WATCH: Duration = Duration::from_secs(10);
 /// The share of timed-out round trips, in percent, past which the operator is told.
@@ -63,7 +62,7 @@ impl SharedStore {
     /// Sends one debt (a check carrying it) or one credit (a refund), adopting the
     /// answer; a credit that landed is announced, as any decrease is.
     async fn settle_one(self: &Arc<Self>, due: &Due) {
-        if slots::in_flight(&due.limits).is_some() {
+        if in_flight(&due.limits).is_some() {
             return self.settle_slots(due).await;
         }
         let now = self.local.now();

@@ -20,12 +20,15 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use crate::algo::{Hits, LimitState};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::lock::lock;
 
+/// The settler's calls run off the request path, so they may wait longer than requests.
+pub(crate) const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Counters that may owe at once; past it a new debt is forgiven (and counted).
 pub(crate) const MAX_DEBTS: usize = 100_000;
 

@@ -11,10 +11,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::backend::{CallArgs, Trip, TripError};
-use super::counted;
 use super::ledger::Ledger;
 use super::protocol::{self, RawReply, Reply};
-use super::slots;
+use super::ran::{Ran, counted};
+use super::slot_call;
 use crate::algo::Hits;
 use crate::clock::Timestamp;
 use crate::limit::Limit;
@@ -24,52 +24,14 @@ const MAX_AWAITED: usize = 10_000;
 /// Longest a call is awaited after its request was answered; then it is taken as in doubt.
 pub(super) const LATE_WAIT: Duration = Duration::from_secs(30);
 
-/// What a call did in the store, as far as this instance can know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ran {
-    /// It ran, counting these units of its own hits (negative: given back).
-    Counted(i64),
-    /// It changed nothing, its debt included: never sent, refused before it ran, run
-    /// after its deadline, or cancelled by the store.
-    Not,
-    /// It may have run: its connection broke after it was sent, it failed midway, or it
-    /// was never heard of.
-    InDoubt,
-}
-
-impl Ran {
-    /// What a finished trip's error says of whether it ran.
-    pub(crate) fn of_error(e: &TripError) -> Self {
-        match e {
-            TripError::NotConnected => Self::Not,
-            #[cfg(feature = "postgres")]
-            TripError::Timeout => Self::Not,
-            TripError::Lost(_) | TripError::Failed(_) => Self::InDoubt,
-        }
-    }
-
-    /// Units owed to the store (negative: to be given back) after a decision without it
-    /// counted `decided` for the call's request. In doubt, whichever leaves the store's
-    /// count higher: an admission is owed, a refund taken as made. So no unit is ever
-    /// given back twice; the count may be over by the call's units, which only denies
-    /// more, and those windows pass.
-    pub(crate) fn owed(self, decided: i64) -> i64 {
-        match self {
-            Self::Counted(stored) => decided.saturating_sub(stored),
-            Self::Not => decided,
-            Self::InDoubt => decided.max(0),
-        }
-    }
-}
-
 /// What the reply `raw` of a call for `hits` on a counter under `limits` says it did.
 fn heard(raw: Result<RawReply, TripError>, limits: &[Limit], hits: Hits) -> Ran {
     let raw = match raw {
         Ok(raw) => raw,
-        Err(e) => return Ran::of_error(&e),
+        Err(e) => return e.ran(),
     };
-    if slots::in_flight(limits).is_some() {
-        return slots::ran(&raw, hits);
+    if slot_call::in_flight(limits).is_some() {
+        return slot_call::ran(&raw, hits);
     }
     match protocol::decode(&raw, limits) {
         Ok(Reply::Ran { admitted, .. }) => Ran::Counted(counted(hits, admitted)),
@@ -155,33 +117,5 @@ impl Ledger {
             self.debts
                 .heard(key, limits, expected, ran.owed(decided), now);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn in_doubt_the_store_is_left_the_higher_count() {
-        assert_eq!(Ran::Counted(5).owed(5), 0, "counted as decided");
-        assert_eq!(
-            Ran::Counted(5).owed(0),
-            -5,
-            "counted past a refusal: given back"
-        );
-        assert_eq!(Ran::Counted(-5).owed(-5), 0, "a refund that ran");
-        assert_eq!(
-            Ran::Not.owed(-5),
-            -5,
-            "a refund that did not run is credited"
-        );
-        assert_eq!(Ran::Not.owed(3), 3, "an admission that did not run is owed");
-        assert_eq!(Ran::InDoubt.owed(3), 3, "an admission in doubt is owed");
-        assert_eq!(
-            Ran::InDoubt.owed(-5),
-            0,
-            "a refund in doubt is taken as made"
-        );
     }
 }

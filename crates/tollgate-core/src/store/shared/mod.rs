@@ -28,6 +28,7 @@ pub(crate) mod link;
 mod overrides;
 mod peer_tops;
 pub(crate) mod protocol;
+pub(crate) mod ran;
 pub(crate) mod slot_call;
 pub(crate) mod slots;
 
@@ -38,14 +39,14 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 pub(crate) use self::backend::{Backend, CallArgs, Trip, TripError};
-use self::late::Ran;
 use self::ledger::Ledger;
 use self::link::TimeSink;
 use self::protocol::{Ask, Counted, RawReply, Reply};
+use self::ran::{Ran, counted};
 use super::local::{Adopted, Fallback, LocalView, Snapshot};
 use super::memory::Capacity;
 use super::peek::{CounterView, Peek};
-use super::{DecidedBy, OnStoreError, SharedStats, StoreError, StoreStats};
+use super::{DecidedBy, IgnoredAnnouncements, OnStoreError, SharedStats, StoreError, StoreStats};
 use crate::algo::{Hits, LimitState, Verdict};
 use crate::clock::{Clock, Timestamp};
 use crate::limit::Limit;
@@ -208,6 +209,19 @@ impl SharedStore {
         }
     }
 
+    /// What this instance heard and did not believe: decreases stamped far from the
+    /// store's clock (`decreases.rs`), top-keys snapshots and entries past what an
+    /// instance sends (`peer_tops.rs`).
+    pub(crate) fn ignored_announcements(&self) -> IgnoredAnnouncements {
+        let tops = self.peer_tops.dropped();
+        IgnoredAnnouncements {
+            stamps: self.local.stamps_ignored(),
+            oversized_tops: tops.oversized,
+            crowded_tops: tops.crowded,
+            implausible_top_entries: tops.implausible,
+        }
+    }
+
     /// The heavy keys instances published lately, this one's included.
     pub(crate) fn peer_tops(&self) -> Vec<String> {
         self.peer_tops.fresh(self.now())
@@ -281,7 +295,7 @@ impl SharedStore {
     /// The local view of counter `key` and the store's value, read with a check that
     /// counts nothing and is not adopted into the view.
     pub(crate) async fn peek(&self, key: &str, limits: &[Limit], hits: u64) -> Peek {
-        if slots::in_flight(limits).is_some() {
+        if slot_call::in_flight(limits).is_some() {
             return self.peek_slots(key, limits, hits).await;
         }
         let now = self.local.now();
@@ -337,7 +351,7 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
-        if slots::in_flight(limits).is_some() {
+        if slot_call::in_flight(limits).is_some() {
             return self.slots(key, limits, hits).await;
         }
         let began = self.local.local_now();
@@ -573,7 +587,7 @@ impl SharedStore {
             Ok(raw) => return Ok(raw),
             Err(e) => e,
         };
-        let ran = Ran::of_error(&e);
+        let ran = e.ran();
         let error = match e {
             #[cfg(feature = "postgres")]
             TripError::Timeout => {
@@ -613,16 +627,5 @@ fn operator_error(e: TripError) -> StoreError {
         #[cfg(feature = "postgres")]
         TripError::Timeout => StoreError::Timeout,
         TripError::Lost(e) | TripError::Failed(e) => StoreError::Failed(e),
-    }
-}
-
-/// The units a decision on `hits` counted (negative: gave back).
-fn counted(hits: Hits, admitted: bool) -> i64 {
-    let units = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    match hits {
-        Hits::Consume(n) if admitted => units(n),
-        Hits::Charge(n) => units(n),
-        Hits::Refund(n) => -units(n),
-        Hits::Consume(_) | Hits::Check => 0,
     }
 }

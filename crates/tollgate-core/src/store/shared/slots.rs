@@ -16,70 +16,27 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::background::SETTLE_TIMEOUT;
-use super::debts::Due;
-use super::late::Ran;
+use super::backend::CallArgs;
+use super::debts::{Due, SETTLE_TIMEOUT};
 use super::protocol::{Ask, Counted, RawReply, ReplyError, units};
-use super::slot_call::SlotCall;
-use super::{SharedStore, Snapshot, bump, counted};
-use crate::algo::{Hits, LimitState, Slots, Verdict};
-use crate::clock::Timestamp;
-use crate::limit::{Algorithm, Limit};
+use super::ran::{Ran, counted};
+use super::slot_call::{SlotCall, SlotReply, decode, in_flight};
+use super::{SharedStore, Snapshot, bump};
+use crate::algo::{Hits, LimitState, Verdict};
+
+use crate::limit::Limit;
 use crate::store::peek::{CounterView, Peek};
 use crate::store::{DecidedBy, StoreError};
 
-/// The one limit of an in-flight counter, if `limits` are one.
-pub(crate) fn in_flight(limits: &[Limit]) -> Option<&Limit> {
-    match limits {
-        [limit] if limit.algorithm == Algorithm::Slots => Some(limit),
-        _ => None,
-    }
-}
-
-/// A store's answer to a [`SlotCall`]: whether it admitted, its clock, the slots it
-/// found past their time and dropped, the slots held before the call.
-struct SlotReply {
-    admitted: bool,
-    now: Timestamp,
-    expired: u64,
-    before: Slots,
-}
-
-/// Reads the raw reply: the flag (1 admitted, 0 denied, -1 late), the store's clock in
-/// microseconds, the slots expired, then per group of live slots when it frees itself
-/// (microseconds) and how many. `None` for a late call, which changed nothing.
-fn decode(raw: &RawReply) -> Result<Option<SlotReply>, ReplyError> {
-    let number = |n: i64| u64::try_from(n).map_err(|_| ReplyError::Negative(n));
-    let (flag, now) = (&raw.flag, &raw.now_us);
-    if *flag == -1 {
-        return Ok(None);
-    }
-    let Some((expired, held)) = raw.state.split_first() else {
-        return Err(ReplyError::Short(2));
+/// The slot call of `args` on an in-flight counter under `limit`: its hits, its debt.
+fn slot_call(args: &CallArgs<'_>, limit: &Limit) -> SlotCall {
+    let hits = match args.ask {
+        Ask::Hits(hits) => hits,
+        Ask::Take { .. } | Ask::GiveBack { .. } => Hits::Check,
     };
-    if held.len() % 2 != 0 {
-        return Err(ReplyError::Short(3 + held.len()));
-    }
-    let held = held
-        .chunks_exact(2)
-        .map(|pair| Ok((Timestamp::from_micros(number(pair[0])?), number(pair[1])?)))
-        .collect::<Result<Vec<_>, ReplyError>>()?;
-    Ok(Some(SlotReply {
-        admitted: *flag == 1,
-        now: Timestamp::from_micros(number(*now)?),
-        expired: number(*expired)?,
-        before: Slots::from_held(held),
-    }))
-}
-
-/// What a slot call for `hits` did, by its reply `raw`: slots taken (an acquisition the
-/// store admitted), slots released (negative), or nothing.
-pub(super) fn ran(raw: &RawReply, hits: Hits) -> Ran {
-    match decode(raw) {
-        Ok(None) => Ran::Not,
-        Err(_) => Ran::InDoubt,
-        Ok(Some(reply)) => Ran::Counted(counted(hits, reply.admitted)),
-    }
+    let mut call = SlotCall::new(args.key, limit, hits, args.deadline);
+    call.debt = units(args.debt);
+    call
 }
 
 /// What the settler's call for `due` does besides its debt: a release of the credited
@@ -120,7 +77,7 @@ impl SharedStore {
         let call = self
             .ledger
             .open((key, limits), Ask::Hits(hits), now, deadline);
-        let trip = self.backend.slots(SlotCall::of(call.args(), limit));
+        let trip = self.backend.slots(slot_call(call.args(), limit));
         let pending = call.others_in_flight();
         let trip = match self.wait(trip, timeout, Instant::now()).await {
             Ok(raw) => match self.read_slots(raw) {
@@ -192,7 +149,7 @@ impl SharedStore {
         let now = self.local.now();
         let deadline = self.local.deadline(now, SETTLE_TIMEOUT);
         let call = self.ledger.settle(due, now, deadline);
-        let settling = SlotCall::of(call.args(), limit);
+        let settling = slot_call(call.args(), limit);
         let trip = self.backend.slots(settling);
         match self.wait(trip, SETTLE_TIMEOUT, Instant::now()).await {
             Err(trip) => call.outlived(trip, None, now),
@@ -256,35 +213,5 @@ impl SharedStore {
             }
             Err(why) => Err((self.unreadable(why), Ran::InDoubt)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn decode(numbers: &[i64]) -> Result<Option<SlotReply>, ReplyError> {
-        super::decode(&RawReply::from_numbers(numbers.to_vec())?)
-    }
-
-    #[test]
-    fn a_reply_reads_as_the_slots_held_before() {
-        let reply = decode(&[1, 5_000_000, 3, 70_000_000, 1, 65_000_000, 2])
-            .expect("readable")
-            .expect("ran");
-        assert!(reply.admitted);
-        assert_eq!(reply.now, Timestamp::from_micros(5_000_000));
-        assert_eq!(reply.expired, 3);
-        let in_order = vec![
-            (Timestamp::from_micros(65_000_000), 2),
-            (Timestamp::from_micros(70_000_000), 1),
-        ];
-        assert_eq!(reply.before, Slots::from_held(in_order));
-        assert!(decode(&[-1, 5]).expect("readable").is_none(), "late");
-        assert!(decode(&[1]).is_err());
-        assert!(decode(&[1, 5]).is_err(), "no count of expired slots");
-        assert!(decode(&[1, 5, 0, 7]).is_err(), "a group without its count");
-        assert!(decode(&[1, 5, 0, -7, 1]).is_err());
-        assert!(decode(&[1, 5, -1]).is_err());
     }
 }

@@ -13,7 +13,8 @@ use crate::algo::Hits;
 use crate::clock::{ManualClock, Timestamp, nanos_of};
 use crate::limit::{Algorithm, Limit};
 use crate::store::redis::{RedisConfig, RedisTarget, RedisTls};
-use crate::store::shared::{SharedBehaviour, SharedStore, counted};
+use crate::store::shared::ran::counted;
+use crate::store::shared::{SharedBehaviour, SharedStore};
 use crate::store::{Capacity, DecidedBy, OnStoreError, StoreError};
 use crate::unit::Unit;
 

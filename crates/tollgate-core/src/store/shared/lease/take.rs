@@ -10,8 +10,9 @@ use crate::algo::{Hits, Verdict, evaluate};
 use crate::clock::Timestamp;
 use crate::limit::Limit;
 use crate::store::shared::backend::{CallArgs, Trip};
-use crate::store::shared::late::{LATE_WAIT, Ran};
+use crate::store::shared::late::LATE_WAIT;
 use crate::store::shared::protocol::{Ask, Counted, RawReply, Reply, decode, effect, lease_effect};
+use crate::store::shared::ran::Ran;
 use crate::store::shared::{SharedStore, Snapshot, StoreError, bump};
 
 /// A take that is out. Dropped unanswered (it failed, or the request was dropped with it),
@@ -199,7 +200,7 @@ impl SharedStore {
                 let Some(store) = me.upgrade() else { return };
                 let ran = match &raw {
                     Ok(Ok(_)) => None,
-                    Ok(Err(e)) => Some(Ran::of_error(e)),
+                    Ok(Err(e)) => Some(e.ran()),
                     Err(_) => Some(Ran::InDoubt),
                 };
                 match (ran, raw) {
