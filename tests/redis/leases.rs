@@ -15,9 +15,10 @@ use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::Serve;
 use tollgate_testkit::wait::{self, room_in_window};
 
-async fn two_leasing_instances_call_redis_rarely_and_never_admit_past_the_limit(engine: Engine) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_leasing_instances_call_redis_rarely_and_never_admit_past_the_limit() {
     let _timing = serial::timing().await;
-    let redis = RedisServer::start_engine(engine);
+    let redis = RedisServer::start();
     let serve = |rules: &str| Serve::rules(rules).redis("single", &redis.url());
     let calls = || redis.commandstats().scripts();
     leases::call_rarely_and_never_admit_past_the_limit(Store {
@@ -26,10 +27,6 @@ async fn two_leasing_instances_call_redis_rarely_and_never_admit_past_the_limit(
     })
     .await;
 }
-on_each_engine!(
-    two_leasing_instances_call_redis_rarely_and_never_admit_past_the_limit,
-    tokio::test(flavor = "multi_thread", worker_threads = 2)
-);
 
 async fn explain_shows_the_block_an_instance_holds(engine: Engine) {
     let redis = RedisServer::start_engine(engine);
