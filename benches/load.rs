@@ -40,6 +40,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tollgate_testkit::accuracy::{OverloadRun, epoch_ns};
+use tollgate_testkit::cpu::{
+    ticks as cpu_ticks, ticks_per_second as clock_ticks_per_second, tree_ticks as tree_cpu_ticks,
+};
 use tollgate_testkit::grpc::Rls;
 use tollgate_testkit::h2_rls::H2Rls;
 use tollgate_testkit::load::{Answer, Call, closed_loop, open_loop, percentile};
@@ -449,64 +452,6 @@ fn parse_grpc_addr(line: &str) -> Result<SocketAddr> {
 }
 
 // ---------------------------------------------------------------------------
-// Server CPU time
-// ---------------------------------------------------------------------------
-
-/// utime + stime (fields 14 and 15 of /proc/PID/stat) in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name (field 2) may contain spaces, so count from its ')'.
-    let after_comm = stat
-        .rfind(')')
-        .map(|i| &stat[i + 1..])
-        .ok_or("malformed /proc stat")?;
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // `fields[0]` is field 3 (state), so field N is `fields[N - 3]`.
-    let field = |n: usize| -> Result<u64> {
-        let raw = fields.get(n - 3).ok_or("short /proc stat")?;
-        Ok(raw.parse()?)
-    };
-    Ok(field(14)? + field(15)?)
-}
-
-/// CPU ticks of `pid` and its children (PostgreSQL's backends are the postmaster's).
-fn tree_cpu_ticks(pid: u32) -> Result<u64> {
-    let mut total = cpu_ticks(pid)?;
-    for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(child) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // A process may exit between the listing and the read.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let parent = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-            .and_then(|ppid| ppid.parse::<u32>().ok());
-        if parent == Some(pid) {
-            total += cpu_ticks(child).unwrap_or(0);
-        }
-    }
-    Ok(total)
-}
-
-fn clock_ticks_per_second() -> u64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or(100)
-}
-
-// ---------------------------------------------------------------------------
 // Load generation
 // ---------------------------------------------------------------------------
 
@@ -581,7 +526,7 @@ struct Measurement {
 
 /// CPU ticks of all of `pids`.
 fn total_cpu_ticks(pids: &[u32]) -> Result<u64> {
-    pids.iter().map(|&pid| cpu_ticks(pid)).sum()
+    pids.iter().map(|&pid| Ok(cpu_ticks(pid)?)).sum()
 }
 
 async fn measure(

@@ -83,7 +83,7 @@ pub(super) async fn call_json(
     token: Option<&str>,
 ) -> anyhow::Result<Value> {
     if let Some(token) = token {
-        token::check("ADMIN_TOKEN (--admin-token)", token).map_err(anyhow::Error::msg)?;
+        token::check("ADMIN_TOKEN (--admin-token)", token)?;
     }
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(

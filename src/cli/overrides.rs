@@ -6,8 +6,9 @@ use tollgate_core::overrides::{Override, OverrideEntry, OverrideLimit};
 
 use crate::cli::admin_client::call_json;
 use crate::cli::client::parse_descriptor;
-use crate::cli::visible::shown;
-use crate::config::settings::{OverriddenArgs, OverrideAction, OverrideArgs};
+use crate::cli::visible::{shown, visible};
+use crate::config::settings::{ClientTlsArgs, OverriddenArgs, OverrideAction, OverrideArgs};
+use crate::ops::overrides::{entries as descriptor_text, limit_text};
 
 /// Runs the action and prints what the server did.
 pub(crate) async fn run(args: OverrideArgs) -> anyhow::Result<()> {
@@ -41,11 +42,8 @@ pub(crate) async fn run(args: OverrideArgs) -> anyhow::Result<()> {
             )
         }
         OverrideAction::List { domain } => {
-            let query = domain.map_or_else(String::new, |d| {
-                let encoded: String = form_urlencoded::byte_serialize(d.as_bytes()).collect();
-                format!("?domain={encoded}")
-            });
-            ("GET", format!("/overrides{query}"), String::new())
+            print!("{}", list(&args.http_addr, &args.tls, domain, token).await?);
+            return Ok(());
         }
         OverrideAction::Delete { descriptor } => {
             let body = json!({ "domain": descriptor.domain, "entries": entries(&descriptor)? });
@@ -69,41 +67,63 @@ fn entries(descriptor: &OverriddenArgs) -> anyhow::Result<Vec<OverrideEntry>> {
         .collect())
 }
 
-/// One line per override: `set api tenant=acme: 5 per minute`.
-fn render(answer: &Value) -> String {
-    let line = |verb: &str, o: &Value| {
-        let entries: Vec<String> = o["entries"]
-            .as_array()
-            .map(|e| {
-                e.iter()
-                    .map(|e| format!("{}={}", shown(&e["key"]), shown(&e["value"])))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let limit = &o["limit"];
-        let mut text = format!(
-            "{verb} {} {}: {} per {}",
-            shown(&o["domain"]),
-            entries.join(","),
-            limit["requests_per_unit"],
-            shown(&limit["unit"]).to_lowercase()
-        );
-        if let Some(at) = o["expires_at"].as_u64() {
-            text.push_str(&format!(" until {at}"));
+/// Overrides asked for per page.
+const PAGE: &str = "1000";
+
+/// Every override (of `domain`, if named), page after page, one line each after a line
+/// that counts them.
+async fn list(
+    addr: &str,
+    tls: &ClientTlsArgs,
+    domain: Option<String>,
+    token: Option<&str>,
+) -> anyhow::Result<String> {
+    let (mut lines, mut count) = (String::new(), 0_usize);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query.append_pair("limit", PAGE);
+        if let Some(domain) = &domain {
+            query.append_pair("domain", domain);
         }
-        text + "\n"
-    };
-    if let Some(listed) = answer["overrides"].as_array() {
-        let mut out = format!(
-            "{} override(s), kept in {}\n",
-            listed.len(),
-            shown(&answer["keptIn"])
-        );
-        for o in listed {
-            out.push_str(&line("override", &o["override"]));
+        if let Some(cursor) = &cursor {
+            query.append_pair("cursor", cursor);
         }
-        return out;
+        let path = format!("/overrides?{}", query.finish());
+        let answer = call_json(addr, tls, "GET", &path, "", token).await?;
+        for o in answer["overrides"].as_array().into_iter().flatten() {
+            lines.push_str(&line("override", &o["override"]));
+            count += 1;
+        }
+        match answer["next"].as_str() {
+            Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_owned()),
+            Some(next) => anyhow::bail!("{addr} answered the page after {next:?} with itself"),
+            None => {
+                let kept_in = shown(&answer["keptIn"]);
+                return Ok(format!("{count} override(s), kept in {kept_in}\n{lines}"));
+            }
+        }
     }
+}
+
+/// One override's line: `set api tenant=acme: 5 per minute`.
+fn line(verb: &str, o: &Value) -> String {
+    match serde_json::from_value::<Override>(o.clone()) {
+        Ok(o) => {
+            let text = format!(
+                "{verb} {} {}: {}",
+                o.domain,
+                descriptor_text(&o.entries),
+                limit_text(&o)
+            );
+            format!("{}\n", visible(&text))
+        }
+        Err(e) => format!("{verb} (unreadable: {e})\n"),
+    }
+}
+
+/// What a change answered, one line per override it names.
+fn render(answer: &Value) -> String {
     let mut out = String::new();
     for (verb, key) in [
         ("set", "set"),

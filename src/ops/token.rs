@@ -111,24 +111,31 @@ pub(crate) fn refuse(log: &LogLimit, peer: &str, status: StatusCode, why: String
     }
 }
 
-/// `value` of the token setting `setting` (`ADMIN_TOKEN`), checked: the reason it cannot
-/// be a token otherwise, in words that never quote it.
-pub(crate) fn check(setting: &str, value: &str) -> Result<(), String> {
+/// Why the value of a token setting (named inside: `ADMIN_TOKEN`) can be no token, in
+/// words that never quote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadToken {
+    #[error("{0} is set but empty: give it a token, or unset it")]
+    Empty(&'static str),
+    #[error(
+        "{0} begins or ends with white space (a newline from a file?), which HTTP/1 drops from \
+         a header: no client could send it; remove it"
+    )]
+    WhiteSpace(&'static str),
+    #[error("{0} holds a control character, which no HTTP header can carry")]
+    Control(&'static str),
+}
+
+/// `value` of the token setting `setting` (`ADMIN_TOKEN`), checked.
+pub(crate) fn check(setting: &'static str, value: &str) -> Result<(), BadToken> {
     if value.trim().is_empty() {
-        return Err(format!(
-            "{setting} is set but empty: give it a token, or unset it"
-        ));
+        return Err(BadToken::Empty(setting));
     }
     if value.trim() != value {
-        return Err(format!(
-            "{setting} begins or ends with white space (a newline from a file?), which HTTP/1 \
-             drops from a header: no client could send it; remove it"
-        ));
+        return Err(BadToken::WhiteSpace(setting));
     }
     if value.chars().any(char::is_control) {
-        return Err(format!(
-            "{setting} holds a control character, which no HTTP header can carry"
-        ));
+        return Err(BadToken::Control(setting));
     }
     Ok(())
 }
@@ -202,7 +209,7 @@ mod tests {
             (" s3cret", "begins or ends with white space"),
             ("s3\x1bcret", "holds a control character"),
         ] {
-            let refused = check("ADMIN_TOKEN", bad).expect_err(bad);
+            let refused = check("ADMIN_TOKEN", bad).expect_err(bad).to_string();
             assert!(
                 refused.starts_with(&format!("ADMIN_TOKEN {why}")),
                 "{refused}"

@@ -67,7 +67,7 @@ pub(crate) async fn handler(
     }
     let params = match Params::parse(query.as_deref().unwrap_or("")) {
         Ok(params) => params,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
     };
     let entries = admin.app.limiter.top(&params.query());
     Json(answer(&params, &entries)).into_response()
@@ -84,10 +84,27 @@ pub(crate) struct Params {
     fleet: bool,
 }
 
+/// A `/top` parameter refused: its name or its value, and what is expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadParam {
+    #[error("parameter {0} is given twice")]
+    Twice(String),
+    #[error("unknown parameter {0}: /top takes domain, rule, by, window, n and scope")]
+    Unknown(String),
+    #[error("by={0}: expected hits, denied or shadow")]
+    By(String),
+    #[error("window={0}: expected minute or hour")]
+    Window(String),
+    #[error("n={0}: expected a number from 1 to {max}", max = MAX_ENTRIES)]
+    N(String),
+    #[error("scope={0}: expected instance or fleet")]
+    Scope(String),
+}
+
 impl Params {
     /// The parameters of `query` (`a=b&c=d`); unknown or repeated names and bad values are
     /// refused with what is wrong.
-    pub(crate) fn parse(query: &str) -> Result<Self, String> {
+    pub(crate) fn parse(query: &str) -> Result<Self, BadParam> {
         let mut params = Params {
             domain: None,
             rule: None,
@@ -99,7 +116,7 @@ impl Params {
         let mut seen = Vec::new();
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
             if seen.contains(&name) {
-                return Err(format!("parameter {name} is given twice"));
+                return Err(BadParam::Twice(name.into_owned()));
             }
             match &*name {
                 "domain" => params.domain = Some(value.to_string()),
@@ -108,11 +125,7 @@ impl Params {
                 "window" => params.window = window(&value)?,
                 "n" => params.n = n(&value)?,
                 "scope" => params.fleet = fleet(&value)?,
-                _ => {
-                    return Err(format!(
-                        "unknown parameter {name}: /top takes domain, rule, by, window, n and scope"
-                    ));
-                }
+                _ => return Err(BadParam::Unknown(name.into_owned())),
             }
             seen.push(name);
         }
@@ -131,37 +144,35 @@ impl Params {
     }
 }
 
-fn by(value: &str) -> Result<TopBy, String> {
+fn by(value: &str) -> Result<TopBy, BadParam> {
     match value {
         "hits" => Ok(TopBy::Hits),
         "denied" => Ok(TopBy::Denied),
         "shadow" => Ok(TopBy::Shadow),
-        _ => Err(format!("by={value}: expected hits, denied or shadow")),
+        _ => Err(BadParam::By(value.to_owned())),
     }
 }
 
-fn window(value: &str) -> Result<TopWindow, String> {
+fn window(value: &str) -> Result<TopWindow, BadParam> {
     match value {
         "minute" => Ok(TopWindow::Minute),
         "hour" => Ok(TopWindow::Hour),
-        _ => Err(format!("window={value}: expected minute or hour")),
+        _ => Err(BadParam::Window(value.to_owned())),
     }
 }
 
-fn n(value: &str) -> Result<usize, String> {
+fn n(value: &str) -> Result<usize, BadParam> {
     match value.parse::<usize>() {
         Ok(n @ 1..=MAX_ENTRIES) => Ok(n),
-        _ => Err(format!(
-            "n={value}: expected a number from 1 to {MAX_ENTRIES}"
-        )),
+        _ => Err(BadParam::N(value.to_owned())),
     }
 }
 
-fn fleet(value: &str) -> Result<bool, String> {
+fn fleet(value: &str) -> Result<bool, BadParam> {
     match value {
         "instance" => Ok(false),
         "fleet" => Ok(true),
-        _ => Err(format!("scope={value}: expected instance or fleet")),
+        _ => Err(BadParam::Scope(value.to_owned())),
     }
 }
 
@@ -211,7 +222,7 @@ mod tests {
         let p = Params::parse("domain=web&by=shadow&window=hour&n=3&rule=ip").expect("parses");
         assert_eq!(p.domain.as_deref(), Some("web"));
         assert_eq!((p.by, p.window, p.n), (TopBy::Shadow, TopWindow::Hour, 3));
-        let err = |q| Params::parse(q).expect_err(q);
+        let err = |q| Params::parse(q).expect_err(q).to_string();
         assert_eq!(err("by=who"), "by=who: expected hits, denied or shadow");
         assert_eq!(err("n=0"), "n=0: expected a number from 1 to 1000");
         assert_eq!(err("n=x"), "n=x: expected a number from 1 to 1000");

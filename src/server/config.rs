@@ -51,7 +51,7 @@ impl Config {
     pub(crate) async fn load(args: ServeArgs, env: &[(String, String)]) -> anyhow::Result<Self> {
         check_reference_settings(env)?;
         if let Some(admin_token) = &args.ops.admin_token {
-            token::check("ADMIN_TOKEN (--admin-token)", admin_token).map_err(anyhow::Error::msg)?;
+            token::check("ADMIN_TOKEN (--admin-token)", admin_token)?;
         }
         let statsd = args.ops.stats.statsd()?;
         let origin = rules_origin(&args).await?;

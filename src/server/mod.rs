@@ -66,9 +66,7 @@ pub async fn run(
     let watched_xds = matches!(origin, Origin::Xds(_)).then(|| xds_stats.clone());
     let app = Arc::new(App::new(&args, store, watched_xds));
     app.overrides.load(&app.limiter).await?;
-    if let Store::Shared(shared) = app.limiter.store() {
-        overrides::stored::spawn(Arc::downgrade(&app), shared);
-    }
+    overrides::refresh::spawn(Arc::downgrade(&app));
     let (reload, xds_server) = start_rules(&args, &app, origin, xds_stats);
     let _watch = reload.clone().map(reload::watch).transpose()?;
     // The reference has no RLQS: in reference mode its calls get UNIMPLEMENTED, as there.

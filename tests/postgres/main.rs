@@ -11,6 +11,7 @@ mod faults;
 mod forged;
 mod in_flight;
 mod leases;
+mod override_faults;
 mod overrides;
 mod store;
 mod support;

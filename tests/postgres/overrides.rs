@@ -4,7 +4,8 @@
 
 use tollgate_testkit::admin::TOKEN;
 use tollgate_testkit::overrides::{
-    assert_overrides_spread, assert_refused_while_the_store_is_down,
+    assert_an_expired_override_frees_its_place, assert_overrides_spread,
+    assert_refused_while_the_store_is_down, assert_the_maximum_holds_under_races,
 };
 use tollgate_testkit::postgres::PostgresServer;
 
@@ -32,4 +33,36 @@ async fn a_change_while_postgres_is_down_is_refused_with_a_reason() {
         .await;
     blocking(|| postgres.stop());
     assert_refused_while_the_store_is_down(&server, DOMAIN).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_racing_never_pass_the_maximum() {
+    let postgres = PostgresServer::start();
+    let start = async || {
+        serve(&postgres, &[])
+            .env("ADMIN_TOKEN", TOKEN)
+            .env("OVERRIDES_MAX", "5")
+            .start_connected()
+            .await
+    };
+    let (a, b) = (start().await, start().await);
+    assert_the_maximum_holds_under_races(&a, &b, DOMAIN, "user").await;
+    let stored = blocking(|| postgres.psql("SELECT count(*) FROM tollgate_overrides"));
+    assert_eq!(stored, "4", "the four kept, every winner deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_override_is_purged_from_postgres() {
+    let postgres = PostgresServer::start();
+    let server = serve(&postgres, &[])
+        .env("ADMIN_TOKEN", TOKEN)
+        .env("OVERRIDES_MAX", "1")
+        .start_connected()
+        .await;
+    assert_an_expired_override_frees_its_place(&server, DOMAIN, "user").await;
+    let ids = blocking(|| postgres.psql("SELECT id FROM tollgate_overrides"));
+    assert!(
+        ids.ends_with("=b#") && !ids.contains('\n'),
+        "only the one set after: {ids}"
+    );
 }

@@ -111,7 +111,7 @@ async fn the_schema_is_versioned_and_the_pool_has_its_size() {
     let postgres = PostgresServer::start();
     let _server = connected(&postgres, &["--postgres-pool-size", "3"]).await;
     let version = blocking(|| postgres.psql("SELECT version FROM tollgate_schema"));
-    assert_eq!(version, "11");
+    assert_eq!(version, "12");
     let connections = blocking(|| {
         postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tollgate'")
     });
@@ -139,9 +139,9 @@ async fn migrate_creates_the_schema_and_environment_variables_select_postgres() 
         done.stdout
     };
     let first = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(first.trim(), "schema version 11: migrated from 0");
+    assert_eq!(first.trim(), "schema version 12: migrated from 0");
     let again = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(again.trim(), "schema version 11: up to date");
+    assert_eq!(again.trim(), "schema version 12: up to date");
     // A database a version-1 Tollgate made: no tollgate_apply yet.
     blocking(|| {
         postgres.psql(
@@ -152,7 +152,7 @@ async fn migrate_creates_the_schema_and_environment_variables_select_postgres() 
         )
     });
     let upgraded = blocking(|| migrate(&["--postgres-unlogged"]));
-    assert_eq!(upgraded.trim(), "schema version 11: migrated from 1");
+    assert_eq!(upgraded.trim(), "schema version 12: migrated from 1");
     let unlogged = blocking(|| {
         postgres.psql("SELECT relpersistence FROM pg_class WHERE relname = 'tollgate_counters'")
     });

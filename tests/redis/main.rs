@@ -14,6 +14,7 @@ mod faults;
 mod forged;
 mod in_flight;
 mod leases;
+mod override_faults;
 mod overrides;
 mod reference_mode;
 mod sentinel;

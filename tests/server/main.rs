@@ -18,6 +18,7 @@ mod library;
 mod limits;
 mod matching;
 mod operations;
+mod override_targets;
 mod overrides;
 mod reset;
 mod rlqs;

@@ -5,6 +5,7 @@
 use tollgate_testkit::admin::{self, TOKEN, override_body};
 use tollgate_testkit::grpc::{Code, code};
 use tollgate_testkit::http::{self, Method};
+use tollgate_testkit::overrides::assert_an_expired_override_frees_its_place;
 use tollgate_testkit::pki::Pki;
 use tollgate_testkit::process;
 use tollgate_testkit::tollgate::{self, COMMAND_TIMEOUT, Serve};
@@ -177,10 +178,10 @@ async fn an_override_limits_its_tenant_shows_in_answers_and_delete_restores_the_
     assert_eq!(set_lines.len(), 1, "{stderr}");
     for part in [
         "INFO",
-        "domain=api",
+        "domain=\"api\"",
         "tenant=acme",
         "5 per minute",
-        "replaced=none",
+        "replaced=\"none\"",
     ] {
         assert!(
             set_lines[0].contains(part),
@@ -309,6 +310,98 @@ async fn overrides_in_a_file_survive_a_restart() {
     );
     let listed = admin::overrides(&second, Method::GET, "/overrides", "", Some(TOKEN)).await;
     assert!(listed.body.contains("OVERRIDES_FILE"), "{listed:?}");
+}
+
+#[tokio::test]
+async fn an_expired_override_is_purged_and_frees_its_place() {
+    let server = InProcess::rules(RULES)
+        .env("ADMIN_TOKEN", TOKEN)
+        .env("OVERRIDES_MAX", "1")
+        .start();
+    assert_an_expired_override_frees_its_place(&server, "api", "tenant").await;
+}
+
+#[test]
+fn a_file_past_the_maximum_or_with_a_descriptor_twice_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("overrides.json");
+    let list = |values: &[&str]| {
+        let specs: Vec<String> = values
+            .iter()
+            .map(|v| acme("5", "minute").replace("acme", v))
+            .collect();
+        format!("[{}]", specs.join(","))
+    };
+    std::fs::write(&file, list(&["a", "b", "c"])).expect("write the file");
+    let refused = Serve::rules(RULES)
+        .env("OVERRIDES_FILE", &file)
+        .env("OVERRIDES_MAX", "2")
+        .refused("three overrides, at most two");
+    assert!(
+        refused.stderr.contains("overrides.json")
+            && refused
+                .stderr
+                .contains("more than 2 overrides (OVERRIDES_MAX)"),
+        "{refused:?}"
+    );
+    std::fs::write(&file, list(&["a", "b", "a"])).expect("write the file");
+    let refused = Serve::rules(RULES)
+        .env("OVERRIDES_FILE", &file)
+        .refused("a descriptor twice");
+    assert!(
+        refused.stderr.contains("overrides.json")
+            && refused.stderr.contains("tenant=a is overridden twice"),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_cli_lists_pages_and_every_part_of_a_limit() {
+    let server = InProcess::rules(RULES).env("ADMIN_TOKEN", TOKEN).start();
+    let body = acme("5", "second").replace(
+        r#""unit":"second""#,
+        r#""unit":"second","unit_multiplier":3600,"algorithm":"fixed_window","name":"gold""#,
+    );
+    let set = admin::overrides(&server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
+    assert_eq!(set.status, 200, "{set:?}");
+    for i in 0..2_500 {
+        let body = override_body("api", ("tenant", &format!("t{i:04}")), "1", "hour");
+        let set = admin::overrides(&server, Method::PUT, "/overrides", &body, Some(TOKEN)).await;
+        assert_eq!(set.status, 200, "{set:?}");
+    }
+    let page = admin::overrides(&server, Method::GET, "/overrides?limit=2", "", Some(TOKEN)).await;
+    let page: serde_json::Value = serde_json::from_str(&page.body).expect("JSON");
+    assert_eq!(
+        page["overrides"].as_array().map(Vec::len),
+        Some(2),
+        "{page}"
+    );
+    let next = page["next"].as_str().expect("a cursor to the next page");
+    let path = format!(
+        "/overrides?limit=2&cursor={}",
+        form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+    );
+    let second = admin::overrides(&server, Method::GET, &path, "", Some(TOKEN)).await;
+    assert!(second.body.contains(r#""value":"t0001""#), "{second:?}");
+    let addr = server.http_addr().to_string();
+    let mut cmd = tollgate::command();
+    cmd.args(["override", "--http-addr", &addr, "list"])
+        .env("ADMIN_TOKEN", TOKEN);
+    let listed = process::run("tollgate override list", cmd, COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(listed.status.success(), "{listed:?}");
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    assert_eq!(
+        lines[0], "2501 override(s), kept in this process",
+        "{}",
+        lines[0]
+    );
+    assert_eq!(
+        lines[1],
+        "override api tenant=acme: 5 per 3600 second (fixed_window) name=gold"
+    );
+    assert_eq!(lines.len(), 2_502, "every page followed");
+    assert_eq!(lines[2_501], "override api tenant=t2499: 1 per hour");
 }
 
 #[tokio::test]

@@ -3,7 +3,15 @@
 //! value; the override's counter is keyed like the rule's (domain, entries, window shape),
 //! never by the limit's value, so changing a limit within one shape keeps the count.
 
-use std::collections::HashMap;
+mod bounds;
+mod feed;
+mod set;
+mod target;
+
+pub use bounds::{MAX_DESCRIPTOR_BYTES, MAX_NAME_BYTES};
+pub use feed::{ChangeError, Changed, OverrideFeed, OverrideUpdate};
+pub use set::{Overrides, Page};
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -118,6 +126,8 @@ impl CompiledOverride {
         defaults: &Defaults,
         source: &str,
     ) -> Result<Self, OverrideError> {
+        // First, so that no refusal below quotes a text past its bound.
+        bounds::check(&spec)?;
         if spec.domain.is_empty() {
             return Err(OverrideError::new("domain", "must not be empty"));
         }
@@ -137,25 +147,30 @@ impl CompiledOverride {
             let message = format!("no rules for domain '{}'", spec.domain);
             return Err(OverrideError::new("domain", message));
         };
-        if domain.find(spec.pairs()).is_none() {
-            let entries: Vec<String> = spec.pairs().map(|(k, v)| format!("{k}={v}")).collect();
+        let Some(rule) = domain.find(spec.pairs()) else {
             let message = format!(
                 "no rule of domain '{}' matches the descriptor {}",
                 spec.domain,
-                entries.join(",")
+                descriptor_text(&spec)
             );
             return Err(OverrideError::new("entries", message));
+        };
+        let compiled = Self::restore(spec, defaults, source)?;
+        match compiled.refusal(rule) {
+            Some(why) => Err(OverrideError::new("entries", why)),
+            None => Ok(compiled),
         }
-        Self::restore(spec, defaults, source)
     }
 
-    /// Compiles `spec` as it was stored (checked when it was set): a rule it matched may
-    /// not be loaded yet, and it stays dormant until one matches its descriptor again.
+    /// Compiles `spec` as it was stored (checked against the rules when it was set; its
+    /// sizes checked again, as a store or a file may hold anything): a rule it matched
+    /// may not be loaded yet, and it stays dormant until one matches its descriptor again.
     pub fn restore(
         spec: Override,
         defaults: &Defaults,
         source: &str,
     ) -> Result<Self, OverrideError> {
+        bounds::check(&spec)?;
         let limit = defaults
             .compile_limit(rate_limit_spec(&spec.limit), "limit")
             .map_err(|e: ConfigError| OverrideError::new(e.path, e.message))?;
@@ -188,6 +203,17 @@ impl CompiledOverride {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// Its descriptor as `k=v,k2=v2`.
+    fn descriptor_text(&self) -> String {
+        descriptor_text(&self.spec)
+    }
+}
+
+/// `spec`'s descriptor as `k=v,k2=v2`.
+fn descriptor_text(spec: &Override) -> String {
+    let entries: Vec<String> = spec.pairs().map(|(k, v)| format!("{k}={v}")).collect();
+    entries.join(",")
 }
 
 fn rate_limit_spec(limit: &OverrideLimit) -> RateLimitSpec {
@@ -201,79 +227,12 @@ fn rate_limit_spec(limit: &OverrideLimit) -> RateLimitSpec {
     }
 }
 
-/// Every override in force, by descriptor. Immutable once installed: a change builds a new
-/// set, so a request in flight sees one set whole.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    by_id: HashMap<String, Arc<CompiledOverride>>,
-}
-
-impl Overrides {
-    /// How many there are.
-    pub fn len(&self) -> usize {
-        self.by_id.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
-    }
-
-    /// Every override, of `domain` only when one is named, in a stable order.
-    pub fn list(&self, domain: Option<&str>) -> Vec<&CompiledOverride> {
-        let mut found: Vec<(&String, &CompiledOverride)> = self
-            .by_id
-            .iter()
-            .filter(|(_, o)| domain.is_none_or(|d| o.spec.domain == d))
-            .map(|(id, o)| (id, o.as_ref()))
-            .collect();
-        found.sort_by(|a, b| a.0.cmp(b.0));
-        found.into_iter().map(|(_, o)| o).collect()
-    }
-
-    /// Sets `o`, replacing the override of the same descriptor; refused when that would
-    /// make more than `max`. Returns the one replaced.
-    pub fn insert(
-        &mut self,
-        o: CompiledOverride,
-        max: usize,
-    ) -> Result<Option<Arc<CompiledOverride>>, OverrideError> {
-        let id = o.spec.id();
-        if !self.by_id.contains_key(&id) && self.by_id.len() >= max {
-            let message = format!("too many: at most {max} (OVERRIDES_MAX)");
-            return Err(OverrideError::new("overrides", message));
-        }
-        Ok(self.by_id.insert(id, Arc::new(o)))
-    }
-
-    /// Removes the override of `domain`'s descriptor of `entries`; returns it.
-    pub fn remove<'a>(
-        &mut self,
-        domain: &str,
-        entries: impl Iterator<Item = (&'a str, &'a str)>,
-    ) -> Option<Arc<CompiledOverride>> {
-        self.by_id.remove(&descriptor_id(domain, entries))
-    }
-
-    /// The override in force at `now` for `domain`'s descriptor of `entries`.
-    pub(crate) fn find<'a>(
-        &self,
-        domain: &str,
-        entries: impl Iterator<Item = (&'a str, &'a str)>,
-        now: Timestamp,
-    ) -> Option<&CompiledOverride> {
-        if self.by_id.is_empty() {
-            return None;
-        }
-        self.by_id
-            .get(&descriptor_id(domain, entries))
-            .map(Arc::as_ref)
-            .filter(|o| !o.spec.expired(now))
-    }
-}
-
-/// A descriptor's identity: its counter key without a shape, injective like the key.
-fn descriptor_id<'a>(domain: &str, entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+/// A descriptor's identity ([`Override::id`]): its counter key without a shape,
+/// injective like the key.
+pub fn descriptor_id<'a>(
+    domain: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+) -> String {
     let mut id = String::new();
     write_counter_key(&mut id, domain, entries, "");
     id

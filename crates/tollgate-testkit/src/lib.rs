@@ -40,6 +40,7 @@
 pub mod accuracy;
 pub mod admin;
 pub mod chromium;
+pub mod cpu;
 pub mod envoy;
 pub mod envoy_gateway;
 pub mod forged;

@@ -30,8 +30,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde::{Deserialize, Serialize};
 
+mod invalid;
 pub(crate) mod scalars;
 
+pub(crate) use self::invalid::InvalidJson;
 use self::scalars::{
     CodeNames, DurationJson, Enum, Object, RateLimitUnitNames, ResponseUnitNames, Uint32, Uint64,
 };
@@ -43,7 +45,7 @@ use crate::app::{App, RlsError};
 pub(crate) async fn handler(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let request = match parse_request(&body) {
         Ok(request) => request,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
     };
     match app.should_rate_limit(&request).await {
         Ok(response) => {
@@ -73,10 +75,10 @@ pub(crate) fn text(status: StatusCode, mut body: String) -> Response {
 }
 
 /// Parses a protojson `RateLimitRequest`; the error names the field and the problem.
-pub(crate) fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
+pub(crate) fn parse_request(body: &[u8]) -> Result<RateLimitRequest, InvalidJson> {
     Json::<Object<RequestJson>>::from_bytes(body)
         .map(|Json(Object(request))| request.into_proto())
-        .map_err(|e| reason("RateLimitRequest", &e))
+        .map_err(|e| InvalidJson::new("RateLimitRequest", &e))
 }
 
 /// Answers the core request of a protojson `body` with `answer`, or 400 saying why the
@@ -87,7 +89,7 @@ pub(crate) async fn with_request(
 ) -> Response {
     let request = match parse_request(body) {
         Ok(request) => request,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
     };
     match crate::api::proto::request(&request) {
         Ok(request) => answer(&request).await,
@@ -100,28 +102,9 @@ pub(crate) fn request_body(request: &RateLimitRequest) -> String {
     serde_json::to_string(&Object(RequestJson::from_proto(request))).unwrap_or_default()
 }
 
-/// `invalid WHAT: PATH: PROBLEM at line L column C`, without axum's generic preamble.
-pub(crate) fn reason(what: &str, rejection: &JsonRejection) -> String {
-    let text = rejection.body_text();
-    let detail = match text.split_once(": ") {
-        Some((preamble, detail)) if preamble.starts_with("Failed to") => detail,
-        _ => text.as_str(),
-    };
-    format!("invalid {what}: {}", in_our_words(detail))
-}
-
-/// serde_json names a lone UTF-16 surrogate (`"\ud800"` without its pair) by what it
-/// looked for next; a client needs to hear what is wrong with its string.
-fn in_our_words(detail: &str) -> String {
-    const SURROGATE: &str = "a \\u escape that is half of a UTF-16 surrogate pair, not a character";
-    [
-        "unexpected end of hex escape",
-        "lone leading surrogate in hex escape",
-    ]
-    .iter()
-    .fold(detail.to_owned(), |text, phrase| {
-        text.replace(phrase, SURROGATE)
-    })
+/// [`InvalidJson`]'s text: the overrides' routes answer it.
+pub(crate) fn reason(what: &'static str, rejection: &JsonRejection) -> String {
+    InvalidJson::new(what, rejection).to_string()
 }
 
 // ---------------------------------------------------------------------------

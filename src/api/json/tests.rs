@@ -120,7 +120,7 @@ fn rejects_bad_bodies_naming_the_problem() {
         ("", "EOF"),
     ];
     for (body, needle) in cases {
-        let err = parse_request(body.as_bytes()).expect_err(body);
+        let err = parse_request(body.as_bytes()).expect_err(body).to_string();
         assert!(err.contains(needle), "{body}: {err}");
     }
 }
@@ -293,10 +293,10 @@ async fn responses_round_trip() {
 }
 
 /// Parses a protojson `RateLimitResponse`: the tests' round trips.
-fn parse_response(body: &[u8]) -> Result<RateLimitResponse, String> {
+fn parse_response(body: &[u8]) -> Result<RateLimitResponse, InvalidJson> {
     Json::<Object<ResponseJson>>::from_bytes(body)
         .map(|Json(Object(response))| response.into_proto())
-        .map_err(|e| reason("RateLimitResponse", &e))
+        .map_err(|e| InvalidJson::new("RateLimitResponse", &e))
 }
 
 /// Test-only: the protojson response back as protobuf.

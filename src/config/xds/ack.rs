@@ -50,11 +50,15 @@ impl Subscription {
     pub(crate) fn nack(
         &self,
         response: &DiscoveryResponse,
-        problems: &[String],
+        problems: &[impl std::fmt::Display],
     ) -> DiscoveryRequest {
         let detail = Status {
             code: NACK_CODE,
-            message: problems.join("\n"),
+            message: problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
             details: Vec::new(),
         };
         let mut request = self.request(

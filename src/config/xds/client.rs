@@ -15,6 +15,7 @@ use super::XdsConfig;
 use super::ack::Subscription;
 use super::backoff::{Backoff, spread};
 use super::convert;
+use super::problem::Problem;
 use crate::app::App;
 use crate::config::rules_status::Source;
 use crate::ops::metrics::XdsStats;
@@ -139,13 +140,12 @@ async fn apply(
         let builder = config.rules.builder();
         tokio::task::spawn_blocking(move || convert::compile(&resources, builder))
             .await
-            .unwrap_or_else(|e| Err(vec![format!("compiling the rules failed: {e}")]))
+            .unwrap_or_else(|e| Err(vec![Problem::Compiling(e)]))
     } else {
-        Err(vec![format!(
-            "unexpected resource type '{}'; subscribed to '{}' only",
-            response.type_url,
-            subscription.type_url()
-        )])
+        Err(vec![Problem::ResponseType {
+            found: response.type_url.clone(),
+            subscribed: subscription.type_url().to_owned(),
+        }])
     };
     match compiled {
         Ok(compiled) => {

@@ -14,6 +14,8 @@ use tollgate_core::rules::{
     DescriptorSpec, DomainSpec, MetaValue, Metadata, RateLimitSpec, ReplaceSpec, RulesBuilder,
 };
 
+use super::problem::Problem;
+
 /// The rules of one response, and the names of the resources they came from.
 #[derive(Debug)]
 pub(crate) struct Compiled {
@@ -27,14 +29,14 @@ pub(crate) struct Compiled {
 pub(crate) fn compile(
     resources: &[Any],
     mut builder: RulesBuilder,
-) -> Result<Compiled, Vec<String>> {
+) -> Result<Compiled, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut names = Vec::with_capacity(resources.len());
     for (i, any) in resources.iter().enumerate() {
-        let config = match decode(any) {
+        let config = match decode(i, any) {
             Ok(config) => config,
-            Err(why) => {
-                problems.push(format!("resources[{i}]: {why}"));
+            Err(problem) => {
+                problems.push(problem);
                 continue;
             }
         };
@@ -55,22 +57,24 @@ pub(crate) fn compile(
         }),
         Ok(_) => Err(problems),
         Err(errors) => {
-            problems.extend(errors.0.iter().map(ToString::to_string));
+            problems.extend(errors.0.into_iter().map(Problem::Rule));
             Err(problems)
         }
     }
 }
 
-fn decode(any: &Any) -> Result<RateLimitConfig, String> {
+/// Resource `index` of a response, decoded.
+fn decode(index: usize, any: &Any) -> Result<RateLimitConfig, Problem> {
     let expected = RateLimitConfig::type_url();
     if any.type_url != expected {
-        return Err(format!(
-            "resource of type '{}', expected '{expected}'",
-            any.type_url
-        ));
+        return Err(Problem::ResourceType {
+            index,
+            found: any.type_url.clone(),
+            expected,
+        });
     }
     RateLimitConfig::decode(any.value.as_slice())
-        .map_err(|e| format!("cannot decode a RateLimitConfig: {e}"))
+        .map_err(|error| Problem::Undecodable { index, error })
 }
 
 /// One resource as the rules model: the xDS fields map one to one onto the YAML ones.
@@ -198,7 +202,11 @@ mod tests {
     }
 
     fn problems(resources: &[Any]) -> Vec<String> {
-        compile(resources, plain()).expect_err("invalid")
+        texts(compile(resources, plain()).expect_err("invalid"))
+    }
+
+    fn texts(problems: Vec<Problem>) -> Vec<String> {
+        problems.iter().map(ToString::to_string).collect()
     }
 
     #[test]
@@ -365,7 +373,7 @@ mod tests {
             one("one", "shared", "a", "", RateLimitUnit::Minute, 1),
             one("two", "shared", "a", "", RateLimitUnit::Hour, 1),
         ];
-        let errors = compile(&clash, merging()).expect_err("same key twice");
+        let errors = texts(compile(&clash, merging()).expect_err("same key twice"));
         assert_eq!(errors.len(), 1, "{errors:#?}");
         assert!(errors[0].starts_with("two: "), "{}", errors[0]);
     }

@@ -6,6 +6,7 @@
 //! - [`ack`]: what to send on a new stream and in answer to each response.
 //! - [`backoff`]: the waits between streams.
 //! - [`client`]: the stream loop.
+//! - [`problem`]: why a response is refused.
 //!
 //! This module turns the settings into an [`XdsConfig`], checking everything that can be
 //! checked before the first connection (URL, headers, TLS files).
@@ -14,6 +15,7 @@ mod ack;
 mod backoff;
 mod client;
 mod convert;
+mod problem;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use tollgate_core::SystemClock;
 use tollgate_core::overrides::{Override, OverrideEntry};
 
 use super::Refused;
-use crate::api::json::{reason, text};
+use crate::api::json::{InvalidJson, reason, text};
 use crate::ops::admin_state::Admin;
 use crate::ops::loopback;
 use crate::ops::token::{authorize, refuse};
@@ -41,7 +41,7 @@ pub(crate) async fn put(
     };
     let spec = match parse_override(&body) {
         Ok(spec) => spec,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
     };
     let now_seconds = SystemClock.now().as_nanos() / tollgate_core::NANOS_PER_SECOND;
     if spec.expires_at.is_some_and(|at| at <= now_seconds) {
@@ -58,7 +58,8 @@ pub(crate) async fn put(
     }
 }
 
-/// `GET /overrides?domain=`: the overrides (of one domain when named), with their source.
+/// `GET /overrides?domain=&cursor=&limit=`: a page of the overrides (of one domain when
+/// named), with their source, and the cursor of the next page when there is one.
 pub(crate) async fn get(
     State(admin): State<Admin>,
     extensions: Extensions,
@@ -72,25 +73,52 @@ pub(crate) async fn get(
         form_urlencoded::parse(query.unwrap_or_default().as_bytes())
             .into_owned()
             .collect();
-    if let Some(unknown) = query.keys().find(|k| *k != "domain") {
+    if let Some(unknown) = query
+        .keys()
+        .find(|k| !["domain", "cursor", "limit"].contains(&k.as_str()))
+    {
         return text(
             StatusCode::BAD_REQUEST,
-            format!("{unknown}: unknown parameter (only domain)"),
+            format!("{unknown}: unknown parameter (only domain, cursor and limit)"),
         );
     }
-    let domain = query.get("domain").map(String::as_str);
-    match admin.app.overrides.all(&admin.app.limiter) {
-        Ok(all) => {
-            let listed: Vec<Value> = all
-                .list(domain)
-                .iter()
-                .map(|o| json!({ "override": o.spec(), "source": o.source() }))
-                .collect();
-            let kept_in = admin.app.overrides.kept_in();
-            Json(json!({ "overrides": listed, "keptIn": kept_in })).into_response()
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => PAGE,
+        Some(Ok(limit)) if (1..=MAX_PAGE).contains(&limit) => limit,
+        Some(_) => {
+            let why = format!("limit: a whole number from 1 to {MAX_PAGE}");
+            return text(StatusCode::BAD_REQUEST, why);
         }
-        Err(refused) => refusal(refused),
+    };
+    let all = match admin.app.overrides.all(&admin.app.limiter) {
+        Ok(all) => all,
+        Err(refused) => return refusal(refused),
+    };
+    let page = all.page(
+        query.get("domain").map(String::as_str),
+        query.get("cursor").map(String::as_str),
+        limit,
+        SystemClock.now(),
+    );
+    let mut next = page.next;
+    let mut listed = Vec::new();
+    let mut bytes = 0;
+    for (i, o) in page.overrides.iter().enumerate() {
+        let item = json!({ "override": o.spec(), "source": o.source() });
+        bytes += item.to_string().len();
+        listed.push(item);
+        // A page of huge overrides ends early, so that every answer stays small.
+        if bytes > PAGE_BYTES && i + 1 < page.overrides.len() {
+            next = Some(o.spec().id());
+            break;
+        }
     }
+    let kept_in = admin.app.overrides.kept_in();
+    let mut answer = json!({ "overrides": listed, "keptIn": kept_in });
+    if let Some(next) = next {
+        answer["next"] = Value::String(next);
+    }
+    Json(answer).into_response()
 }
 
 /// `DELETE /overrides`: 200 with the override removed, 404 when there was none.
@@ -118,6 +146,13 @@ pub(crate) async fn delete(
     }
 }
 
+/// Overrides on a page unless the query says otherwise.
+const PAGE: usize = 1_000;
+/// The most a query may ask for.
+const MAX_PAGE: usize = 10_000;
+/// About the most JSON on one page: past it, the page ends.
+const PAGE_BYTES: usize = 1 << 20;
+
 /// The caller's address when the token is right; the refusal otherwise (logged at most
 /// once a period, as refused resets are).
 fn guard(
@@ -134,10 +169,10 @@ fn guard(
 
 /// The override in `body`; a refusal naming the field and the problem. A limit is read
 /// as any JSON number first, so that a negative or absurd one is told as such.
-fn parse_override(body: &[u8]) -> Result<Override, String> {
+fn parse_override(body: &[u8]) -> Result<Override, BadOverride> {
     let value: Value = match Json::<Value>::from_bytes(body) {
         Ok(Json(value)) => value,
-        Err(e) => return Err(reason("override", &e)),
+        Err(e) => return Err(InvalidJson::new("override", &e).into()),
     };
     if let Some(n) = value
         .pointer("/limit/requests_per_unit")
@@ -146,22 +181,27 @@ fn parse_override(body: &[u8]) -> Result<Override, String> {
         let whole = n.as_u64().and_then(|n| u32::try_from(n).ok());
         match (whole, n.as_f64()) {
             (Some(_), _) => {}
-            (None, Some(f)) if f < 0.0 => {
-                return Err(format!(
-                    "limit.requests_per_unit: must not be negative (got {n})"
-                ));
-            }
-            (None, _) => {
-                return Err(format!(
-                    "limit.requests_per_unit: must be a whole number up to {} (got {n})",
-                    u32::MAX
-                ));
-            }
+            (None, Some(f)) if f < 0.0 => return Err(BadOverride::Negative(n.to_string())),
+            (None, _) => return Err(BadOverride::NotWhole(n.to_string())),
         }
     }
-    Json::<Override>::from_bytes(body)
+    Ok(Json::<Override>::from_bytes(body)
         .map(|Json(spec)| spec)
-        .map_err(|e| reason("override", &e))
+        .map_err(|e| InvalidJson::new("override", &e))?)
+}
+
+/// Why a PUT's body is no override.
+#[derive(Debug, thiserror::Error)]
+enum BadOverride {
+    /// Not the JSON of an override.
+    #[error(transparent)]
+    Json(#[from] InvalidJson),
+    /// A limit below zero.
+    #[error("limit.requests_per_unit: must not be negative (got {0})")]
+    Negative(String),
+    /// A limit that is no whole number of 32 bits.
+    #[error("limit.requests_per_unit: must be a whole number up to {max} (got {0})", max = u32::MAX)]
+    NotWhole(String),
 }
 
 fn refusal(refused: Refused) -> Response {
@@ -170,6 +210,7 @@ fn refusal(refused: Refused) -> Response {
         Refused::Off(_) => StatusCode::FORBIDDEN,
         Refused::Missing => StatusCode::NOT_FOUND,
         Refused::Keep(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Refused::Unknown(_) => StatusCode::GATEWAY_TIMEOUT,
     };
     text(status, refused.to_string())
 }

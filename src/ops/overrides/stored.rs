@@ -1,82 +1,112 @@
-//! Overrides in a shared store (Redis, PostgreSQL), their truth: read whole at start, on
-//! every announcement of a change, and every [`REREAD`] in case one was missed; at most
-//! `OVERRIDES_MAX` of them, the rest refused with a log line.
+//! Overrides read from a shared store, their truth: what changed there applied to the set
+//! in force, or the whole set read again. Each is read as the JSON it was stored as,
+//! under the id it names; one that is not (a forged or broken entry) is ignored with a
+//! log line, and past `OVERRIDES_MAX` the rest are refused with one.
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use tollgate_core::Limiter;
+use tollgate_core::overrides::{
+    CompiledOverride, Override, OverrideError, OverrideUpdate, Overrides,
+};
 
-use tollgate_core::overrides::{Override, Overrides};
-use tollgate_core::store::SharedStore;
-use tollgate_core::{Limiter, StoreError};
-
-use crate::app::App;
 use crate::ops::metrics::RuleMetrics;
 
-/// How often the stored overrides are read again without an announcement.
-const REREAD: Duration = Duration::from_secs(1);
-
-/// The overrides in `store`, at most `max`; `last_read` holds their JSON as last read, and
-/// when it is unchanged the overrides in force are kept as they are.
-pub(super) async fn read(
-    store: &SharedStore,
-    limiter: &Limiter<RuleMetrics>,
-    max: usize,
-    last_read: &mut Vec<String>,
-) -> Result<Overrides, StoreError> {
-    let mut raw = store.read_overrides(max.saturating_add(1)).await?;
-    if raw.len() > max {
-        tracing::warn!(
-            "the store holds more than {max} overrides (OVERRIDES_MAX); those past it are \
-             refused"
-        );
-        raw.truncate(max);
-    }
-    if raw == *last_read {
-        return Ok(Overrides::clone(&limiter.overrides()));
-    }
-    let source = format!("the store {}", store.name());
-    let mut all = Overrides::default();
-    for json in &raw {
-        let restored = serde_json::from_str::<Override>(json)
-            .map_err(|e| e.to_string())
-            .and_then(|spec| {
-                limiter
-                    .restore_override(spec, &source)
-                    .map_err(|e| e.to_string())
-            });
-        match restored {
-            Ok(compiled) => {
-                if let Err(why) = all.insert(compiled, max) {
-                    tracing::warn!("a stored override is refused: {why}");
-                }
-            }
-            Err(why) => tracing::warn!("a stored override is ignored: {why}: {json}"),
-        }
-    }
-    *last_read = raw;
-    Ok(all)
+/// An override as stored (JSON), if it reads as one.
+pub(super) fn parse(json: Option<&str>) -> Option<Override> {
+    serde_json::from_str(json?).ok()
 }
 
-/// Reads the stored overrides again on every announcement and every [`REREAD`], while the
-/// application lives.
-pub(crate) fn spawn(app: Weak<App>, store: &Arc<SharedStore>) {
-    let store = Arc::downgrade(store);
-    tokio::spawn(async move {
-        loop {
-            let Some(heard) = store.upgrade() else {
-                return;
-            };
-            tokio::select! {
-                () = heard.overrides_changed() => {}
-                () = tokio::time::sleep(REREAD) => {}
+/// The set `update` makes of the overrides in force, at most `max` of them; none when
+/// nothing changed.
+pub(super) fn apply(
+    limiter: &Limiter<RuleMetrics>,
+    update: OverrideUpdate,
+    source: &str,
+    max: usize,
+) -> Option<Overrides> {
+    let mut refused = 0_usize;
+    let mut put =
+        |all: &mut Overrides, id: &str, json: &str| match restore(limiter, id, json, source) {
+            Ok(compiled) => {
+                if all.insert(compiled, max).is_err() {
+                    refused += 1;
+                }
             }
-            drop(heard);
-            let Some(app) = app.upgrade() else {
-                return;
-            };
-            if let Err(why) = app.overrides.reread(&app.limiter).await {
-                tracing::debug!("overrides not read again: {why}");
+            Err(why) => {
+                all.remove_id(id);
+                tracing::warn!("a stored override is ignored: {why}: {json:.300}");
             }
+        };
+    let all = match update {
+        OverrideUpdate::Behind => return None,
+        OverrideUpdate::Changed(changed) if changed.is_empty() => return None,
+        OverrideUpdate::Changed(changed) => {
+            let mut all = Overrides::clone(&limiter.overrides());
+            for (id, json) in &changed {
+                match json {
+                    Some(json) => put(&mut all, id, json),
+                    None => {
+                        all.remove_id(id);
+                    }
+                }
+            }
+            tracing::debug!(
+                count = changed.len(),
+                "override changes read from the store"
+            );
+            all
         }
-    });
+        OverrideUpdate::All(stored) => {
+            let mut all = Overrides::default();
+            for (id, json) in &stored {
+                put(&mut all, id, json);
+            }
+            let before = limiter.overrides();
+            let same = before.len() == all.len()
+                && all.list(None).iter().all(|o| {
+                    before
+                        .get(&o.spec().id())
+                        .is_some_and(|b| b.spec() == o.spec())
+                });
+            if same {
+                return None;
+            }
+            tracing::info!(count = all.len(), from = %source, "overrides read from the store");
+            all
+        }
+    };
+    if refused > 0 {
+        tracing::warn!(
+            "the store holds more than {max} overrides (OVERRIDES_MAX); {refused} past it are \
+             refused"
+        );
+    }
+    Some(all)
+}
+
+/// The override stored as `json` under descriptor `id`, compiled.
+fn restore(
+    limiter: &Limiter<RuleMetrics>,
+    id: &str,
+    json: &str,
+    source: &str,
+) -> Result<CompiledOverride, Unusable> {
+    let spec: Override = serde_json::from_str(json)?;
+    if spec.id() != id {
+        return Err(Unusable::Misfiled(id.chars().take(200).collect()));
+    }
+    Ok(limiter.restore_override(spec, source)?)
+}
+
+/// Why a stored override is ignored.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    /// Not the JSON of an override.
+    #[error(transparent)]
+    Unreadable(#[from] serde_json::Error),
+    /// Kept under an id that is not its descriptor's (a hand's or a forger's write).
+    #[error("stored under another descriptor's id ({0})")]
+    Misfiled(String),
+    /// An override these rules refuse.
+    #[error(transparent)]
+    Refused(#[from] OverrideError),
 }

@@ -108,13 +108,15 @@ impl<R: Recorder> Limiter<R> {
                 None => return Ok(Count::Unlimited),
             },
             Match::Overridden(rule, by) => {
+                // Keyed as the rule keys it: a `share_threshold` value counts on the
+                // counter its pattern shares (`overrides/target.rs`).
                 let mut key = String::new();
                 write_key(
                     &mut key,
                     layout,
                     domain,
                     descriptor.pairs(),
-                    None,
+                    Some(rule),
                     by.shape(),
                 );
                 (Some(rule), Counter::new(key, Arc::clone(by.limits())))
@@ -174,7 +176,7 @@ impl<R: Recorder> Limiter<R> {
         let matched = found.into_iter().zip(&req.descriptors).map(|(rule, d)| {
             match (rule, d.limit, domain) {
                 (Some(rule), _, _) if is_replaced(rule, &replaced) => Match::Replaced(rule),
-                (Some(rule), _, _) => match overridden(d) {
+                (Some(rule), _, _) => match overridden(d).filter(|by| by.applies_to(rule)) {
                     Some(by) => Match::Overridden(rule, by),
                     None => Match::Rule(rule),
                 },

@@ -205,3 +205,115 @@ fn overrides_are_stored_as_json_that_reads_back_the_same() {
     assert_eq!(back, o);
     assert_ne!(back.id(), spec("a", 5, "minute").id());
 }
+
+const SHARED_RULES: &str = r#"
+domain: api
+descriptors:
+  - key: files
+    value: docs/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: slots
+    in_flight: {max: 2, expire_after: 1m}
+"#;
+
+fn shared_limiter() -> Limiter {
+    let clock = ManualClock::new(Timestamp::from_nanos(START_SECONDS * NANOS_PER_SECOND));
+    let rules = Rules::from_yaml("rules.yaml", SHARED_RULES).expect("rules load");
+    let store = Store::Memory(MemoryStore::new(
+        crate::Capacity::default(),
+        Arc::new(clock),
+    ));
+    Limiter::with_recorder(rules, store, Options::default(), ())
+}
+
+fn of(key: &str, value: &str, requests_per_unit: u32, unit: &str) -> Override {
+    let mut o = spec(value, requests_per_unit, unit);
+    o.entries[0].key = key.into();
+    o
+}
+
+async fn admitted(l: &Limiter, key: &str, value: &str) -> bool {
+    let req = Request::new("api", vec![Descriptor::new([(key, value)])]);
+    let decision = l.decide(&req).await.expect("decides");
+    matches!(decision.descriptors.first(), Some(Outcome::Limited(d)) if d.admitted)
+}
+
+#[tokio::test]
+async fn an_override_of_a_shared_value_counts_on_the_pattern_s_counter() {
+    let l = shared_limiter();
+    assert!(admitted(&l, "files", "docs/a").await);
+    assert!(admitted(&l, "files", "docs/b").await);
+    set(&l, of("files", "docs/a", 3, "minute"));
+    assert!(admitted(&l, "files", "docs/a").await, "the third of 3");
+    assert!(!admitted(&l, "files", "docs/a").await);
+    assert!(
+        !admitted(&l, "files", "docs/c").await,
+        "3 counted of docs/*'s 2"
+    );
+    let e = l
+        .compile_override(of("files", "docs/a", 3, "hour"), "test")
+        .expect_err("another window");
+    assert_eq!(e.field, "entries");
+    assert!(e.message.contains("share_threshold"), "{e}");
+}
+
+#[test]
+fn an_in_flight_descriptor_cannot_be_overridden() {
+    let l = shared_limiter();
+    let e = l
+        .compile_override(of("slots", "ann", 3, "minute"), "test")
+        .expect_err("in flight");
+    assert!(e.message.contains("in_flight"), "{e}");
+}
+
+#[test]
+fn texts_past_their_bounds_are_refused_even_when_restored() {
+    let (l, _) = limiter();
+    let mut long = spec("acme", 5, "minute");
+    long.limit.name = Some("n".repeat(MAX_NAME_BYTES + 1));
+    let e = l.restore_override(long, "a store").expect_err("too long");
+    assert_eq!(e.field, "limit.name");
+    let mut wide = spec("acme", 5, "minute");
+    wide.entries = (0..3)
+        .map(|i| OverrideEntry {
+            key: format!("k{i}"),
+            value: "v".repeat(MAX_DESCRIPTOR_BYTES / 3),
+        })
+        .collect();
+    let e = l.restore_override(wide, "a store").expect_err("too wide");
+    assert!(e.message.contains("in all"), "{e}");
+    let e = l
+        .restore_override(spec("a\0b", 5, "minute"), "a store")
+        .expect_err("NUL");
+    assert_eq!(e.field, "entries[0].value");
+}
+
+#[test]
+fn pages_follow_the_ids_of_one_domain_and_skip_the_expired() {
+    let (l, _) = limiter();
+    let mut all = Overrides::default();
+    for value in ["d", "a", "c", "b"] {
+        let mut o = spec(value, 1, "minute");
+        if value == "b" {
+            o.expires_at = Some(START_SECONDS);
+        }
+        let compiled = l.compile_override(o, "test").expect("valid");
+        all.insert(compiled, 10).expect("room");
+    }
+    let now = Timestamp::from_nanos(START_SECONDS * NANOS_PER_SECOND);
+    let values = |page: &Page<'_>| -> Vec<String> {
+        page.overrides
+            .iter()
+            .map(|o| o.spec().entries[0].value.clone())
+            .collect()
+    };
+    let first = all.page(Some("api"), None, 2, now);
+    assert_eq!(values(&first), ["a", "c"], "b has expired");
+    let second = all.page(Some("api"), first.next.as_deref(), 2, now);
+    assert_eq!(values(&second), ["d"]);
+    assert_eq!(second.next, None);
+    assert!(all.page(Some("ap"), None, 10, now).overrides.is_empty());
+    assert_eq!(all.len(), 4, "b stays until purged");
+    assert_eq!(all.expired(now).len(), 1);
+}

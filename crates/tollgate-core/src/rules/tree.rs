@@ -294,6 +294,14 @@ impl Rule {
         self.policy.in_flight()
     }
 
+    /// The first level of the rule's path a `share_threshold` wildcard matches, with its
+    /// pattern: the values it matches count on one counter.
+    pub(crate) fn shared_level(&self) -> Option<(usize, &str)> {
+        self.shared
+            .first()
+            .map(|(level, pattern)| (*level, pattern.as_ref()))
+    }
+
     /// Whether this rule has a limit called `name`.
     pub(crate) fn is_named(&self, name: &str) -> bool {
         match &self.policy {

@@ -14,6 +14,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::apply::ApplyArgs;
 use super::describe::describe;
+use super::override_statements::{CHANGE_OVERRIDE, OVERRIDE_LOG, OVERRIDE_OF};
 use super::schema::{self, SchemaError};
 use super::target_error::TargetError;
 use super::tls::{PgTls, SslMode, TlsError, client_config};
@@ -134,6 +135,11 @@ pub(super) struct PooledConn {
     pub(super) check_many: Statement,
     /// An in-flight counter's call (`slots.sql`).
     pub(super) slots: Statement,
+    /// A change of an override, and the reads of their log and of one (`overrides.sql`):
+    /// prepared, so that each is one round trip.
+    pub(super) override_change: Statement,
+    pub(super) override_log: Statement,
+    pub(super) override_of: Statement,
     now: Statement,
 }
 
@@ -250,11 +256,20 @@ impl PgConnector {
             prepare(NOW)
         )
         .map_err(PgError::Unprepared)?;
+        let (override_change, override_log, override_of) = tokio::try_join!(
+            prepare(CHANGE_OVERRIDE),
+            prepare(OVERRIDE_LOG),
+            prepare(OVERRIDE_OF)
+        )
+        .map_err(PgError::Unprepared)?;
         Ok(PooledConn {
             client,
             check,
             check_many,
             slots,
+            override_change,
+            override_log,
+            override_of,
             now,
         })
     }

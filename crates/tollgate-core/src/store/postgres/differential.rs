@@ -28,7 +28,7 @@ fn postgres() -> &'static PostgresServer {
     POSTGRES.get_or_init(PostgresServer::start)
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -53,7 +53,7 @@ async fn open(url: &str) -> Client {
 }
 
 /// [`fresh_database`] with the schema in place.
-async fn fresh_schema(name: &str) -> Client {
+pub(super) async fn fresh_schema(name: &str) -> Client {
     let mut client = fresh_database(name).await;
     schema::migrate(&mut client, false, None)
         .await
@@ -383,6 +383,14 @@ fn a_migration_repairs_any_missing_piece_of_the_current_schema() {
         let pieces = [
             ("table", "tollgate_counters"),
             ("table", "tollgate_overrides"),
+            ("table", "tollgate_override_meta"),
+            ("table", "tollgate_override_tombstones"),
+            (
+                "function",
+                "tollgate_override_change(text, text, text, bigint, bigint, text)",
+            ),
+            ("function", "tollgate_override_log(text, bigint, integer)"),
+            ("function", "tollgate_override_of(text, text)"),
             // The batch this Tollgate calls, the signature it runs (version 4's), then the
             // wrappers of 3 and 2.
             (

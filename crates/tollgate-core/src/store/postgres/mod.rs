@@ -11,6 +11,9 @@ mod describe;
 #[cfg(test)]
 mod differential;
 mod listen;
+#[cfg(test)]
+mod override_log_tests;
+mod override_statements;
 mod schema;
 mod target_error;
 mod tls;
@@ -29,9 +32,12 @@ use self::batch::Statements;
 use self::classify::classify;
 use self::connect::PgConnector;
 use self::describe::describe;
+use self::override_statements::ALL_OVERRIDES;
 use super::shared::SharedBehaviour;
-use super::shared::announce::{OVERRIDES, Subscribe, announcement};
-use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
+use super::shared::announce::{Subscribe, announcement};
+use super::shared::backend::{
+    Backend, CallArgs, LogRead, OverrideChange, Pending, Sending, Trip, TripError, Written,
+};
 use super::shared::batch::Batcher;
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
@@ -91,19 +97,6 @@ pub(crate) struct PgBackend {
 /// Deletes a counter and announces it, in one statement.
 const RESET: &str =
     "WITH gone AS (DELETE FROM tollgate_counters WHERE key = $1) SELECT pg_notify($2, $3)";
-
-/// Sets an override of the key prefix and announces it, in one statement.
-const SET_OVERRIDE: &str = "WITH put AS (INSERT INTO tollgate_overrides (prefix, id, spec) \
-     VALUES ($1, $2, $3) ON CONFLICT (prefix, id) DO UPDATE SET spec = excluded.spec, \
-     updated_at = now()) SELECT pg_notify($4, $5)";
-
-/// Deletes an override of the key prefix and announces it, in one statement.
-const DELETE_OVERRIDE: &str = "WITH gone AS (DELETE FROM tollgate_overrides \
-     WHERE prefix = $1 AND id = $2) SELECT pg_notify($3, $4)";
-
-/// The overrides of the key prefix, at most a number of them, in the order of their ids.
-const READ_OVERRIDES: &str =
-    "SELECT spec FROM tollgate_overrides WHERE prefix = $1 ORDER BY id LIMIT $2";
 
 impl PgBackend {
     /// The backend of `config` over `tls`, connecting in the background (on the current
@@ -234,74 +227,136 @@ impl Backend for PgBackend {
         listen::subscription(target, tls, self.resets.clone())
     }
 
-    /// The rows of `tollgate_overrides` under the key prefix.
-    fn overrides(&self, most: usize) -> Reading {
+    /// `tollgate_override_log`: the log after `since` (its JSON not bounded in bytes:
+    /// each override's is).
+    fn override_log(&self, since: u64, most: usize, _most_bytes: usize) -> Pending<LogRead> {
         let Some(pool) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
-        let prefix = self.key_prefix.clone();
+        let (prefix, link) = (self.key_prefix.clone(), self.link.clone());
+        let (since, rows) = (signed(since), i32::try_from(most).unwrap_or(i32::MAX));
+        Box::pin(async move {
+            let conn = pool.pick();
+            let row = conn
+                .client
+                .query_one(&conn.override_log, &[&prefix, &since, &rows])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            log_read(&row, most).map_err(|e| TripError::Failed(Arc::new(e)))
+        })
+    }
+
+    /// The rows of `tollgate_overrides` under the key prefix, in the order of their ids.
+    fn all_overrides(&self, most: usize) -> Pending<Vec<(String, String)>> {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let (prefix, link) = (self.key_prefix.clone(), self.link.clone());
         let most = i64::try_from(most).unwrap_or(i64::MAX);
-        let link = self.link.clone();
         Box::pin(async move {
             let rows = pool
                 .pick()
                 .client
-                .query(READ_OVERRIDES, &[&prefix, &most])
+                .query(ALL_OVERRIDES, &[&prefix, &most])
                 .await
                 .map_err(|e| classify(&link, e))?;
             rows.iter()
-                .map(|row| row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e))))
-                .collect()
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .collect::<Result<_, tokio_postgres::Error>>()
+                .map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 
-    /// An upsert of the override's row, and a NOTIFY of the change.
-    fn set_override(&self, id: &str, spec: String) -> Sending {
-        let id = id.to_owned();
-        self.change_overrides(move |prefix, channel| {
-            (
-                SET_OVERRIDE,
-                vec![prefix, id, spec, channel, OVERRIDES.to_owned()],
-            )
+    /// `tollgate_override_of`, which waits for a change of the prefix under way.
+    fn override_of(&self, id: &str) -> Pending<Option<String>> {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let (prefix, id, link) = (self.key_prefix.clone(), id.to_owned(), self.link.clone());
+        Box::pin(async move {
+            let conn = pool.pick();
+            let row = conn
+                .client
+                .query_one(&conn.override_of, &[&prefix, &id])
+                .await
+                .map_err(|e| classify(&link, e))?;
+            row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))
         })
     }
 
-    /// A delete of the override's row, and a NOTIFY of the change.
-    fn delete_override(&self, id: &str) -> Sending {
-        let id = id.to_owned();
-        self.change_overrides(move |prefix, channel| {
-            (
-                DELETE_OVERRIDE,
-                vec![prefix, id, channel, OVERRIDES.to_owned()],
-            )
+    /// `tollgate_override_change`, announced by its trigger.
+    fn change_override(&self, change: OverrideChange<'_>) -> Pending<Written> {
+        let Some(pool) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let (prefix, channel, link) = (
+            self.key_prefix.clone(),
+            self.resets.clone(),
+            self.link.clone(),
+        );
+        let id = change.id.to_owned();
+        let spec = change.set.map(|(spec, _)| spec.to_owned());
+        let max = signed(change.max);
+        let deadline = signed(change.deadline.as_micros().max(1));
+        Box::pin(async move {
+            let conn = pool.pick();
+            let row = conn
+                .client
+                .query_one(
+                    &conn.override_change,
+                    &[&prefix, &id, &spec, &max, &deadline, &channel],
+                )
+                .await
+                .map_err(|e| classify(&link, e))?;
+            let reply: Vec<Option<String>> =
+                row.try_get(0).map_err(|e| TripError::Failed(Arc::new(e)))?;
+            written(&reply)
         })
     }
 }
 
-impl PgBackend {
-    /// Runs the statement `change` makes of the key prefix and the reset channel.
-    fn change_overrides(
-        &self,
-        change: impl FnOnce(String, String) -> (&'static str, Vec<String>),
-    ) -> Sending {
-        let Some(pool) = self.link.conn() else {
-            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
-        };
-        let (statement, params) = change(self.key_prefix.clone(), self.resets.clone());
-        let link = self.link.clone();
-        Box::pin(async move {
-            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
-                .iter()
-                .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
-                .collect();
-            pool.pick()
-                .client
-                .execute(statement, &params)
-                .await
-                .map_err(|e| classify(&link, e))?;
-            Ok(())
-        })
+/// A row of `tollgate_override_log`, read for at most `most` changes.
+fn log_read(row: &tokio_postgres::Row, most: usize) -> Result<LogRead, tokio_postgres::Error> {
+    let versions: Vec<i64> = row.try_get("versions")?;
+    let ids: Vec<String> = row.try_get("ids")?;
+    let specs: Vec<Option<String>> = row.try_get("specs")?;
+    let version = unsigned(row.try_get("version")?);
+    Ok(LogRead {
+        epoch: row.try_get("epoch")?,
+        version,
+        trimmed: unsigned(row.try_get("trimmed")?),
+        upto: versions.last().map_or(version, |v| unsigned(*v)),
+        complete: versions.len() < most,
+        changed: ids.into_iter().zip(specs).collect(),
+    })
+}
+
+/// A version as stored (never negative).
+fn unsigned(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// A reply of `tollgate_override_change`.
+fn written(reply: &[Option<String>]) -> Result<Written, TripError> {
+    let word = |i: usize| reply.get(i).and_then(Option::as_deref);
+    match word(0) {
+        Some("late") => Ok(Written::Late),
+        Some("full") => match word(1).and_then(|n| n.parse().ok()) {
+            Some(live) => Ok(Written::Full(live)),
+            None => Err(bad_reply(reply)),
+        },
+        Some("set" | "deleted") => Ok(Written::Done(word(1).map(str::to_owned))),
+        _ => Err(bad_reply(reply)),
     }
+}
+
+/// A reply `tollgate_override_change` should not have made.
+#[derive(Debug, thiserror::Error)]
+#[error("tollgate_override_change answered {0:?}")]
+struct BadReply(Vec<Option<String>>);
+
+fn bad_reply(reply: &[Option<String>]) -> TripError {
+    TripError::Failed(Arc::new(BadReply(reply.to_vec())))
 }
 
 /// Deletes expired counters every `interval`, in batches, while PostgreSQL answers.

@@ -18,7 +18,9 @@
 //! statement (instances of version 8 keep calling that signature alone); 10 a bucket
 //! refuses a request of more units than its burst, whose span could round to the burst's;
 //! 11 `tollgate_slots` takes a debt, slots admitted without the database (10's signature
-//! calls it with none).
+//! calls it with none); 12 the overrides' change log: each row's version and expiry,
+//! tombstones, a meta row per key prefix, kept by triggers (so that earlier versions'
+//! writes are logged too), and the functions that change and read them.
 //!
 //! A database at the current version missing any piece of it (the counter table or any
 //! of its functions, dropped by hand) is repaired: the file is run again.
@@ -38,13 +40,19 @@ const SCHEMA: &str = concat!(
 );
 
 /// The version this Tollgate writes and reads.
-pub const SCHEMA_VERSION: i32 = 11;
+pub const SCHEMA_VERSION: i32 = 12;
 
 /// Whether every piece the schema makes is there: the counter and override tables, the counting
 /// functions this version calls, the older signatures kept for a rolling upgrade's
 /// instances, the clock and the sweep. Any one missing runs the file again.
 const COMPLETE: &str = "SELECT to_regclass('tollgate_counters') IS NOT NULL \
      AND to_regclass('tollgate_overrides') IS NOT NULL \
+     AND to_regclass('tollgate_override_meta') IS NOT NULL \
+     AND to_regclass('tollgate_override_tombstones') IS NOT NULL \
+     AND to_regprocedure('tollgate_override_change(text, text, text, bigint, bigint, text)') \
+     IS NOT NULL \
+     AND to_regprocedure('tollgate_override_log(text, bigint, integer)') IS NOT NULL \
+     AND to_regprocedure('tollgate_override_of(text, text)') IS NOT NULL \
      AND to_regprocedure('tollgate_apply_many(text[], text[], bigint[], bigint[], bigint[], \
      bigint, text[], bigint[], bigint[], bigint[], bigint[], bigint[])') IS NOT NULL \
      AND to_regprocedure('tollgate_apply(text, text, bigint, bigint, bigint, bigint, text, \

@@ -6,6 +6,7 @@ mod classify;
 mod connect;
 #[cfg(test)]
 mod differential;
+mod overrides;
 mod reference;
 mod script;
 mod slots;
@@ -22,10 +23,10 @@ use self::batch::{MAX_OUT, ScriptCalls};
 use self::classify::classify;
 use self::connect::{Conn, RedisConnector, pubsub_client};
 use super::shared::SharedBehaviour;
-use super::shared::announce::{
-    OVERRIDES, SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement,
+use super::shared::announce::{SUBSCRIBE_TIMEOUT, Subscribe, SubscribeError, announcement};
+use super::shared::backend::{
+    Backend, CallArgs, LogRead, OverrideChange, Pending, Sending, Trip, TripError, Written,
 };
-use super::shared::backend::{Backend, CallArgs, Reading, Sending, Trip, TripError};
 use super::shared::batch::Batcher;
 use super::shared::link::{Health, Link, TimeSink};
 use super::shared::protocol::RawReply;
@@ -59,9 +60,10 @@ pub(crate) struct RedisBackend {
     key_prefix: String,
     /// The channel resets are announced on, named from the key prefix.
     resets: String,
-    /// The one hash of the runtime overrides (one key, so Cluster-safe): field the
-    /// descriptor's id, value the override's JSON.
-    overrides: String,
+    /// The runtime overrides' keys, in one Cluster slot.
+    override_keys: overrides::Keys,
+    /// The overrides' script.
+    override_script: Arc<redis::Script>,
     /// Where subscriptions connect, on connections of their own.
     subscriber: Arc<RedisConnector>,
     /// Counter keys that held something else (a list, a hash), which the script replaced.
@@ -92,7 +94,8 @@ impl RedisBackend {
             link,
             slots: Arc::new(slots::script()),
             resets: format!("{}tollgate-reset", config.key_prefix),
-            overrides: format!("{}tollgate-overrides", config.key_prefix),
+            override_keys: overrides::Keys::of(&config.key_prefix),
+            override_script: Arc::new(overrides::script()),
             key_prefix: config.key_prefix,
             foreign_keys: Arc::new(LogLimit::new(FOREIGN_KEY_LOG_PERIOD)),
             subscriber: Arc::new(RedisConnector {
@@ -230,13 +233,24 @@ impl Backend for RedisBackend {
         })
     }
 
-    /// HSCAN of the overrides' hash, until `most` are read, then sorted by field.
-    fn overrides(&self, most: usize) -> Reading {
+    /// The overrides script's `log`.
+    fn override_log(&self, since: u64, most: usize, most_bytes: usize) -> Pending<LogRead> {
+        let cmd = overrides::log(
+            &self.override_script,
+            &self.override_keys,
+            &self.resets,
+            (since, most, most_bytes),
+        );
+        self.override_script_call(cmd, overrides::log_read)
+    }
+
+    /// HSCAN of the overrides' hash, until `most` are read.
+    fn all_overrides(&self, most: usize) -> Pending<Vec<(String, String)>> {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
-        let (hash, link) = (self.overrides.clone(), self.link.clone());
+        let (hash, link) = (self.override_keys.set.clone(), self.link.clone());
         Box::pin(async move {
             let mut found: Vec<(String, String)> = Vec::new();
             let mut cursor = 0_u64;
@@ -251,43 +265,57 @@ impl Backend for RedisBackend {
                     break;
                 }
             }
+            // HSCAN may return a field twice.
             found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             found.dedup_by(|a, b| a.0 == b.0);
             found.truncate(most);
-            Ok(found.into_iter().map(|(_, spec)| spec).collect())
+            Ok(found)
         })
     }
 
-    /// HSET of the override, then PUBLISH of the change.
-    fn set_override(&self, id: &str, spec: String) -> Sending {
-        let mut set = redis::cmd("HSET");
-        set.arg(&self.overrides).arg(id).arg(spec);
-        self.change_overrides(set)
-    }
-
-    /// HDEL of the override, then PUBLISH of the change.
-    fn delete_override(&self, id: &str) -> Sending {
-        let mut delete = redis::cmd("HDEL");
-        delete.arg(&self.overrides).arg(id);
-        self.change_overrides(delete)
-    }
-}
-
-impl RedisBackend {
-    /// Runs `change` on the overrides' hash, then announces it.
-    fn change_overrides(&self, change: redis::Cmd) -> Sending {
+    /// HGET of the override: Redis runs one command at a time, so one still on its way
+    /// after the deadline finds the deadline passed.
+    fn override_of(&self, id: &str) -> Pending<Option<String>> {
         let Some(conn) = self.link.conn() else {
             return Box::pin(std::future::ready(Err(TripError::NotConnected)));
         };
         let mut conn: Conn = (*conn).clone();
-        // Sent only once the change is made.
-        let announce = self.announce(OVERRIDES.to_owned());
+        let mut get = redis::cmd("HGET");
+        get.arg(&self.override_keys.set).arg(id);
         let link = self.link.clone();
+        Box::pin(async move { conn.query(&get).await.map_err(|e| classify(&link, e)) })
+    }
+
+    /// The overrides script's `set` or `delete`.
+    fn change_override(&self, change: OverrideChange<'_>) -> Pending<Written> {
+        let cmd = overrides::change(
+            &self.override_script,
+            &self.override_keys,
+            &self.resets,
+            &change,
+        );
+        self.override_script_call(cmd, overrides::written)
+    }
+}
+
+impl RedisBackend {
+    /// Runs `cmd`, an EVALSHA of the overrides script, and reads its reply with `read`.
+    fn override_script_call<T: Send + 'static>(
+        &self,
+        cmd: redis::Cmd,
+        read: fn(&[String]) -> Result<T, TripError>,
+    ) -> Pending<T> {
+        let Some(conn) = self.link.conn() else {
+            return Box::pin(std::future::ready(Err(TripError::NotConnected)));
+        };
+        let mut conn: Conn = (*conn).clone();
+        let (script, link) = (self.override_script.clone(), self.link.clone());
         Box::pin(async move {
-            conn.query::<i64>(&change)
+            let reply: Vec<String> = conn
+                .eval(&cmd, &script)
                 .await
                 .map_err(|e| classify(&link, e))?;
-            announce.await
+            read(&reply)
         })
     }
 }

@@ -77,8 +77,50 @@ pub(crate) type Trip = Pin<Box<dyn Future<Output = Result<RawReply, TripError>> 
 /// A reset or an announcement under way, owning all it needs.
 pub(crate) type Sending = Pin<Box<dyn Future<Output = Result<(), TripError>> + Send>>;
 
-/// A read of the stored overrides under way: each one's JSON, by descriptor.
-pub(crate) type Reading = Pin<Box<dyn Future<Output = Result<Vec<String>, TripError>> + Send>>;
+/// A call on the stored overrides under way, owning all it needs.
+pub(crate) type Pending<T> = Pin<Box<dyn Future<Output = Result<T, TripError>> + Send>>;
+
+/// A change of one stored override, made by the store only if it runs by `deadline`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OverrideChange<'a> {
+    /// The descriptor's id.
+    pub(crate) id: &'a str,
+    /// The override's JSON and its expiry (Unix seconds), or none to delete it.
+    pub(crate) set: Option<(&'a str, Option<u64>)>,
+    /// The most live overrides a new id may make.
+    pub(crate) max: u64,
+    /// Store time after which the store makes no change.
+    pub(crate) deadline: Timestamp,
+}
+
+/// What the store did with an [`OverrideChange`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Made; the live override it replaced or deleted, if any (JSON).
+    Done(Option<String>),
+    /// Refused: a new id would make more than the maximum of live overrides (the count).
+    Full(u64),
+    /// Refused: the store ran it after its deadline.
+    Late,
+}
+
+/// A read of the change log of stored overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LogRead {
+    /// Names the log: another epoch is another log, versions not comparable.
+    pub(crate) epoch: String,
+    /// The version of the last change.
+    pub(crate) version: u64,
+    /// The newest version dropped from the log: a reader behind it has missed changes.
+    pub(crate) trimmed: u64,
+    /// The version the changes read reach.
+    pub(crate) upto: u64,
+    /// Whether they reach `version`.
+    pub(crate) complete: bool,
+    /// Each descriptor changed after the version asked, oldest change first, with its
+    /// override's JSON as stored now (none: deleted).
+    pub(crate) changed: Vec<(String, Option<String>)>,
+}
 
 /// A store the shared store talks to. The call behind every request is already boxed
 /// (it may outlive its request), so dispatching through the trait costs one indirect call.
@@ -105,14 +147,19 @@ pub(crate) trait Backend: Send + Sync {
     /// How to subscribe to the announcements.
     fn subscription(&self) -> Subscribe;
 
-    /// The stored overrides' JSON, at most `most` of them, in the order of their ids.
-    fn overrides(&self, most: usize) -> Reading;
+    /// The change log of the stored overrides after version `since`: at most `most`
+    /// changes and about `most_bytes` of JSON. Overrides expired by the store's clock are
+    /// purged first (a batch at most), each logged as a change, and announced.
+    fn override_log(&self, since: u64, most: usize, most_bytes: usize) -> Pending<LogRead>;
 
-    /// Stores `spec` (an override's JSON) as the override of descriptor `id`, replacing
-    /// any, then announces [`super::announce::OVERRIDES`].
-    fn set_override(&self, id: &str, spec: String) -> Sending;
+    /// Every stored override, at most `most`: (descriptor id, JSON).
+    fn all_overrides(&self, most: usize) -> Pending<Vec<(String, String)>>;
 
-    /// Deletes the override of descriptor `id`, then announces
+    /// The stored override of descriptor `id` (JSON), once every change that could still
+    /// be made before now has been made or refused.
+    fn override_of(&self, id: &str) -> Pending<Option<String>>;
+
+    /// Makes `change` in one atomic call, logged and announced as
     /// [`super::announce::OVERRIDES`].
-    fn delete_override(&self, id: &str) -> Sending;
+    fn change_override(&self, change: OverrideChange<'_>) -> Pending<Written>;
 }
