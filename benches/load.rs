@@ -14,7 +14,8 @@
 //! A hot counter (`--keys 1`) over `--instances` Tollgates on one shared store, beside one
 //! Tollgate on the memory store (`--beside-memory`), shows what leases save: the store's
 //! calls and CPU per admission. With `--window-seconds` and a limit below the offered
-//! load, the run also reports admissions per epoch-aligned window.
+//! load, the run also reports admissions per epoch-aligned window. `--beside-valkey`
+//! measures Tollgate on a Valkey server in every round beside the one on Redis.
 //!
 //! Run: `cargo bench --bench load -- [OPTIONS]` (`--help` lists them).
 
@@ -47,7 +48,7 @@ use tollgate_testkit::h2_rls::H2Rls;
 use tollgate_testkit::load::{Answer, Call, closed_loop, open_loop, percentile};
 use tollgate_testkit::postgres::PostgresServer;
 use tollgate_testkit::process::Process;
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 use tollgate_testkit::reference::{self, Reference, RuntimeRoot};
 use tollgate_testkit::tollgate;
 use tonic::transport::server::TcpIncoming;
@@ -129,6 +130,11 @@ struct Args {
     /// report its CPU per request beside Tollgate's.
     #[arg(long, conflicts_with = "postgres")]
     redis: bool,
+    /// Measure Tollgate counting in a Valkey server too (the pinned release the test
+    /// suites run), in every round, as `valkey`: the same load and settings as on the
+    /// redis-server, each on its own server.
+    #[arg(long, requires = "redis")]
+    beside_valkey: bool,
     /// Count in a PostgreSQL server that the benchmark starts (on a free loopback port),
     /// and report its CPU per request (the postmaster and its backends) beside Tollgate's.
     #[arg(long)]
@@ -319,7 +325,7 @@ enum SharedStore {
 impl SharedStore {
     fn start(args: &Args) -> Self {
         if args.redis {
-            Self::Redis(RedisServer::start())
+            Self::Redis(RedisServer::start_engine(Engine::Redis))
         } else if args.postgres {
             Self::Postgres(PostgresServer::start())
         } else {
@@ -777,6 +783,10 @@ fn run_bench(args: &Args) -> Result<()> {
     let ticks_per_s = clock_ticks_per_second();
     let store = SharedStore::start(args);
     let memory = SharedStore::None;
+    let valkey = match args.beside_valkey {
+        true => SharedStore::Redis(RedisServer::start_engine(Engine::Valkey)),
+        false => SharedStore::None,
+    };
     let tollgate = match &args.tollgate {
         Some(path) => path.clone(),
         None => tollgate::binary()?,
@@ -790,6 +800,9 @@ fn run_bench(args: &Args) -> Result<()> {
             servers.push("memory");
         }
         servers.push("tollgate");
+        if args.beside_valkey {
+            servers.push("valkey");
+        }
         if args.baseline.is_some() {
             servers.push("baseline");
         }
@@ -801,13 +814,23 @@ fn run_bench(args: &Args) -> Result<()> {
     // One server at a time, so that none competes with another for CPU; in turn, round
     // after round, so that a busy moment of the machine hits one round, not one server.
     for round in 1..=args.rounds {
-        for &name in &servers {
+        // Every other round in reverse, so that no server always runs first, and each is
+        // measured both before and after its neighbours.
+        let order: Vec<&'static str> = match round % 2 {
+            0 => servers.iter().rev().copied().collect(),
+            _ => servers.clone(),
+        };
+        for &name in &order {
             let (server, behind) = match name {
                 "noop" => (start_noop()?, None),
                 "memory" => (start_tollgate(&tollgate, args, &memory, 1)?, None),
                 "tollgate" => (
                     start_tollgate(&tollgate, args, &store, args.instances)?,
                     Some(&store),
+                ),
+                "valkey" => (
+                    start_tollgate(&tollgate, args, &valkey, args.instances)?,
+                    Some(&valkey),
                 ),
                 "reference" => {
                     let SharedStore::Redis(redis) = &store else {
@@ -959,6 +982,9 @@ fn print_summary(servers: &[&'static str], rows: &[Row]) {
     }
     if servers.contains(&"memory") {
         comparisons.push(("tollgate", "memory"));
+    }
+    if servers.contains(&"valkey") {
+        comparisons.push(("valkey", "tollgate"));
     }
     for (name, base) in comparisons {
         let pairs: Vec<(&Row, &Row)> = of(base).zip(of(name)).collect();

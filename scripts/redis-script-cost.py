@@ -9,9 +9,12 @@ call and Redis' own time per call (INFO commandstats), and the memory per key.
 
     scripts/redis-script-cost.py [--script FILE] [--keys 10000] [--calls 200000]
                                  [--batch 16] [--prefill FILE] [--key-format F]
+                                 [--server BIN]
 
 --prefill runs the filling calls with another script (to time a cut-down variant on
-counters the full script wrote). Used for the figures in docs/BENCHMARKS.md.
+counters the full script wrote). --server runs another server binary that takes
+redis-server's arguments (valkey-server, to compare). Used for the figures in
+docs/BENCHMARKS.md.
 """
 import argparse, os, random, socket, struct, subprocess, time
 
@@ -117,9 +120,10 @@ def main():
     p.add_argument('--calls', type=int, default=200_000)
     p.add_argument('--batch', type=int, default=16)
     p.add_argument('--key-format', default='{load|user=user_%d#s1000000000.10}:v3')
+    p.add_argument('--server', default='redis-server')
     a = p.parse_args()
     port = free_port()
-    server = subprocess.Popen(['redis-server', '--port', str(port), '--bind', '127.0.0.1',
+    server = subprocess.Popen([a.server, '--port', str(port), '--bind', '127.0.0.1',
                                '--save', '', '--appendonly', 'no'], stdout=subprocess.DEVNULL)
     try:
         for _ in range(200):
@@ -162,9 +166,10 @@ def main():
         stats = dict(kv.split('=') for kv in info(conn, 'commandstats', 'cmdstat_evalsha:')[0].split(','))
         used = int(info(conn, 'memory', 'used_memory:')[0])
         keys = conn.call('DBSIZE')
-        print('%s: redis-server CPU %.2f us per call; inside EVALSHA %.2f us per call; '
+        print('%s: %s CPU %.2f us per call; inside EVALSHA %.2f us per call; '
               '%.0f calls/s; %d keys, %.0f B each' % (
-                  os.path.basename(a.script), (cpu1 - cpu0) * 1e6 / calls,
+                  os.path.basename(a.script), os.path.basename(a.server),
+                  (cpu1 - cpu0) * 1e6 / calls,
                   int(stats['usec']) / calls, calls / (t1 - t0), keys,
                   (used - used_before) / max(keys, 1)))
     finally:

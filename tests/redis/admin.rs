@@ -4,7 +4,7 @@
 
 use tollgate_testkit::admin::{self, assert_reset_reaches_every_instance};
 use tollgate_testkit::grpc::{Code, code};
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 
 use crate::support::{DOMAIN, USER_LIMIT, admin_instance as instance};
 
@@ -34,9 +34,9 @@ async fn explain_shows_the_local_view_beside_the_shared_value() {
     assert_eq!(again["store"]["limits"][0]["count"], USER_LIMIT, "{again}");
 }
 
-#[tokio::test]
-async fn a_reset_through_one_instance_admits_the_next_request_on_both() {
-    let redis = RedisServer::start();
+async fn a_reset_through_one_instance_admits_the_next_request_on_both(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let (a, b) = (instance(&redis).await, instance(&redis).await);
     assert_reset_reaches_every_instance(&a, &b, DOMAIN, ("user", "ann"), USER_LIMIT).await;
 }
+on_each_engine!(a_reset_through_one_instance_admits_the_next_request_on_both);

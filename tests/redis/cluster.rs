@@ -9,6 +9,7 @@ use tollgate_testkit::load::{
     Load, assert_all, assert_latency, await_exact_limiting, exactly, in_sequence, round_robin,
     sent_between,
 };
+use tollgate_testkit::redis::Engine;
 use tollgate_testkit::redis::cluster::{RedisCluster, key_slot};
 use tollgate_testkit::serial;
 
@@ -51,9 +52,8 @@ fn cluster_forms_routes_and_restarts_nodes() {
     assert_eq!(cluster.node_of(&keys[1]), owner, "the node keeps its slots");
 }
 
-#[tokio::test]
-async fn limits_and_shares_counters_spread_over_all_masters() {
-    let cluster = RedisCluster::start();
+async fn limits_and_shares_counters_spread_over_all_masters(engine: Engine) {
+    let cluster = RedisCluster::start_on(engine);
     let (_servers, mut clients) =
         two_connected("cluster", &cluster.url(), &["--store-timeout", "1s"]).await;
 
@@ -83,6 +83,7 @@ async fn limits_and_shares_counters_spread_over_all_masters() {
         assert!(cluster.exists(&key), "{key} on the master serving its slot");
     }
 }
+on_each_engine!(limits_and_shares_counters_spread_over_all_masters);
 
 /// The accuracy run of `single` with the counter on one of the cluster's masters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,12 +108,11 @@ async fn three_instances_stay_accurate_under_steady_overload() {
 /// answered within [`P95`] (the store timeout is 10 ms), every answer is OK (decided
 /// locally while the master is away), and limiting is exact again — on the restarted
 /// master too — within a few seconds of the cluster being whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_restart_under_load_neither_hangs_nor_lingers() {
+async fn node_restart_under_load_neither_hangs_nor_lingers(engine: Engine) {
     const P95: Duration = Duration::from_secs(1);
     const RECOVERY: Duration = Duration::from_secs(5);
     let _timing = serial::timing().await;
-    let mut cluster = RedisCluster::start();
+    let mut cluster = RedisCluster::start_on(engine);
     let args = ["--store-timeout", "10ms", "--on-store-error", "local"];
     let (_servers, mut clients) = two_connected("cluster", &cluster.url(), &args).await;
 
@@ -163,13 +163,18 @@ async fn node_restart_under_load_neither_hangs_nor_lingers() {
         during.len()
     );
 }
+on_each_engine!(
+    node_restart_under_load_neither_hangs_nor_lingers,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// Every master closes Tollgate's connection while no request is under way: each is
 /// replaced as soon as it closes, so the requests that follow at once, on keys of every
 /// master, are counted in Redis and none fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_the_masters_close_while_idle_are_replaced_before_the_next_request() {
-    let cluster = RedisCluster::start();
+async fn connections_the_masters_close_while_idle_are_replaced_before_the_next_request(
+    engine: Engine,
+) {
+    let cluster = RedisCluster::start_on(engine);
     let args = ["--store-timeout", "1s", "--on-store-error", "error"];
     let server = connected("cluster", &cluster.url(), &args).await;
     let mut rls = server.client().await;
@@ -193,4 +198,65 @@ async fn connections_the_masters_close_while_idle_are_replaced_before_the_next_r
         assert_eq!(got, exactly(USER_LIMIT, 1), "{value} after the cut");
     }
     server.assert_never_down_since(ups).await;
+}
+on_each_engine!(
+    connections_the_masters_close_while_idle_are_replaced_before_the_next_request,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
+
+/// A counter's slot moves to another master while two instances count (a reshard). While
+/// it migrates, a counter the old master still holds is counted there, and a new one in
+/// the same slot on the new master (ASK); once moved, both are counted on the new master
+/// (MOVED), from the counts they had: each admits exactly its limit in all.
+async fn counters_follow_their_slot_to_another_master(engine: Engine) {
+    let cluster = RedisCluster::start_on(engine);
+    let args = ["--store-timeout", "1s", "--on-store-error", "error"];
+    let (_servers, mut clients) = two_connected("cluster", &cluster.url(), &args).await;
+    let (held, fresh) = ("moving-0".to_owned(), same_slot_as("moving-0"));
+    let user = |value: &str| key("", "user", value);
+    let slot = key_slot(&user(&held));
+    let mut count = async |value: &str, n: usize| {
+        round_robin(&mut clients, DOMAIN, &[("user", value)], n).await
+    };
+    assert_eq!(count(&held, 2).await, exactly(2, 0), "before the move");
+
+    let to = (RedisCluster::node_in(&cluster.slot_ranges(), &user(&held)) + 1) % 3;
+    let from = blocking(|| cluster.begin_moving(slot, to));
+    assert_eq!(
+        count(&held, 1).await,
+        exactly(1, 0),
+        "held by the old master"
+    );
+    assert_eq!(
+        count(&fresh, 2).await,
+        exactly(2, 0),
+        "asked of the new master"
+    );
+    // The slot's keys per master (the importing one answers EXISTS with MOVED).
+    let in_slot = |node: usize| -> u64 {
+        cluster.nodes[node].query(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
+    };
+    assert_eq!((in_slot(from), in_slot(to)), (1, 1), "{fresh} went by ASK");
+    assert!(cluster.nodes[from].exists(&user(&held)), "{held} stays");
+
+    blocking(|| cluster.finish_moving(slot, from, to));
+    let rest = count(&held, USER_LIMIT - 3 + 1).await;
+    assert_eq!(rest, exactly(USER_LIMIT - 3, 1), "{held} after the move");
+    let rest = count(&fresh, USER_LIMIT - 2 + 1).await;
+    assert_eq!(rest, exactly(USER_LIMIT - 2, 1), "{fresh} after the move");
+    assert_eq!((in_slot(from), in_slot(to)), (0, 2), "both moved");
+    assert!(cluster.nodes[to].exists(&user(&held)));
+}
+on_each_engine!(
+    counters_follow_their_slot_to_another_master,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
+
+/// A `user` value other than `value` whose counter's key hashes to the same slot.
+fn same_slot_as(value: &str) -> String {
+    let slot = key_slot(&key("", "user", value));
+    (1..)
+        .map(|i| format!("{value}-{i}"))
+        .find(|other| key_slot(&key("", "user", other)) == slot)
+        .expect("a value in every slot")
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tollgate_testkit::load::{Load, assert_admitted_within};
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 use tollgate_testkit::shared_store::{
     a_stalled_batch_falls_back_for_every_request, admitted, await_settled,
 };
@@ -22,9 +22,8 @@ async fn connected(redis: &RedisServer) -> Server {
 /// One instance, Redis frozen (SIGSTOP) and thawed: what the instance admitted from its
 /// local view while Redis did not answer counts once Redis is back, so the limit holds
 /// across the freeze.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admissions_during_a_freeze_are_charged_when_redis_is_back() {
-    let mut redis = RedisServer::start();
+async fn admissions_during_a_freeze_are_charged_when_redis_is_back(engine: Engine) {
+    let mut redis = RedisServer::start_engine(engine);
     let server = connected(&redis).await;
     let mut rls = server.client().await;
 
@@ -48,6 +47,10 @@ async fn admissions_during_a_freeze_are_charged_when_redis_is_back() {
         "admitted {after} more after the freeze"
     );
 }
+on_each_engine!(
+    admissions_during_a_freeze_are_charged_when_redis_is_back,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// One instance under steady load (400 requests a second on one key of 100 an hour),
 /// Redis frozen for a moment before the limit is reached and thawed: requests keep
@@ -82,9 +85,8 @@ async fn a_freeze_under_load_never_admits_past_the_limit() {
 /// A fresh counter first seen while Redis is away, and a second instance that never saw
 /// the outage: the first instance's local admissions reach Redis, and the second
 /// instance then sees the counter full.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_debt_reaches_redis_for_every_instance() {
-    let mut redis = RedisServer::start();
+async fn a_debt_reaches_redis_for_every_instance(engine: Engine) {
+    let mut redis = RedisServer::start_engine(engine);
     let first = connected(&redis).await;
     let second = connected(&redis).await;
     let mut rls = first.client().await;
@@ -105,6 +107,56 @@ async fn a_debt_reaches_redis_for_every_instance() {
         "the other instance sees the debt in Redis"
     );
 }
+on_each_engine!(
+    a_debt_reaches_redis_for_every_instance,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
+
+/// Writes paused (`CLIENT PAUSE WRITE`, as a failover or a reshard pauses them): the
+/// server still answers reads and `TIME`, but holds every script call, so requests fall
+/// back to the local view. When the pause ends the held calls run past their deadlines
+/// and count nothing, and what the instance admitted meanwhile is charged as a debt: a
+/// second instance, which never saw the pause, finds the counter full.
+async fn admissions_during_a_write_pause_are_charged_when_it_ends(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
+    let first = connected(&redis).await;
+    let second = connected(&redis).await;
+    let mut rls = first.client().await;
+    let mut other = second.client().await;
+    let entry = ("yearly", "paused");
+    assert_eq!(
+        admitted(&mut rls, DOMAIN, entry, 1).await,
+        1,
+        "through Redis"
+    );
+
+    blocking(|| redis.query::<()>(&["CLIENT", "PAUSE", "30000", "WRITE"]));
+    let during = admitted(&mut rls, DOMAIN, entry, YEARLY_LIMIT + 2).await;
+    assert_eq!(during, YEARLY_LIMIT - 1, "the local view holds the limit");
+    let time: Vec<String> = blocking(|| redis.query(&["TIME"]));
+    assert_eq!(
+        time.len(),
+        2,
+        "reads are answered while writes wait: {time:?}"
+    );
+    blocking(|| redis.query::<()>(&["CLIENT", "UNPAUSE"]));
+
+    await_settled(&first).await;
+    assert_eq!(
+        admitted(&mut other, DOMAIN, entry, 2).await,
+        0,
+        "the other instance sees the debt in Redis"
+    );
+    assert_eq!(
+        admitted(&mut rls, DOMAIN, entry, 2).await,
+        0,
+        "nor more here"
+    );
+}
+on_each_engine!(
+    admissions_during_a_write_pause_are_charged_when_it_ends,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// Script calls Redis has run (EVALSHA, from `INFO commandstats`), asked at `url`.
 fn script_calls(url: &str) -> u64 {

@@ -17,7 +17,7 @@ use tollgate_testkit::load::{
     Answer, Load, assert_all, assert_latency, await_exact_limiting, exactly, in_sequence,
     sent_between, tally, timed_check,
 };
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::{Server, start_all_without_store};
 use tollgate_testkit::wait;
@@ -286,10 +286,9 @@ async fn a_stall_within_the_store_timeout_is_waited_out() {
 /// Requests refused while Redis was frozen (`deny`, `error`) are not charged when Redis
 /// thaws and runs the scripts queued for them: a script past its request's deadline counts
 /// nothing. Before the fix, a client that was only ever refused was charged for it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_answered_during_a_stall_are_not_counted_after_it() {
+async fn requests_answered_during_a_stall_are_not_counted_after_it(engine: Engine) {
     let _timing = serial::timing().await;
-    let mut redis = RedisServer::start();
+    let mut redis = RedisServer::start_engine(engine);
     for mode in ["deny", "error"] {
         let server = connected(&redis, mode).await;
         let mut rls = server.client().await;
@@ -319,15 +318,18 @@ async fn requests_answered_during_a_stall_are_not_counted_after_it() {
         );
     }
 }
+on_each_engine!(
+    requests_answered_during_a_stall_are_not_counted_after_it,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// Redis turned into a replica (`REPLICAOF`): it answers the health probe but refuses
 /// every counter call (READONLY). Under load it is reported down (503, one line naming
 /// the cause) and stays down without reconnecting again and again, until it is a master
 /// again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_only_replica_is_down_until_it_is_a_master_again() {
-    let redis = RedisServer::start();
-    let master = RedisServer::start();
+async fn a_read_only_replica_is_down_until_it_is_a_master_again(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
+    let master = RedisServer::start_engine(engine);
     let server = connected(&redis, "local").await;
     let clients = vec![server.client().await];
     let load = Load::start(&clients, DOMAIN, "busy", busy_values(), LOAD_PERIOD).await;
@@ -353,13 +355,16 @@ async fn a_read_only_replica_is_down_until_it_is_a_master_again() {
     let causes = stderr.matches("read only replica").count();
     assert!((1..=2).contains(&causes), "{causes} lines:\n{stderr}");
 }
+on_each_engine!(
+    a_read_only_replica_is_down_until_it_is_a_master_again,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// A counter's key holding a list (something else wrote it): read as an empty counter
 /// and overwritten, logged, and counted in Redis from then on, never a permanent local
 /// fallback.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_counter_key_of_another_type_is_overwritten_and_logged() {
-    let redis = RedisServer::start();
+async fn a_counter_key_of_another_type_is_overwritten_and_logged(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = connected(&redis, "local").await;
     let counter = key("", "yearly", "listed");
     redis.query::<()>(&["RPUSH", &counter, "not a counter"]);
@@ -382,14 +387,17 @@ async fn a_counter_key_of_another_type_is_overwritten_and_logged() {
         .expect("logged");
     assert!(line.contains(&counter), "{line}");
 }
+on_each_engine!(
+    a_counter_key_of_another_type_is_overwritten_and_logged,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// Redis closes Tollgate's connection while no request is under way (`CLIENT KILL`, a
 /// proxy's idle cut, a `timeout` in redis.conf): the connection is replaced as soon as
 /// it closes, so the requests that follow are counted in Redis, none of them failed and
 /// the store never reported down.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_redis_closes_while_idle_is_replaced_before_the_next_request() {
-    let redis = RedisServer::start();
+async fn a_connection_redis_closes_while_idle_is_replaced_before_the_next_request(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = connected(&redis, "error").await;
     let mut rls = server.client().await;
     let warm = in_sequence(&mut rls, DOMAIN, &[("user", "warm")], 1).await;
@@ -409,13 +417,16 @@ async fn a_connection_redis_closes_while_idle_is_replaced_before_the_next_reques
     );
     server.assert_never_down_since(ups).await;
 }
+on_each_engine!(
+    a_connection_redis_closes_while_idle_is_replaced_before_the_next_request,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 /// Redis full (`maxmemory` reached under `noeviction`): it refuses every counter call
 /// (OOM). Tollgate reports it down once, naming the cause, decides locally meanwhile, and
 /// counts in Redis again, exactly, once memory is freed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_redis_is_down_naming_the_cause_until_memory_is_freed() {
-    let redis = RedisServer::start();
+async fn a_full_redis_is_down_naming_the_cause_until_memory_is_freed(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = connected(&redis, "local").await;
     let mut clients = vec![server.client().await];
     await_exact_probe(&mut clients, DOMAIN, "before", RECOVERY).await;
@@ -446,3 +457,7 @@ async fn a_full_redis_is_down_naming_the_cause_until_memory_is_freed() {
     server.await_store_health(200, HEALTH_RECOVERY).await;
     await_exact_probe(&mut clients, DOMAIN, "freed", RECOVERY).await;
 }
+on_each_engine!(
+    a_full_redis_is_down_naming_the_cause_until_memory_is_freed,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);

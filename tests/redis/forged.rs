@@ -6,7 +6,7 @@ use tollgate_testkit::forged::{
     REDIS_CHANNEL, a_decrease_stamped_far_ahead_is_ignored, forged_top_keys_are_not_believed,
     oversized_by_lines, oversized_by_size,
 };
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 
 use crate::support::{DOMAIN, connected};
 
@@ -24,13 +24,16 @@ fn publisher(url: String) -> impl Fn(&str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decrease_stamped_far_ahead_of_redis_is_ignored() {
-    let mut redis = RedisServer::start();
+async fn a_decrease_stamped_far_ahead_of_redis_is_ignored(engine: Engine) {
+    let mut redis = RedisServer::start_engine(engine);
     let server = connected("single", &redis.url(), &["--store-timeout", "1s"]).await;
     let publish = publisher(redis.url());
     a_decrease_stamped_far_ahead_is_ignored(&server, DOMAIN, &publish, &mut || redis.stop()).await;
 }
+on_each_engine!(
+    a_decrease_stamped_far_ahead_of_redis_is_ignored,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_top_keys_on_redis_are_not_believed() {

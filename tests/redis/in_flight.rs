@@ -7,13 +7,12 @@ use tollgate_testkit::admin;
 use tollgate_testkit::in_flight::{
     assert_in_flight_series, assert_leaked_slots_free_themselves, assert_slots_shared,
 };
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 
 use crate::support::{DOMAIN, two_connected};
 
-#[tokio::test]
-async fn slots_are_shared_by_instances_and_leaked_ones_free_themselves() {
-    let redis = RedisServer::start();
+async fn slots_are_shared_by_instances_and_leaked_ones_free_themselves(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let (servers, mut clients) =
         two_connected("single", &redis.url(), &["--store-timeout", "1s"]).await;
     assert_slots_shared(&mut clients, DOMAIN, "ann").await;
@@ -29,6 +28,7 @@ async fn slots_are_shared_by_instances_and_leaked_ones_free_themselves() {
     );
     assert_leaked_slots_free_themselves(&mut clients, DOMAIN, "bob").await;
 }
+on_each_engine!(slots_are_shared_by_instances_and_leaked_ones_free_themselves);
 
 #[tokio::test]
 async fn in_flight_series_count_acquired_released_expired_and_held() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tollgate_testkit::admin;
 use tollgate_testkit::leases::{self, Store};
 use tollgate_testkit::load::timed_check;
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 use tollgate_testkit::serial;
 use tollgate_testkit::tollgate::Serve;
 use tollgate_testkit::wait::{self, room_in_window};
@@ -28,9 +28,8 @@ async fn two_leasing_instances_call_redis_rarely_and_never_admit_past_the_limit(
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn explain_shows_the_block_an_instance_holds() {
-    let redis = RedisServer::start();
+async fn explain_shows_the_block_an_instance_holds(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = Serve::rules(leases::RULES)
         .redis("single", &redis.url())
         .args(["--store-timeout", "1s"])
@@ -75,3 +74,7 @@ async fn explain_shows_the_block_an_instance_holds() {
         .unwrap_or_else(|| panic!("an end: {lease}"));
     assert!(ends > 0.0 && ends <= 3_600.0, "{lease}");
 }
+on_each_engine!(
+    explain_shows_the_block_an_instance_holds,
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);

@@ -10,14 +10,13 @@ use tollgate_testkit::overrides::{
     assert_an_expired_override_frees_its_place, assert_overrides_spread,
     assert_refused_while_the_store_is_down, assert_the_maximum_holds_under_races, await_listed,
 };
-use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis::cluster::RedisCluster;
+use tollgate_testkit::redis::{Engine, RedisServer};
 
 use crate::support::{DOMAIN, USER_LIMIT, admin_instance as instance, serve};
 
-#[tokio::test]
-async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
-    let redis = RedisServer::start();
+async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let limit = u32::try_from(USER_LIMIT).expect("a small limit");
     assert_overrides_spread(
         async || instance(&redis).await,
@@ -27,10 +26,10 @@ async fn an_override_set_on_one_instance_is_enforced_by_the_other_and_kept() {
     )
     .await;
 }
+on_each_engine!(an_override_set_on_one_instance_is_enforced_by_the_other_and_kept);
 
-#[tokio::test]
-async fn overrides_spread_over_a_cluster() {
-    let cluster = RedisCluster::start();
+async fn overrides_spread_over_a_cluster(engine: Engine) {
+    let cluster = RedisCluster::start_on(engine);
     let start = async || {
         serve("cluster", &cluster.url())
             .args(["--store-timeout", "1s"])
@@ -41,6 +40,7 @@ async fn overrides_spread_over_a_cluster() {
     let limit = u32::try_from(USER_LIMIT).expect("a small limit");
     assert_overrides_spread(start, DOMAIN, ("user", "ann"), limit).await;
 }
+on_each_engine!(overrides_spread_over_a_cluster);
 
 #[tokio::test]
 async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
@@ -50,9 +50,8 @@ async fn a_change_while_redis_is_down_is_refused_with_a_reason() {
     assert_refused_while_the_store_is_down(&server, DOMAIN).await;
 }
 
-#[tokio::test]
-async fn overrides_written_around_the_log_are_read_whole_at_start_up_to_the_bound() {
-    let redis = RedisServer::start();
+async fn overrides_written_around_the_log_are_read_whole_at_start_up_to_the_bound(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let spec = |value: &str| override_body(DOMAIN, ("user", value), "9", "minute");
     // Straight into the hash, as an older Tollgate writes them, under the ids they name.
     let id = |value: &str| format!("{DOMAIN}|user={value}#");
@@ -77,6 +76,7 @@ async fn overrides_written_around_the_log_are_read_whole_at_start_up_to_the_boun
     let listed = admin::overrides(&server, Method::GET, "/overrides", "", Some(TOKEN)).await;
     assert!(!listed.body.contains("bob"), "past the bound: {listed:?}");
 }
+on_each_engine!(overrides_written_around_the_log_are_read_whole_at_start_up_to_the_bound);
 
 #[tokio::test]
 async fn forged_log_entries_change_nothing_and_a_forged_version_is_refused_with_a_reason() {
@@ -122,9 +122,8 @@ async fn forged_log_entries_change_nothing_and_a_forged_version_is_refused_with_
     await_listed(&server, "dan", true).await;
 }
 
-#[tokio::test]
-async fn two_instances_racing_never_pass_the_maximum() {
-    let redis = RedisServer::start();
+async fn two_instances_racing_never_pass_the_maximum(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let start = async || {
         serve("single", &redis.url())
             .env("ADMIN_TOKEN", TOKEN)
@@ -137,10 +136,10 @@ async fn two_instances_racing_never_pass_the_maximum() {
     let stored: i64 = redis.query(&["HLEN", "tollgate-overrides"]);
     assert_eq!(stored, 4, "the four kept, every winner deleted");
 }
+on_each_engine!(two_instances_racing_never_pass_the_maximum);
 
-#[tokio::test]
-async fn an_expired_override_is_purged_from_redis() {
-    let redis = RedisServer::start();
+async fn an_expired_override_is_purged_from_redis(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = serve("single", &redis.url())
         .env("ADMIN_TOKEN", TOKEN)
         .env("OVERRIDES_MAX", "1")
@@ -151,3 +150,4 @@ async fn an_expired_override_is_purged_from_redis() {
     assert_eq!(fields.len(), 1, "only the one set after: {fields:?}");
     assert!(fields[0].contains("=b#"), "{fields:?}");
 }
+on_each_engine!(an_expired_override_is_purged_from_redis);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tollgate_testkit::accuracy::epoch_ns;
 use tollgate_testkit::grpc::{Code, Rls, code};
 use tollgate_testkit::load::{exactly, in_sequence, round_robin, timed_check};
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 use tollgate_testkit::serial;
 use tollgate_testkit::shared_store::count_down_then_deny;
 use tollgate_testkit::tollgate::{Serve, Server};
@@ -70,9 +70,8 @@ fn redis_server_runs_restarts_freezes_and_counts_commands() {
 // Limiting
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
-async fn limits_over_redis_then_denies() {
-    let redis = RedisServer::start();
+async fn limits_over_redis_then_denies(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = single(&redis, &[]).await;
     let mut rls = server.client().await;
 
@@ -89,10 +88,10 @@ async fn limits_over_redis_then_denies() {
     );
     assert_eq!(server.store_health().await, 200);
 }
+on_each_engine!(limits_over_redis_then_denies);
 
-#[tokio::test]
-async fn two_instances_share_one_counter() {
-    let redis = RedisServer::start();
+async fn two_instances_share_one_counter(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let (_servers, mut clients) =
         two_connected("single", &redis.url(), &["--store-timeout", TIMEOUT]).await;
 
@@ -104,6 +103,7 @@ async fn two_instances_share_one_counter() {
         assert_eq!(code(&status), Code::OverLimit, "{status:?}");
     }
 }
+on_each_engine!(two_instances_share_one_counter);
 
 /// An instance started after a counter is full, connected to Redis before its first
 /// request: its empty local view sends that request to Redis, which denies it (no
@@ -180,9 +180,8 @@ async fn fill_yearly(redis: &RedisServer, value: &str) -> (Server, Rls) {
 // Keys
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
-async fn keys_carry_the_prefix_one_value_per_counter_and_a_window_ttl() {
-    let redis = RedisServer::start();
+async fn keys_carry_the_prefix_one_value_per_counter_and_a_window_ttl(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = single(&redis, &["--cache-key-prefix", "tg-test:"]).await;
     let mut rls = server.client().await;
 
@@ -231,10 +230,10 @@ async fn keys_carry_the_prefix_one_value_per_counter_and_a_window_ttl() {
         expires.0 - window_end
     );
 }
+on_each_engine!(keys_carry_the_prefix_one_value_per_counter_and_a_window_ttl);
 
-#[tokio::test]
-async fn a_value_the_layout_cannot_hold_reads_as_a_fresh_counter() {
-    let redis = RedisServer::start();
+async fn a_value_the_layout_cannot_hold_reads_as_a_fresh_counter(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     // Answers come from the store: a failed script call would be an error.
     let server = single(&redis, &["--on-store-error", "error"]).await;
     let mut rls = server.client().await;
@@ -258,10 +257,10 @@ async fn a_value_the_layout_cannot_hold_reads_as_a_fresh_counter() {
     }
     assert!(redis.ping());
 }
+on_each_engine!(a_value_the_layout_cannot_hold_reads_as_a_fresh_counter);
 
-#[tokio::test]
-async fn a_flushed_script_cache_is_loaded_again() {
-    let redis = RedisServer::start();
+async fn a_flushed_script_cache_is_loaded_again(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = single(&redis, &[]).await;
     let mut rls = server.client().await;
     let status = rls.check(DOMAIN, &[("user", "flush")]).await;
@@ -279,6 +278,7 @@ async fn a_flushed_script_cache_is_loaded_again() {
     let calls = redis.commandstats().since(&before);
     assert_eq!(calls.get("script|load"), Some(&1), "{calls:?}");
 }
+on_each_engine!(a_flushed_script_cache_is_loaded_again);
 
 #[tokio::test]
 async fn environment_variables_select_redis_and_the_prefix() {
@@ -298,9 +298,8 @@ async fn environment_variables_select_redis_and_the_prefix() {
     assert_eq!(redis.keys("*"), [key("env:", "user", "env")]);
 }
 
-#[tokio::test]
-async fn url_forms_and_auth() {
-    let redis = RedisServer::start_with("redis", &["--requirepass", "secret"]);
+async fn url_forms_and_auth(engine: Engine) {
+    let redis = RedisServer::start_on(engine, engine.name(), &["--requirepass", "secret"]);
     let () = redis.query(&["ACL", "SETUSER", "tg", "on", ">pw", "~*", "+@all"]);
     let refused = ::redis::cmd("PING").query::<String>(&mut redis.connection_as(None));
     assert!(
@@ -333,6 +332,7 @@ async fn url_forms_and_auth() {
     assert_eq!(answer.result, Err(tonic::Code::Unavailable), "{answer:?}");
     assert_eq!(wrong.store_health().await, 503);
 }
+on_each_engine!(url_forms_and_auth);
 
 // ---------------------------------------------------------------------------
 // Round trips
@@ -340,7 +340,8 @@ async fn url_forms_and_auth() {
 
 /// Each admission is one script call; a request the local view knows to be over the limit
 /// reaches Redis not at all. Background activity that does not depend on requests (the
-/// health probe, a TIME) is tolerated at a low rate; everything else must be unchanged.
+/// health probe, a TIME, the overrides' reread, the top-keys snapshot) is tolerated at its
+/// rate; everything else must be unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admissions_cost_one_script_call_and_denials_none() {
     let redis = RedisServer::start();
@@ -405,10 +406,32 @@ async fn admissions_cost_one_script_call_and_denials_none() {
         probes <= allowed_probes,
         "{probes} TIMEs during {elapsed:?} of denials (background rate allows {allowed_probes})"
     );
+    // Each instance publishes its top keys every 5 s, whatever the requests.
+    let snapshots = changed.get("publish").copied().unwrap_or(0);
+    assert!(
+        snapshots <= elapsed.as_secs() / 5 + 1,
+        "{snapshots} PUBLISHes during {elapsed:?} of denials (one top-keys snapshot in 5 s)"
+    );
+    // The connection that asks for these figures names its client library (LIB-NAME,
+    // LIB-VER) to a server that knows CLIENT SETINFO: Valkey, Redis 7.2 and later.
+    let handshakes = changed.get("client|setinfo").copied().unwrap_or(0);
+    assert!(
+        handshakes <= 2,
+        "{handshakes} CLIENT SETINFOs: a new connection"
+    );
     let others: Vec<_> = changed
         .iter()
         .filter(|(name, _)| {
-            !["info", "time", "evalsha", "hget", "zrangebyscore"].contains(&name.as_str())
+            ![
+                "info",
+                "time",
+                "evalsha",
+                "hget",
+                "zrangebyscore",
+                "publish",
+                "client|setinfo",
+            ]
+            .contains(&name.as_str())
         })
         .collect();
     assert!(
@@ -511,9 +534,8 @@ async fn counter(server: &Server, name: &str) -> f64 {
 /// With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request over its limit on one
 /// descriptor leaves its other descriptors' counters (other Redis keys) as they were: what
 /// they counted is given back.
-#[tokio::test]
-async fn a_request_over_on_one_descriptor_counts_nothing_on_the_others() {
-    let redis = RedisServer::start();
+async fn a_request_over_on_one_descriptor_counts_nothing_on_the_others(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     let server = single(&redis, &["--stop-cache-key-increment-when-overlimit"]).await;
     let mut rls = server.client().await;
     // Fill yearly=full (5 a year).
@@ -533,13 +555,13 @@ async fn a_request_over_on_one_descriptor_counts_nothing_on_the_others() {
     let got = in_sequence(&mut rls, DOMAIN, &[("user", "ann")], USER_LIMIT + 1).await;
     assert_eq!(got, exactly(USER_LIMIT, 1), "user=ann was never charged");
 }
+on_each_engine!(a_request_over_on_one_descriptor_counts_nothing_on_the_others);
 
 /// A refund through one instance is seen by the other before its next request, with and
 /// without leases, on the default sliding window and on fixed windows: a settled budget
 /// gets no false 429 anywhere.
-#[tokio::test]
-async fn a_refund_on_one_instance_is_seen_by_the_other_at_once() {
-    let redis = RedisServer::start();
+async fn a_refund_on_one_instance_is_seen_by_the_other_at_once(engine: Engine) {
+    let redis = RedisServer::start_engine(engine);
     for (i, (leases, algorithm)) in [("false", "fixed_window"), ("true", "sliding_window")]
         .into_iter()
         .enumerate()
@@ -556,14 +578,14 @@ async fn a_refund_on_one_instance_is_seen_by_the_other_at_once() {
         assert_refunds_seen_at_once(&mut clients, DOMAIN, &format!("budget-{i}")).await;
     }
 }
+on_each_engine!(a_refund_on_one_instance_is_seen_by_the_other_at_once);
 
 /// Tollgate speaks RESP3 to a node that does (it learns at once of a connection Redis
 /// closed) and RESP2 to one that refuses `HELLO` (an old Redis, a proxy), counting the
 /// same on both.
-#[tokio::test]
-async fn resp3_where_the_node_speaks_it_resp2_where_it_refuses_hello() {
+async fn resp3_where_the_node_speaks_it_resp2_where_it_refuses_hello(engine: Engine) {
     for (extra, resp) in [(&[][..], 3), (&["--rename-command", "HELLO", ""][..], 2)] {
-        let redis = RedisServer::start_with("redis", extra);
+        let redis = RedisServer::start_on(engine, engine.name(), extra);
         let (servers, mut clients) =
             two_connected("single", &redis.url(), &["--store-timeout", TIMEOUT]).await;
         assert_instances_share_exactly(&mut clients, DOMAIN).await;
@@ -572,3 +594,4 @@ async fn resp3_where_the_node_speaks_it_resp2_where_it_refuses_hello() {
         drop(servers);
     }
 }
+on_each_engine!(resp3_where_the_node_speaks_it_resp2_where_it_refuses_hello);

@@ -1,9 +1,9 @@
-//! Every limit shape over gRPC, on both stores: fixed window, token and leaky buckets with
+//! Every limit shape over gRPC, on every store: fixed window, token and leaky buckets with
 //! costs, several limits per descriptor, unit multipliers, request overrides, check-only
 //! requests, refunds, calendar windows, and simultaneous bursts on every algorithm. Each
-//! test runs against the memory store, a real redis-server and a real PostgreSQL, with the
-//! instance's own time zone (`TZ`) far from any rule's. And counts far past what any
-//! store's numbers hold, which every store answers alike.
+//! test runs against the memory store, a real redis-server, a real Valkey and a real
+//! PostgreSQL, with the instance's own time zone (`TZ`) far from any rule's. And counts
+//! far past what any store's numbers hold, which every store answers alike.
 
 use std::time::{Duration, SystemTime};
 
@@ -17,7 +17,7 @@ use tollgate_testkit::grpc::{
 use tollgate_testkit::keys::{Shape, counter_key, redis_key};
 use tollgate_testkit::load::{burst, tally};
 use tollgate_testkit::postgres::PostgresServer;
-use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis::{Engine, RedisServer};
 use tollgate_testkit::tollgate::{Serve, Server};
 use tollgate_testkit::wait::room_in_window;
 use tollgate_testkit::zoneinfo;
@@ -70,6 +70,7 @@ const ROOM: Duration = Duration::from_secs(30);
 /// The server a shared store keeps its counters in, alive as long as the Tollgate.
 enum Backing {
     Memory,
+    /// A redis-server or a Valkey.
     Redis(RedisServer),
     Postgres(PostgresServer),
 }
@@ -88,10 +89,11 @@ impl Instance {
         }
     }
 
-    /// Redis with a store timeout long enough for a loaded machine, and store failures
-    /// as errors: these tests check what the store decides, never a local fallback.
-    fn redis() -> Self {
-        let redis = RedisServer::start();
+    /// A server of `engine` with a store timeout long enough for a loaded machine, and
+    /// store failures as errors: these tests check what the store decides, never a local
+    /// fallback.
+    fn redis(engine: Engine) -> Self {
+        let redis = RedisServer::start_engine(engine);
         let server = Serve::rules(RULES)
             .env("TZ", INSTANCE_TZ)
             .redis("single", &redis.url())
@@ -122,7 +124,7 @@ impl Instance {
     }
 }
 
-/// Runs `test` against the memory store, Redis and PostgreSQL.
+/// Runs `test` against the memory store, Redis, Valkey and PostgreSQL.
 macro_rules! on_every_store {
     ($name:ident, $test:expr) => {
         mod $name {
@@ -135,7 +137,12 @@ macro_rules! on_every_store {
 
             #[tokio::test]
             async fn redis() {
-                ($test)(Instance::redis()).await;
+                ($test)(Instance::redis(Engine::Redis)).await;
+            }
+
+            #[tokio::test]
+            async fn valkey() {
+                ($test)(Instance::redis(Engine::Valkey)).await;
             }
 
             #[tokio::test]
@@ -605,14 +612,15 @@ async fn wide_transcript(instance: &Instance) -> Vec<Answer> {
 }
 
 /// Counts past 2^53 and 2^63 as hits, charges, refunds and RLQS usage: the memory store,
-/// Redis and PostgreSQL give the same answers, and none wraps.
+/// Redis, Valkey and PostgreSQL give the same answers, and none wraps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_past_every_stores_numbers_get_the_same_answers() {
     let want = wide_expected();
     let mut wrong = Vec::new();
     for (store, instance) in [
         ("memory", Instance::memory()),
-        ("redis", Instance::redis()),
+        ("redis", Instance::redis(Engine::Redis)),
+        ("valkey", Instance::redis(Engine::Valkey)),
         ("postgres", Instance::postgres()),
     ] {
         let got = wide_transcript(&instance).await;

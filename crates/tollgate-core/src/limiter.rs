@@ -18,17 +18,20 @@ use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
 use crate::top::{RuleTop, TopBy};
 
 mod all_or_none;
+mod counter_key;
 mod explain;
 mod find;
 mod groups;
+mod matched;
 mod over_limit_log;
 mod reset;
 mod resolve;
 mod top;
 pub use explain::{Explained, Explanation, Matched};
 pub use find::Found;
+pub use matched::NoMatch;
+use matched::{Count, Match, Resolved};
 use over_limit_log::OverLimitLog;
-use resolve::{Count, Match, Resolved};
 pub use top::TopQuery;
 
 /// Why a request got no decision.
@@ -65,15 +68,6 @@ pub trait Recorder: Send + Sync + 'static {
     fn unmatched(&self, domain: &str, descriptor: &Descriptor<'_>, why: NoMatch) {
         let _ = (domain, descriptor, why);
     }
-}
-
-/// Why a descriptor matched no rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoMatch {
-    /// The rules have no such domain.
-    NoDomain,
-    /// The domain has no rule for the descriptor's entries.
-    NoRule,
 }
 
 /// Records nothing.

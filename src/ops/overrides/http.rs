@@ -15,7 +15,7 @@ use tollgate_core::SystemClock;
 use tollgate_core::overrides::{Override, OverrideEntry};
 
 use super::Refused;
-use crate::api::json::{reason, text};
+use crate::api::json::{InvalidJson, reason, text};
 use crate::ops::admin_state::Admin;
 use crate::ops::loopback;
 use crate::ops::token::{authorize, refuse};
@@ -41,7 +41,7 @@ pub(crate) async fn put(
     };
     let spec = match parse_override(&body) {
         Ok(spec) => spec,
-        Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        Err(why) => return text(StatusCode::BAD_REQUEST, why.to_string()),
     };
     let now_seconds = SystemClock.now().as_nanos() / tollgate_core::NANOS_PER_SECOND;
     if spec.expires_at.is_some_and(|at| at <= now_seconds) {
@@ -169,10 +169,10 @@ fn guard(
 
 /// The override in `body`; a refusal naming the field and the problem. A limit is read
 /// as any JSON number first, so that a negative or absurd one is told as such.
-fn parse_override(body: &[u8]) -> Result<Override, String> {
+fn parse_override(body: &[u8]) -> Result<Override, BadOverride> {
     let value: Value = match Json::<Value>::from_bytes(body) {
         Ok(Json(value)) => value,
-        Err(e) => return Err(reason("override", &e)),
+        Err(e) => return Err(InvalidJson::new("override", &e).into()),
     };
     if let Some(n) = value
         .pointer("/limit/requests_per_unit")
@@ -181,22 +181,27 @@ fn parse_override(body: &[u8]) -> Result<Override, String> {
         let whole = n.as_u64().and_then(|n| u32::try_from(n).ok());
         match (whole, n.as_f64()) {
             (Some(_), _) => {}
-            (None, Some(f)) if f < 0.0 => {
-                return Err(format!(
-                    "limit.requests_per_unit: must not be negative (got {n})"
-                ));
-            }
-            (None, _) => {
-                return Err(format!(
-                    "limit.requests_per_unit: must be a whole number up to {} (got {n})",
-                    u32::MAX
-                ));
-            }
+            (None, Some(f)) if f < 0.0 => return Err(BadOverride::Negative(n.to_string())),
+            (None, _) => return Err(BadOverride::NotWhole(n.to_string())),
         }
     }
-    Json::<Override>::from_bytes(body)
+    Ok(Json::<Override>::from_bytes(body)
         .map(|Json(spec)| spec)
-        .map_err(|e| reason("override", &e))
+        .map_err(|e| InvalidJson::new("override", &e))?)
+}
+
+/// Why a PUT's body is no override.
+#[derive(Debug, thiserror::Error)]
+enum BadOverride {
+    /// Not the JSON of an override.
+    #[error(transparent)]
+    Json(#[from] InvalidJson),
+    /// A limit below zero.
+    #[error("limit.requests_per_unit: must not be negative (got {0})")]
+    Negative(String),
+    /// A limit that is no whole number of 32 bits.
+    #[error("limit.requests_per_unit: must be a whole number up to {max} (got {0})", max = u32::MAX)]
+    NotWhole(String),
 }
 
 fn refusal(refused: Refused) -> Response {

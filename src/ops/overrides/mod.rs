@@ -12,7 +12,7 @@ mod stored;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Mutex;
@@ -24,6 +24,11 @@ use tollgate_core::store::SharedStore;
 use tollgate_core::{Clock as _, Limiter, SystemClock};
 
 use crate::ops::metrics::RuleMetrics;
+
+/// How often a shared store's whole set is read again.
+const WHOLE_READ: Duration = Duration::from_secs(300);
+/// The least time between two whole reads made because the log could not tell.
+const WHOLE_READ_GAP: Duration = Duration::from_secs(10);
 
 /// Why a change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -249,12 +254,12 @@ impl OverrideRegistry {
             Some(store) => {
                 let most = self.max.saturating_add(1);
                 let read = |at: &Option<Instant>, gap| at.is_none_or(|at| at.elapsed() >= gap);
-                let mut whole = read(&kept.whole_read, refresh::WHOLE_READ);
+                let mut whole = read(&kept.whole_read, WHOLE_READ);
                 let mut updated = store.override_updates(&mut kept.feed, whole, most).await;
                 // A log that cannot tell is read whole, but not more often than the gap
                 // (a forged log must not make every second a whole read).
                 if matches!(updated, Ok(OverrideUpdate::Behind))
-                    && read(&kept.whole_read, refresh::WHOLE_READ_GAP)
+                    && read(&kept.whole_read, WHOLE_READ_GAP)
                 {
                     whole = true;
                     updated = store.override_updates(&mut kept.feed, true, most).await;

@@ -1,7 +1,7 @@
 //! Keeps the overrides in force up to date while the application lives: every
 //! [`REFRESH`], and at once when a shared store announces a change, what changed in the
-//! store is read (the whole set every [`WHOLE_READ`], healing what a change made around
-//! its log left out); in a process of its own, the expired are dropped.
+//! store is read (now and then the whole set, healing what a change made around its log
+//! left out: see the registry's `WHOLE_READ`); in a process of its own, the expired are dropped.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -12,10 +12,6 @@ use crate::app::App;
 
 /// How often the overrides are brought up to date without an announcement.
 const REFRESH: Duration = Duration::from_secs(1);
-/// How often a shared store's whole set is read again.
-pub(super) const WHOLE_READ: Duration = Duration::from_secs(300);
-/// The least time between two whole reads made because the log could not tell.
-pub(super) const WHOLE_READ_GAP: Duration = Duration::from_secs(10);
 
 /// Refreshes the overrides of `app` until it is gone.
 pub(crate) fn spawn(app: Weak<App>) {

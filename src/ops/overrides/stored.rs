@@ -4,7 +4,9 @@
 //! log line, and past `OVERRIDES_MAX` the rest are refused with one.
 
 use tollgate_core::Limiter;
-use tollgate_core::overrides::{Override, OverrideUpdate, Overrides};
+use tollgate_core::overrides::{
+    CompiledOverride, Override, OverrideError, OverrideUpdate, Overrides,
+};
 
 use crate::ops::metrics::RuleMetrics;
 
@@ -87,12 +89,24 @@ fn restore(
     id: &str,
     json: &str,
     source: &str,
-) -> Result<tollgate_core::overrides::CompiledOverride, String> {
-    let spec: Override = serde_json::from_str(json).map_err(|e| e.to_string())?;
+) -> Result<CompiledOverride, Unusable> {
+    let spec: Override = serde_json::from_str(json)?;
     if spec.id() != id {
-        return Err(format!("stored under another descriptor's id ({id:.200})"));
+        return Err(Unusable::Misfiled(id.chars().take(200).collect()));
     }
-    limiter
-        .restore_override(spec, source)
-        .map_err(|e| e.to_string())
+    Ok(limiter.restore_override(spec, source)?)
+}
+
+/// Why a stored override is ignored.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    /// Not the JSON of an override.
+    #[error(transparent)]
+    Unreadable(#[from] serde_json::Error),
+    /// Kept under an id that is not its descriptor's (a hand's or a forger's write).
+    #[error("stored under another descriptor's id ({0})")]
+    Misfiled(String),
+    /// An override these rules refuse.
+    #[error(transparent)]
+    Refused(#[from] OverrideError),
 }

@@ -7,7 +7,7 @@
 use futures_util::future::join_all;
 
 use super::groups;
-use super::resolve::{Count, Resolved};
+use super::matched::{Count, Resolved};
 use super::{DecideError, Decided, Limiter, Recorder, outcome};
 use crate::algo::Hits;
 use crate::decision::Outcome;

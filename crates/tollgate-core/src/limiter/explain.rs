@@ -2,8 +2,8 @@
 //! that matched (or why none did), the counter's key, what every holder of the counter
 //! says of it, and the decision it would get.
 
-use super::resolve::{Count, Match};
-use super::{Limiter, NoMatch, Recorder, groups, outcome};
+use super::matched::{Count, Match, NoMatch};
+use super::{Limiter, Recorder, groups, outcome};
 use crate::counter::Counter;
 use crate::decision::{Decision, Outcome};
 use crate::overrides::Override;

@@ -1,8 +1,8 @@
 //! The counter API's way in: the counter a rule's limits share for a descriptor, or for a
 //! bucket of entries in no order (RLQS). [`Limiter::decide`] names its counters with the
-//! same function ([`super::resolve::rule_counter`]), so both APIs name the same counter.
+//! same function ([`super::counter_key::rule_counter`]), so both APIs name the same counter.
 
-use super::resolve::rule_counter;
+use super::counter_key::rule_counter;
 use super::{Limiter, Recorder};
 use crate::counter::Counter;
 use crate::request::Descriptor;

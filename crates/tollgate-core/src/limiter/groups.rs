@@ -4,7 +4,7 @@
 //! own, so that the reference's rule (refused when every budget is over) is the case of
 //! no groups at all.
 
-use super::resolve::{Count, Resolved};
+use super::matched::{Count, Resolved};
 use crate::decision::Outcome;
 
 /// How one descriptor weighs in the overall answer.

@@ -1,6 +1,6 @@
 //! Setting the counters a request names back to empty: an operator's "please unblock me".
 
-use super::resolve::Count;
+use super::matched::Count;
 use super::{DecideError, Limiter, Recorder};
 use crate::request::Request;
 

@@ -3,57 +3,15 @@
 
 use std::sync::Arc;
 
-use super::{Limiter, NoMatch, Recorder};
+use super::counter_key::{rule_counter, write_key};
+use super::matched::{Count, Match, NoMatch, Resolved};
+use super::{Limiter, Recorder};
 use crate::algo::Hits;
 use crate::counter::Counter;
-use crate::key::{write_counter_key, write_reference_key};
 use crate::limit::Limit;
-use crate::overrides::{CompiledOverride, Overrides};
-use crate::request::{Descriptor, InvalidRequest, LimitOverride, Request};
+use crate::overrides::Overrides;
+use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Domain, Policy, Rule, Rules};
-use crate::store::KeyLayout;
-
-/// What one descriptor matched.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Match<'r> {
-    /// A rule: its limits are counted (or it is unlimited).
-    Rule(&'r Rule),
-    /// A rule whose limit another matched rule `replaces`: nothing is counted.
-    Replaced(&'r Rule),
-    /// No rule: the request's own limit is counted.
-    Override(LimitOverride),
-    /// A rule, with a runtime override's limit for exactly this descriptor.
-    Overridden(&'r Rule, &'r CompiledOverride),
-    /// Nothing: the descriptor is not limited.
-    Nothing(NoMatch),
-}
-
-/// What one descriptor asks of the store.
-#[derive(Debug)]
-pub(super) enum Count<'r> {
-    /// Nothing: no rule matched, or the rule was replaced.
-    NoLimit,
-    /// Nothing: the rule is unlimited.
-    Unlimited,
-    /// `hits` on `counter`, under the limits of `rule` (none: the request's own limit); a
-    /// budget's consumption is a charge.
-    Limited {
-        rule: Option<&'r Rule>,
-        counter: Counter,
-        hits: Hits,
-    },
-}
-
-/// One descriptor of a request, resolved.
-#[derive(Debug)]
-pub(super) struct Resolved<'r> {
-    /// What it matched, or why nothing.
-    pub(super) matched: Match<'r>,
-    /// What it asks of the store.
-    pub(super) count: Count<'r>,
-    /// Whether it is a budget for the request's overall answer (quota mode).
-    pub(super) quota: bool,
-}
 
 impl<R: Recorder> Limiter<R> {
     /// Resolves every descriptor of `req` under `rules`; refused if the request is
@@ -207,40 +165,4 @@ fn find_rules<'r>(domain: Option<&'r Domain>, req: &Request<'_>) -> Vec<Option<&
 fn is_replaced(rule: &Rule, replaced: &[&str]) -> bool {
     !matches!(rule.policy, Policy::Unlimited { .. })
         && replaced.iter().any(|name| rule.is_named(name))
-}
-
-/// The counter the limits of `rule` are counted on for `entries` (in the descriptor's
-/// order) in `domain`; none for an unlimited rule.
-pub(super) fn rule_counter<'a>(
-    layout: KeyLayout,
-    domain: &str,
-    entries: impl Iterator<Item = (&'a str, &'a str)>,
-    rule: &'a Rule,
-) -> Option<Counter> {
-    let Policy::Limited { limits, shape } = &rule.policy else {
-        return None;
-    };
-    let mut key = String::new();
-    write_key(&mut key, layout, domain, entries, Some(rule), shape);
-    Some(Counter::new(key, Arc::clone(limits)))
-}
-
-/// Writes the key of the counter of `entries` (in the descriptor's order) in `domain` into
-/// `out`: `rule` (when one matched) may count every value of a wildcard on one counter;
-/// `shape` is its limits' shape.
-fn write_key<'a>(
-    out: &mut String,
-    layout: KeyLayout,
-    domain: &str,
-    entries: impl Iterator<Item = (&'a str, &'a str)>,
-    rule: Option<&'a Rule>,
-    shape: &str,
-) {
-    let entries = entries
-        .enumerate()
-        .map(|(i, (k, v))| (k, rule.map_or(v, |r| r.key_value(i, v))));
-    match layout {
-        KeyLayout::Tollgate => write_counter_key(out, domain, entries, shape),
-        KeyLayout::Reference => write_reference_key(out, domain, entries),
-    }
 }

@@ -7,7 +7,8 @@ use crate::store::StoreError;
 /// has read them.
 #[derive(Debug, Clone, Default)]
 pub struct OverrideFeed {
-    /// The log's epoch and the version read up to.
+    /// The log's epoch and the version read up to (read by the shared stores alone).
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), expect(dead_code))]
     pub(crate) at: Option<(String, u64)>,
 }
 

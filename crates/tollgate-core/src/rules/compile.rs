@@ -3,11 +3,12 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use super::Defaults;
+use super::config_error::ConfigError;
 use super::duration::parse_expire_after;
 use super::pattern::Pattern;
 use super::spec::{DescriptorSpec, DomainSpec, InFlightSpec, RateLimitSpec};
 use super::tree::{Domain, KeyNodes, Level, Node, Policy, Rule};
-use super::{ConfigError, Defaults};
 use crate::calendar::Calendar;
 use crate::limit::{Algorithm, AlgorithmKind, Limit};
 use crate::unit::Unit;

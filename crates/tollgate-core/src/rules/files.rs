@@ -7,7 +7,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::ConfigError;
+use super::config_error::ConfigError;
 
 /// The largest rules file read.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use super::ConfigError;
+use super::config_error::ConfigError;
 use super::meta::Metadata;
 use super::pattern::Pattern;
 use crate::limit::Limit;

@@ -1,6 +1,6 @@
 //! Parsing one rules document, with the place of every problem in it.
 
-use super::ConfigError;
+use super::config_error::ConfigError;
 use super::spec::DomainSpec;
 
 /// YAML nodes allowed in one document: far above any real rules file of

@@ -19,8 +19,9 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// A cluster of the [chosen](Engine::chosen) engine's nodes.
     pub fn start() -> Self {
-        Self::start_on(Engine::Redis)
+        Self::start_on(Engine::chosen())
     }
 
     /// A cluster of `engine` nodes.
@@ -140,6 +141,11 @@ impl RedisCluster {
             .iter()
             .find(|n| n.is_running())
             .expect("a running node");
+        self.slot_ranges_seen_by(asker)
+    }
+
+    /// [`RedisCluster::slot_ranges`] as `asker` sees them.
+    fn slot_ranges_seen_by(&self, asker: &RedisServer) -> Vec<(u16, u16, usize)> {
         let nodes: String = asker.query(&["CLUSTER", "NODES"]);
         let mut ranges = Vec::new();
         for line in nodes.lines() {
@@ -168,14 +174,94 @@ impl RedisCluster {
         ranges
     }
 
+    /// Starts moving `slot` from the master serving it to master `to`, as a reshard
+    /// does: the slot is MIGRATING on its owner and IMPORTING on `to`, so the owner serves
+    /// the keys it still holds and sends a client asking for another key to `to` (ASK).
+    /// Returns the owner's index, for [`RedisCluster::finish_moving`].
+    pub fn begin_moving(&self, slot: u16, to: usize) -> usize {
+        let from = Self::node_in_slot(&self.slot_ranges(), slot);
+        assert_ne!(from, to, "slot {slot} is on node {to} already");
+        let slot_arg = slot.to_string();
+        let setslot = |node: usize, state: &str, peer: usize| {
+            let () = self.nodes[node].query(&[
+                "CLUSTER",
+                "SETSLOT",
+                &slot_arg,
+                state,
+                &self.node_id(peer),
+            ]);
+        };
+        setslot(to, "IMPORTING", from);
+        setslot(from, "MIGRATING", to);
+        from
+    }
+
+    /// Ends the move [`RedisCluster::begin_moving`] began: every key of `slot` is
+    /// migrated from `from` to `to` (MIGRATE), every master is told `to` serves the slot
+    /// (the new owner first, as a reshard does), and this waits until each says so.
+    /// Clients asking `from` are then sent to `to` for good (MOVED).
+    pub fn finish_moving(&self, slot: u16, from: usize, to: usize) {
+        let slot_arg = slot.to_string();
+        let to_port = self.nodes[to].port().to_string();
+        loop {
+            let keys: Vec<String> =
+                self.nodes[from].query(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            migrate.extend(keys.iter().map(String::as_str));
+            // NOKEY: every one of them expired meanwhile.
+            let reply: String = self.nodes[from].query(&migrate);
+            assert!(
+                ["OK", "NOKEY"].contains(&reply.as_str()),
+                "MIGRATE of {keys:?}: {reply}"
+            );
+        }
+        let owner = self.node_id(to);
+        let others = (0..self.nodes.len()).filter(|&i| i != to && i != from);
+        for node in [to, from].into_iter().chain(others) {
+            let () = self.nodes[node].query(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &owner]);
+        }
+        wait::until(
+            &format!("every master sees slot {slot} on node {to}"),
+            TOPOLOGY_TIMEOUT,
+            || {
+                let seen: Vec<Option<usize>> = self
+                    .nodes
+                    .iter()
+                    .map(|node| Self::serving(&self.slot_ranges_seen_by(node), slot))
+                    .collect();
+                match seen.iter().all(|&owner| owner == Some(to)) {
+                    true => Ok(()),
+                    false => Err(format!("owner of slot {slot} per node: {seen:?}")),
+                }
+            },
+        );
+    }
+
+    /// `CLUSTER MYID` of node `i`.
+    fn node_id(&self, i: usize) -> String {
+        self.nodes[i].query(&["CLUSTER", "MYID"])
+    }
+
     /// The index of the node holding `key`, given `ranges` from [`RedisCluster::slot_ranges`].
     pub fn node_in(ranges: &[(u16, u16, usize)], key: &str) -> usize {
-        let slot = key_slot(key);
+        Self::node_in_slot(ranges, key_slot(key))
+    }
+
+    /// The index of the node serving `slot`, given `ranges`.
+    fn node_in_slot(ranges: &[(u16, u16, usize)], slot: u16) -> usize {
+        Self::serving(ranges, slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}: {ranges:?}"))
+    }
+
+    /// The index of the node serving `slot` in `ranges`, if one does.
+    fn serving(ranges: &[(u16, u16, usize)], slot: u16) -> Option<usize> {
         ranges
             .iter()
             .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
             .map(|range| range.2)
-            .unwrap_or_else(|| panic!("no master serves slot {slot}: {ranges:?}"))
     }
 
     /// The index of the node holding `key` now.

@@ -26,7 +26,22 @@ pub enum Engine {
     Valkey,
 }
 
+/// Names the engine of the servers a test does not choose one for: `valkey` runs them on
+/// Valkey (the whole Redis suite, by hand); unset or `redis`, Redis.
+const CHOSEN_VAR: &str = "TEST_REDIS_ENGINE";
+
 impl Engine {
+    /// The engine of a server or a Cluster whose test does not name one: Redis, unless
+    /// `TEST_REDIS_ENGINE=valkey`. TLS servers are Redis whatever it says (the pinned
+    /// Valkey has no TLS).
+    pub fn chosen() -> Self {
+        match std::env::var(CHOSEN_VAR).as_deref() {
+            Err(_) | Ok("" | "redis") => Engine::Redis,
+            Ok("valkey") => Engine::Valkey,
+            Ok(other) => panic!("{CHOSEN_VAR}={other:?} is no engine: use redis or valkey"),
+        }
+    }
+
     /// What the server is called in messages.
     pub fn name(self) -> &'static str {
         match self {

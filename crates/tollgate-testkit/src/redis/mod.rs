@@ -1,6 +1,7 @@
 //! Real `redis-server` processes: one server here, a Cluster in [`cluster`], a sentinel
-//! set in [`sentinel`], TLS in [`tls`]. A server and a Cluster can run Valkey instead
-//! ([`engine`]). Every server listens on a free 127.0.0.1 port
+//! set in [`sentinel`], TLS in [`tls`]. A server, a Cluster and a sentinel set can run
+//! Valkey instead ([`engine`]): where the test says so, or for every test that does not
+//! say, with `TEST_REDIS_ENGINE=valkey`. Every server listens on a free 127.0.0.1 port
 //! (never 6379: a user's machine may have its own Redis there, or none), keeps nothing on
 //! disk, and is killed when dropped. Readiness, topology changes and recovery are
 //! awaited as conditions.
@@ -51,14 +52,14 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// A standalone redis-server, answering PING.
+    /// A standalone server of the [chosen](Engine::chosen) engine, answering PING.
     pub fn start() -> Self {
-        Self::start_with("redis", &[])
+        Self::start_engine(Engine::chosen())
     }
 
-    /// A redis-server with extra arguments (e.g. `--replicaof`), answering PING.
-    pub fn start_with(name: &str, extra: &[&str]) -> Self {
-        Self::start_on(Engine::Redis, name, extra)
+    /// A standalone server of `engine`, named for it, answering PING.
+    pub fn start_engine(engine: Engine) -> Self {
+        Self::start_on(engine, engine.name(), &[])
     }
 
     /// A server of `engine` with extra arguments, answering PING. Takes another port if
@@ -78,14 +79,12 @@ impl RedisServer {
         )
     }
 
-    /// A server with a port and a directory that is not running yet (for "Redis is down
-    /// when Tollgate starts"); [`RedisServer::launch`] starts it.
+    /// A server of the [chosen](Engine::chosen) engine with a port and a directory that
+    /// is not running yet (for "Redis is down when Tollgate starts");
+    /// [`RedisServer::launch`] starts it.
     pub fn unstarted() -> Self {
-        Self::unstarted_with("redis", &[])
-    }
-
-    fn unstarted_with(name: &str, extra: &[&str]) -> Self {
-        Self::unstarted_on(Engine::Redis, name, extra)
+        let engine = Engine::chosen();
+        Self::unstarted_on(engine, engine.name(), &[])
     }
 
     fn unstarted_on(engine: Engine, name: &str, extra: &[&str]) -> Self {

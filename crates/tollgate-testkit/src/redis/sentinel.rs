@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::{RedisServer, Role, TOPOLOGY_TIMEOUT};
+use super::{Engine, RedisServer, Role, TOPOLOGY_TIMEOUT};
 use crate::pki::Pki;
 use crate::{free_port, loopback, wait};
 
@@ -61,14 +61,19 @@ impl SentinelSet {
         fn as_strs(args: &[String]) -> Vec<&str> {
             args.iter().map(String::as_str).collect()
         }
-        let master = RedisServer::start_with("master", &as_strs(&args(&[])));
+        // The pinned Valkey has no TLS.
+        let engine = match tls {
+            Some(_) => Engine::Redis,
+            None => Engine::chosen(),
+        };
+        let master = RedisServer::start_on(engine, "master", &as_strs(&args(&[])));
         let master_port = master.announced_port().to_string();
         let replica_of = [
             "--replicaof".to_owned(),
             "127.0.0.1".to_owned(),
             master_port.clone(),
         ];
-        let replica = RedisServer::start_with("replica", &as_strs(&args(&replica_of)));
+        let replica = RedisServer::start_on(engine, "replica", &as_strs(&args(&replica_of)));
         wait::until(
             "the replica in sync with the master",
             TOPOLOGY_TIMEOUT,
@@ -78,7 +83,7 @@ impl SentinelSet {
             },
         );
 
-        let mut sentinel = RedisServer::unstarted_with("sentinel", &[]);
+        let mut sentinel = RedisServer::unstarted_on(engine, "sentinel", &[]);
         sentinel.role = Role::Sentinel;
         let sentinel_tls = tls_settings();
         let sentinel_tls_port = sentinel_tls

@@ -318,7 +318,7 @@ impl ReferenceStore {
         match answer {
             Err(_) => {
                 self.counts.timeouts.fetch_add(1, Ordering::Relaxed);
-                self.health().report_slow();
+                self.health().check_now();
                 Err(StoreError::Timeout)
             }
             Ok(Ok((count,))) => {

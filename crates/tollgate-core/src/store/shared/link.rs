@@ -178,8 +178,10 @@ impl Health {
         self.wake.notify_one();
     }
 
-    /// A request was slow: have the supervisor probe now.
-    pub(crate) fn report_slow(&self) {
+    /// A request was slow, or found its connection closed by the store: have the
+    /// supervisor replace closed connections and probe now (whether the store answers,
+    /// the probe tells).
+    pub(crate) fn check_now(&self) {
         self.wake.notify_one();
     }
 

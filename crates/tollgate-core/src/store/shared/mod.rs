@@ -582,7 +582,7 @@ impl SharedStore {
         self.counts.latency.observe(started.elapsed());
         answer.map_err(|_| {
             bump(&self.counts.timeouts);
-            self.backend.health().report_slow();
+            self.backend.health().check_now();
             trip
         })
     }
@@ -626,7 +626,7 @@ impl SharedStore {
             #[cfg(feature = "postgres")]
             TripError::Timeout => {
                 bump(&self.counts.timeouts);
-                self.backend.health().report_slow();
+                self.backend.health().check_now();
                 StoreError::Timeout
             }
             TripError::NotConnected => StoreError::NotConnected,
