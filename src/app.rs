@@ -69,7 +69,10 @@ impl App {
             defaults: args.rules.defaults(),
             global_shadow_mode: args.answers.shadow_mode,
             quota_mode: args.answers.quota_mode,
-            all_or_nothing: args.answers.stop_cache_key_increment_when_overlimit,
+            all_or_nothing: args
+                .answers
+                .stop_cache_key_increment_when_overlimit
+                .unwrap_or(!args.rules.reference_mode),
         };
         Self {
             limiter: Limiter::with_recorder(Rules::default(), store, options, rule_metrics),

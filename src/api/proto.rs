@@ -377,6 +377,7 @@ mod tests {
             reset: std::time::Duration::ZERO,
             hits: 1,
             metadata: meta.map(std::sync::Arc::new),
+            group_over: false,
             in_flight: None,
         })
     }
@@ -445,6 +446,7 @@ mod tests {
                 reset: std::time::Duration::ZERO,
                 hits,
                 metadata: Some(std::sync::Arc::new(held.clone())),
+                group_over: false,
                 in_flight: confirmed.then(tollgate_core::InFlight::default),
             })
         };
@@ -482,6 +484,7 @@ mod tests {
                     reset: std::time::Duration::from_millis(1_200),
                     hits: 1,
                     metadata: None,
+                    group_over: false,
                     in_flight: None,
                 }),
             ],

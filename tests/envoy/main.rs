@@ -11,6 +11,7 @@ mod budgets;
 mod in_flight;
 mod limit_from_metadata;
 mod memory;
+mod quota_routing;
 mod redis;
 mod reservations;
 mod rlqs;

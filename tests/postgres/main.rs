@@ -5,6 +5,7 @@
 //! on a hot counter (`leases`); concurrent calls batched into one statement (`batches`).
 
 mod admin;
+mod all_or_none;
 mod batches;
 mod debts;
 mod faults;

@@ -8,6 +8,7 @@
 mod engines;
 
 mod admin;
+mod all_or_none;
 mod cluster;
 mod debts;
 mod faults;

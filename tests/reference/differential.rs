@@ -283,8 +283,9 @@ fn kind_of(steps: &[Step]) -> Option<String> {
 
 /// Whether every difference of the last of `steps` follows from a deliberate difference
 /// (docs/MIGRATING.md, "Differences from the reference"): Tollgate counts admitted hits
-/// only, so once the reference has counted hits it denied on the same entries (earlier, or
-/// before in the same request) the counts differ, and a denial reports what is left where the
+/// only, and a refused request on none of its descriptors, so once the reference has
+/// counted hits it denied on the same entries (earlier, or before in the same request), or
+/// hits of a request it refused, the counts differ, and a denial reports what is left where the
 /// reference's over-counted counter has nothing; or the reference counted under another
 /// window length in the same key (its key names a window's start, not its length, so a day
 /// and a week that start together share a counter; Tollgate's do not). With `shadow`
@@ -309,7 +310,7 @@ fn deliberate(steps: &[Step], shadow: bool) -> bool {
         earlier(steps, i).any(|(d, status, hits)| {
             d.entries == descriptor.entries
                 && (denied(status, hits, shadow) || Some(unit_of(status)) != unit)
-        })
+        }) || counted_in_refused(steps, shadow, descriptor)
     };
     let statuses: Vec<(usize, &str)> = last
         .differences
@@ -329,6 +330,24 @@ fn deliberate(steps: &[Step], shadow: bool) -> bool {
                     || d.field.starts_with("dynamic_metadata"))
                     && any_denial
         })
+}
+
+/// Whether one of `steps` that the reference refused (or, with `shadow`, denied a
+/// descriptor of) counted hits on the entries of `descriptor`: Tollgate counts a refused
+/// request on none of its descriptors (all or none), the reference on those that fit.
+fn counted_in_refused(steps: &[Step], shadow: bool, descriptor: &RateLimitDescriptor) -> bool {
+    steps.iter().any(|step| {
+        let statuses = reference_statuses(step);
+        let refused = statuses.iter().any(|status| {
+            status.code == Code::OverLimit as i32 || (shadow && status.limit_remaining == 0)
+        });
+        refused
+            && step
+                .request
+                .descriptors
+                .iter()
+                .any(|d| d.entries == descriptor.entries && hits_of(step, d) > 0)
+    })
 }
 
 /// Whether the reference denied a descriptor while counting `hits` on it.

@@ -20,6 +20,7 @@ mod matching;
 mod operations;
 mod override_targets;
 mod overrides;
+mod quota_groups;
 mod reset;
 mod rlqs;
 mod secrets;

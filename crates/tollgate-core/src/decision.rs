@@ -49,6 +49,9 @@ pub struct Limited {
     pub hits: u64,
     /// The rule's metadata, for answers that carry it.
     pub metadata: Option<Arc<Metadata>>,
+    /// The descriptor's quota group is over (another budget of the group is): its
+    /// metadata is not answered.
+    pub group_over: bool,
     /// For an in-flight rule answered by its store: what the call did to the slots.
     pub in_flight: Option<InFlight>,
 }
@@ -70,15 +73,18 @@ impl Limited {
         !self.admitted && !self.shadow
     }
 
-    /// The rule's metadata to answer with, if any: none when this descriptor is over, and
-    /// on an in-flight rule none unless a slot is held for the request, so that a release
-    /// written to need the metadata frees only a slot its acquisition took. A slot is held
-    /// when the hit took one that its store confirmed (decided without the store, it holds
-    /// none) and was not given back (the request over on another descriptor).
+    /// The rule's metadata to answer with, if any: none when this descriptor or its quota
+    /// group is over, and on an in-flight rule none unless a slot is held for the request,
+    /// so that a release written to need the metadata frees only a slot its acquisition
+    /// took. A slot is held when the hit took one that its store confirmed (decided
+    /// without the store, it holds none) and was not given back (the request over on
+    /// another descriptor).
     pub fn answered_metadata(&self) -> Option<&Arc<Metadata>> {
         let slot_held = self.hits > 0 && self.in_flight.is_some();
         let holds = self.limit.algorithm() != Algorithm::Slots || slot_held;
-        self.metadata.as_ref().filter(|_| !self.is_over() && holds)
+        self.metadata
+            .as_ref()
+            .filter(|_| !self.is_over() && !self.group_over && holds)
     }
 
     /// The wait a client is told, in whole seconds rounded up: a client that waits the

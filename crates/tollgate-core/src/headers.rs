@@ -68,6 +68,7 @@ mod tests {
             reset,
             hits: 1,
             metadata: None,
+            group_over: false,
             in_flight: None,
         })
     }

@@ -17,9 +17,11 @@ use crate::rules::{Defaults, Policy, Rule, Rules};
 use crate::store::{DecidedBy, KeyLayout, Store, StoreError};
 use crate::top::{RuleTop, TopBy};
 
+mod all_or_none;
 mod counter_key;
 mod explain;
 mod find;
+mod groups;
 mod matched;
 mod over_limit_log;
 mod reset;
@@ -28,9 +30,8 @@ mod top;
 pub use explain::{Explained, Explanation, Matched};
 pub use find::Found;
 pub use matched::NoMatch;
-use matched::{Count, Match};
+use matched::{Count, Match, Resolved};
 use over_limit_log::OverLimitLog;
-use resolve::Resolved;
 pub use top::TopQuery;
 
 /// Why a request got no decision.
@@ -79,7 +80,7 @@ impl Recorder for () {
 }
 
 /// How the limiter answers beyond what rules say.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Used for limits that requests send instead of the configured ones.
     pub defaults: Defaults,
@@ -87,9 +88,23 @@ pub struct Options {
     pub global_shadow_mode: bool,
     /// Every descriptor, matched or not, is a budget (the reference's `QUOTA_MODE`).
     pub quota_mode: bool,
-    /// A request over on one descriptor counts nothing on its others (the reference's
-    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`): what they counted is given back.
+    /// A request is counted on all its descriptors or on none: a refused request leaves no
+    /// counter moved but by its charges and refunds (the default). On the reference's
+    /// store, its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` instead: if a descriptor would
+    /// go over, only those that would are counted. Off, each descriptor counts on its own.
     pub all_or_nothing: bool,
+}
+
+impl Default for Options {
+    /// The default limits, every answer enforced, quota mode per rule, all or none.
+    fn default() -> Self {
+        Self {
+            defaults: Defaults::default(),
+            global_shadow_mode: false,
+            quota_mode: false,
+            all_or_nothing: true,
+        }
+    }
 }
 
 /// Rules with the recorder's state for each of them, swapped together.
@@ -138,6 +153,13 @@ struct Decided<'a, 'r> {
     outcome: Outcome,
     /// Where the store's verdict came from, when it was asked.
     source: Option<DecidedBy>,
+}
+
+impl<'r> Decided<'_, 'r> {
+    /// How this descriptor weighs in the overall answer.
+    fn weight(&self) -> groups::Weight<'r> {
+        self.resolved.weight(self.outcome.is_over())
+    }
 }
 
 impl Limiter {
@@ -220,7 +242,8 @@ impl<R: Recorder> Limiter<R> {
 
     /// Decides one request: every descriptor is matched and counted (concurrently; they
     /// are independent counters), and the request is over the limit if a descriptor is —
-    /// or, for budgets (`quota_mode`), if every budget of the request is.
+    /// or, for budgets (`quota_mode`), if every quota group of the request is. A refused
+    /// request is counted on none of its descriptors (all or none), unless told otherwise.
     pub async fn decide(&self, req: &Request<'_>) -> Result<Decision, DecideError> {
         let installed = self.installed.load_full();
         let overrides = self.overrides.load_full();
@@ -235,15 +258,25 @@ impl<R: Recorder> Limiter<R> {
         if reference && self.options.all_or_nothing {
             self.hold_back(&mut resolved).await?;
         }
+        let all_or_none = self.options.all_or_nothing && !reference;
 
-        let mut decided = self.ask_store(&resolved).await?;
-        if self.options.all_or_nothing && !reference && decided.iter().any(|d| d.outcome.is_over())
-        {
+        let (mut decided, settled) = match &self.store {
+            Store::Memory(memory) if all_or_none && Self::together(&resolved) => {
+                (self.decide_together(memory, &resolved), true)
+            }
+            _ => (self.ask_store(&resolved, all_or_none).await?, false),
+        };
+        // Refused as if enforced: a request in shadow mode counts as the enforced one would.
+        let refused = groups::refused(decided.iter().map(Decided::weight));
+        if refused && all_or_none && !settled {
             self.give_back(&mut decided).await;
         }
+        let over_groups = groups::over(decided.iter().map(Decided::weight));
+        for d in &mut decided {
+            groups::mark(&over_groups, d.resolved, &mut d.outcome);
+        }
         self.observe(&installed, req, &decided);
-        let over_limit = !self.options.global_shadow_mode
-            && over(decided.iter().map(|d| (&d.outcome, d.resolved.quota)));
+        let over_limit = !self.options.global_shadow_mode && refused;
         // Pushed, not collected: collecting in place would keep the larger allocation and
         // shrink it, a realloc per request.
         let mut descriptors = Vec::with_capacity(decided.len());
@@ -256,10 +289,13 @@ impl<R: Recorder> Limiter<R> {
 
     /// Counts every resolved descriptor that is limited (concurrently), and answers each.
     /// A request's refunds go first: a settlement in one request (a reservation refunded,
-    /// the usage charged) must not find the reservation still counted.
+    /// the usage charged) must not find the reservation still counted. If the store fails
+    /// for one descriptor, the request gets the error, and with `all_or_none` what the
+    /// others consumed is given back.
     async fn ask_store<'a, 'r>(
         &self,
         resolved: &'a [Resolved<'r>],
+        all_or_none: bool,
     ) -> Result<Vec<Decided<'a, 'r>>, StoreError> {
         let refund = |r: &Resolved<'_>| {
             matches!(
@@ -292,8 +328,13 @@ impl<R: Recorder> Limiter<R> {
             ask(None).await
         };
         let mut decided = Vec::with_capacity(resolved.len());
+        let mut failed = None;
         for (resolved, verdict) in resolved.iter().zip(verdicts) {
-            let (outcome, source) = match (&resolved.count, verdict.transpose()?) {
+            let verdict = verdict.transpose().unwrap_or_else(|e| {
+                failed.get_or_insert(e);
+                None
+            });
+            let (outcome, source) = match (&resolved.count, verdict) {
                 (Count::Unlimited, _) => (Outcome::Unlimited, None),
                 (
                     Count::Limited {
@@ -315,7 +356,15 @@ impl<R: Recorder> Limiter<R> {
                 source,
             });
         }
-        Ok(decided)
+        match failed {
+            None => Ok(decided),
+            Some(e) => {
+                if all_or_none {
+                    self.give_back(&mut decided).await;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Tells the recorder and the rule's heavy keys of every counted descriptor, and logs
@@ -356,65 +405,6 @@ impl<R: Recorder> Limiter<R> {
         for (d, descriptor) in decided.iter().zip(&req.descriptors) {
             self.log(&req.domain, descriptor, d, now);
         }
-    }
-
-    /// Gives back what the admitted descriptors of a request counted, because another of
-    /// its descriptors is over (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-    async fn give_back(&self, decided: &mut [Decided<'_, '_>]) {
-        let refunds = join_all(decided.iter().map(|d| {
-            let undo = match (&d.resolved.count, &d.outcome) {
-                (Count::Limited { counter, .. }, Outcome::Limited(l))
-                    if l.admitted && l.hits > 0 =>
-                {
-                    Some((counter, l.hits))
-                }
-                _ => None,
-            };
-            async move {
-                let (counter, n) = undo?;
-                self.store.apply(counter, Hits::Refund(n)).await.ok()
-            }
-        }))
-        .await;
-        for (d, refund) in decided.iter_mut().zip(refunds) {
-            if let (Outcome::Limited(l), Some(verdict)) = (&mut d.outcome, refund) {
-                l.remaining = verdict.decision.remaining;
-                l.hits = 0;
-                // The slot taken is given back: held as after the refund, nothing released.
-                if let (Some(seen), Some(back)) = (&mut l.in_flight, verdict.in_flight) {
-                    seen.held = back.held;
-                    seen.expired = seen.expired.saturating_add(back.expired);
-                }
-            }
-        }
-    }
-
-    /// The reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, for its key layout: the
-    /// counts before the request decide. If any descriptor would go over its limit, only
-    /// the descriptors that would are counted; the others are checked instead.
-    async fn hold_back(&self, resolved: &mut [Resolved<'_>]) -> Result<(), DecideError> {
-        let before = join_all(resolved.iter().map(|r| async move {
-            match &r.count {
-                Count::Limited { counter, hits, .. } => {
-                    let verdict = self.store.apply(counter, Hits::Check).await?;
-                    let over =
-                        !verdict.decision.admitted || hits.counted() > verdict.decision.remaining;
-                    Ok::<_, StoreError>(over)
-                }
-                Count::NoLimit | Count::Unlimited => Ok(false),
-            }
-        }))
-        .await
-        .into_iter()
-        .collect::<Result<Vec<bool>, _>>()?;
-        if before.contains(&true) {
-            for (r, over) in resolved.iter_mut().zip(before) {
-                if let (Count::Limited { hits, .. }, false) = (&mut r.count, over) {
-                    *hits = Hits::Check;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// One descriptor's decision at debug level, and at info the counter going over.
@@ -503,6 +493,7 @@ fn outcome(
             reset: verdict.decision.reset,
             hits,
             metadata: rule.and_then(|r| r.metadata.clone()),
+            group_over: false,
             in_flight: verdict.in_flight,
         }),
         None => Outcome::NoLimit,
@@ -586,26 +577,14 @@ fn install<R: Recorder>(
     }
 }
 
-/// The overall answer, from each descriptor's outcome and whether it is a budget: over if
-/// a descriptor that is not a budget is over, or if the request has budgets and every one
-/// of them is over (the reference's quota mode).
-fn over<'a>(outcomes: impl Iterator<Item = (&'a Outcome, bool)>) -> bool {
-    let (mut budgets, mut budgets_over) = (0, 0);
-    for (outcome, is_quota) in outcomes {
-        match (is_quota, outcome.is_over()) {
-            (false, true) => return true,
-            (true, over) => {
-                budgets += 1;
-                budgets_over += usize::from(over);
-            }
-            (false, false) => {}
-        }
-    }
-    budgets > 0 && budgets_over == budgets
-}
-
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod all_or_none_tests;
+
+#[cfg(test)]
+mod quota_group_tests;
 
 #[cfg(test)]
 mod calendar_tests;

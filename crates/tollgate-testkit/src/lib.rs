@@ -39,6 +39,7 @@
 
 pub mod accuracy;
 pub mod admin;
+pub mod all_or_none;
 pub mod chromium;
 pub mod cpu;
 pub mod envoy;

@@ -41,6 +41,7 @@ descriptors:
     rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 200}
 ",
             $crate::in_flight_rules!(),
+            $crate::all_or_none_rules!(),
             $extra
         )
     };
@@ -75,14 +76,17 @@ pub async fn admitted(rls: &mut Rls, domain: &str, entry: (&str, &str), n: usize
 /// counted by the calls that timed out if the store ran them within their deadlines
 /// after all (then they owe nothing).
 pub async fn await_settled(server: &Server) {
-    until_async(
-        "the debts are settled in the store",
-        Duration::from_secs(10),
-        async || match server.metric("tollgate_store_debt_units").await {
+    await_metric_at_most_zero(server, "tollgate_store_debt_units", "debts settled").await;
+}
+
+/// Waits until `server`'s gauge `metric` (units still to settle: `what`) is at most zero.
+pub async fn await_metric_at_most_zero(server: &Server, metric: &str, what: &str) {
+    until_async(what, Duration::from_secs(10), async || {
+        match server.metric(metric).await {
             Some(n) if n <= 0.0 => Ok(()),
-            other => Err(format!("units owed: {other:?}")),
-        },
-    )
+            other => Err(format!("{metric}: {other:?}")),
+        }
+    })
     .await;
 }
 

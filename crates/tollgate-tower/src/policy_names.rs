@@ -55,6 +55,7 @@ mod tests {
             reset: Duration::from_secs(1),
             hits: 1,
             metadata: None,
+            group_over: false,
             in_flight: None,
         })
     }

@@ -198,6 +198,7 @@ mod tests {
             reset: Duration::from_millis(reset_ms),
             hits: 1,
             metadata: None,
+            group_over: false,
             in_flight: None,
         })
     }

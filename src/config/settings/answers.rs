@@ -47,14 +47,12 @@ pub(crate) struct AnswerArgs {
         flag()
     )]
     pub(crate) response_dynamic_metadata: bool,
-    /// A request over on one descriptor counts nothing on its others (they are given back).
-    #[arg(
-        long,
-        env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        default_value_t = false,
-        flag()
-    )]
-    pub(crate) stop_cache_key_increment_when_overlimit: bool,
+    /// A refused request is counted on none of its descriptors (what they counted is
+    /// given back); false: each descriptor counts on its own. In REFERENCE_MODE, true is
+    /// the reference's scheme (the descriptors that would go over are counted, the others
+    /// not) [default: true; false in REFERENCE_MODE]
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", flag())]
+    pub(crate) stop_cache_key_increment_when_overlimit: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

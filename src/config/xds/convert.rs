@@ -100,6 +100,8 @@ fn descriptor(d: RateLimitDescriptor) -> DescriptorSpec {
         // The protocol has no field for it either.
         share_threshold: false,
         quota_mode: d.quota_mode,
+        // The protocol has no field for it: the metadata key `quota_group` names it.
+        quota_group: None,
         // xDS has no field for it: BUDGET_DOMAINS makes rules of a domain budgets.
         budget: false,
         metadata: d.metadata.map(metadata),

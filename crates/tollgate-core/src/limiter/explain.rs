@@ -3,7 +3,7 @@
 //! says of it, and the decision it would get.
 
 use super::matched::{Count, Match, NoMatch};
-use super::{Limiter, Recorder, outcome, over};
+use super::{Limiter, Recorder, groups, outcome};
 use crate::counter::Counter;
 use crate::decision::{Decision, Outcome};
 use crate::overrides::Override;
@@ -114,8 +114,17 @@ impl<R: Recorder> Limiter<R> {
                 peek: Some(peek),
             });
         }
-        let quota = resolved.iter().map(|r| r.quota);
-        let over_limit = !self.options.global_shadow_mode && over(outcomes.iter().zip(quota));
+        let weights = || {
+            resolved
+                .iter()
+                .zip(&outcomes)
+                .map(|(r, outcome)| r.weight(outcome.is_over()))
+        };
+        let over_limit = !self.options.global_shadow_mode && groups::refused(weights());
+        let over_groups = groups::over(weights());
+        for (r, outcome) in resolved.iter().zip(&mut outcomes) {
+            groups::mark(&over_groups, r, outcome);
+        }
         Ok(Explanation {
             descriptors,
             decision: Decision {

@@ -1,6 +1,6 @@
-//! What a descriptor matched and what it asks of the store: the words resolving,
-//! explaining and deciding share, in a file of their own so that none of them imports
-//! another for them.
+//! What a descriptor matched and what it asks of the store (together, the descriptor
+//! resolved): the words resolving, explaining, deciding and weighing groups share, in a
+//! file of their own so that none of them imports another for them.
 
 use crate::algo::Hits;
 use crate::counter::Counter;
@@ -46,4 +46,15 @@ pub(super) enum Count<'r> {
         counter: Counter,
         hits: Hits,
     },
+}
+
+/// One descriptor of a request, resolved.
+#[derive(Debug)]
+pub(super) struct Resolved<'r> {
+    /// What it matched, or why nothing.
+    pub(super) matched: Match<'r>,
+    /// What it asks of the store.
+    pub(super) count: Count<'r>,
+    /// Whether it is a budget for the request's overall answer (quota mode).
+    pub(super) quota: bool,
 }

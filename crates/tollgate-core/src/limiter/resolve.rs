@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::counter_key::{rule_counter, write_key};
-use super::matched::{Count, Match, NoMatch};
+use super::matched::{Count, Match, NoMatch, Resolved};
 use super::{Limiter, Recorder};
 use crate::algo::Hits;
 use crate::counter::Counter;
@@ -12,17 +12,6 @@ use crate::limit::Limit;
 use crate::overrides::Overrides;
 use crate::request::{Descriptor, InvalidRequest, Request};
 use crate::rules::{Domain, Policy, Rule, Rules};
-
-/// One descriptor of a request, resolved.
-#[derive(Debug)]
-pub(super) struct Resolved<'r> {
-    /// What it matched, or why nothing.
-    pub(super) matched: Match<'r>,
-    /// What it asks of the store.
-    pub(super) count: Count<'r>,
-    /// Whether it is a budget for the request's overall answer (quota mode).
-    pub(super) quota: bool,
-}
 
 impl<R: Recorder> Limiter<R> {
     /// Resolves every descriptor of `req` under `rules`; refused if the request is

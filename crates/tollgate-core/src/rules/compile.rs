@@ -13,6 +13,8 @@ use crate::calendar::Calendar;
 use crate::limit::{Algorithm, AlgorithmKind, Limit};
 use crate::unit::Unit;
 
+mod quota_group;
+
 /// A compiled domain and how many rules it holds.
 pub(super) struct Compiled {
     pub(super) domain: Domain,
@@ -164,7 +166,8 @@ impl Context<'_> {
         level
     }
 
-    fn node(&mut self, spec: DescriptorSpec, path: &str, here: &Path) -> Node {
+    fn node(&mut self, mut spec: DescriptorSpec, path: &str, here: &Path) -> Node {
+        let quota_group = self.quota_group(&mut spec, path);
         let (limits, limits_path) = match (spec.rate_limit, spec.rate_limits) {
             (Some(_), Some(_)) => {
                 self.error(
@@ -230,6 +233,7 @@ impl Context<'_> {
                     detailed_metric: spec.detailed_metric || spec.value_to_metric,
                     replaces: replaces.into(),
                     quota_mode: spec.quota_mode,
+                    quota_group,
                     charged,
                     metadata: spec.metadata.map(Arc::new),
                     shared: here.shared.as_slice().into(),

@@ -120,6 +120,9 @@ fn write_flags(out: &mut String, rule: &Rule) {
     }
     if rule.quota_mode {
         out.push_str(", quota_mode=true");
+        if let Some(group) = &rule.quota_group {
+            let _ = write!(out, ", quota_group={group}");
+        }
     } else if rule.charged {
         out.push_str(", budget=true");
     }

@@ -243,3 +243,6 @@ mod tests;
 
 #[cfg(test)]
 mod in_flight_tests;
+
+#[cfg(test)]
+mod quota_group_tests;

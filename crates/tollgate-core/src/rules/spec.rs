@@ -57,6 +57,10 @@ pub struct DescriptorSpec {
     /// past the limit.
     #[serde(default)]
     pub quota_mode: bool,
+    /// Ours: the quota group of a quota-mode rule. A group is over when any of its
+    /// descriptors is; a request is denied when every group it touches is over (a rule
+    /// without a group is a group of its own). Over xDS: the metadata key `quota_group`.
+    pub quota_group: Option<String>,
     /// Ours: a budget without quota mode's overall answer: consumption is recorded even
     /// past the limit (usage reported after the fact, e.g. LLM tokens), and the debt
     /// denies until it has aged out of the window.

@@ -223,6 +223,8 @@ pub struct Rule {
     /// Names of limits this rule supersedes when both match one request.
     pub(crate) replaces: Box<[String]>,
     pub(crate) quota_mode: bool,
+    /// The quota group of a quota-mode rule, if it names one.
+    pub(crate) quota_group: Option<Arc<str>>,
     /// Consumption is charged, past the limit if need be (quota mode, `budget: true`, or
     /// a budget domain).
     pub(crate) charged: bool,
@@ -267,6 +269,12 @@ impl Rule {
     /// descriptor of the request is over (the reference's `quota_mode`).
     pub fn quota_mode(&self) -> bool {
         self.quota_mode
+    }
+
+    /// The quota group of a quota-mode rule: its descriptors are over together, and the
+    /// request is denied only when every group it touches is over.
+    pub fn quota_group(&self) -> Option<&str> {
+        self.quota_group.as_deref()
     }
 
     /// Consumption under this rule is charged: recorded even past the limit.

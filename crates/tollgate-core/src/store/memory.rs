@@ -1,5 +1,7 @@
 //! The in-process store, the embedded default: counters in a [`Shards`] map.
 
+mod together;
+
 use std::sync::Arc;
 use std::time::Duration;
 

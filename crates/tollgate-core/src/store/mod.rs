@@ -79,6 +79,20 @@ impl Store {
         }
     }
 
+    /// Gives back `n` units that a refused request consumed on `counter` (all or none):
+    /// a shared store that does not answer in time gives them back to its view and
+    /// credits the store, whatever `--on-store-error` says, for nobody retries this.
+    pub(crate) async fn give_back(&self, counter: &Counter, n: u64) -> Result<Verdict, StoreError> {
+        match self {
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Self::Shared(r) => {
+                let (key, limits) = (counter.key(), counter.limits());
+                Ok(r.give_back(key, limits, n).await?.0)
+            }
+            _ => self.apply(counter, Hits::Refund(n)).await,
+        }
+    }
+
     /// How this store's counters are keyed.
     pub fn key_layout(&self) -> KeyLayout {
         match self {

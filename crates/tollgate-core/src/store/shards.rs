@@ -160,8 +160,45 @@ pub(crate) struct ShardStats {
 
 /// The shard of one key, locked: every operation on that key's entry.
 pub(crate) struct Locked<'a, V> {
-    shard: MutexGuard<'a, Shard<V>>,
+    shard: Guard<'a, V>,
     key: Key,
+    owner: &'a Shards<V>,
+}
+
+/// A shard's lock: taken for one key, or borrowed from a [`LockedAll`].
+enum Guard<'a, V> {
+    Own(MutexGuard<'a, Shard<V>>),
+    Borrowed(&'a mut Shard<V>),
+}
+
+impl<V> std::ops::Deref for Guard<'_, V> {
+    type Target = Shard<V>;
+
+    fn deref(&self) -> &Shard<V> {
+        match self {
+            Self::Own(guard) => guard,
+            Self::Borrowed(shard) => shard,
+        }
+    }
+}
+
+impl<V> std::ops::DerefMut for Guard<'_, V> {
+    fn deref_mut(&mut self) -> &mut Shard<V> {
+        match self {
+            Self::Own(guard) => guard,
+            Self::Borrowed(shard) => shard,
+        }
+    }
+}
+
+/// The shards of several keys, locked together in the order of their places, so that two
+/// such locks never wait on each other: what a request counted on several counters at
+/// once holds while it decides.
+pub(crate) struct LockedAll<'a, V> {
+    /// Each shard once, by its place among the shards.
+    shards: Vec<MutexGuard<'a, Shard<V>>>,
+    /// Per key asked, in the order asked: its hash and which of `shards` holds it.
+    keys: Vec<(Key, usize)>,
     owner: &'a Shards<V>,
 }
 
@@ -197,17 +234,40 @@ impl<V: ShardValue> Shards<V> {
 
     /// Locks the shard holding `key`.
     pub(crate) fn lock(&self, key: &str) -> Locked<'_, V> {
+        let (hash, index) = self.place(key);
+        Locked {
+            shard: Guard::Own(lock(&self.shards[index])),
+            key: hash,
+            owner: self,
+        }
+    }
+
+    /// Locks the shards holding `keys`, each once, in the order of their places.
+    pub(crate) fn lock_all<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> LockedAll<'_, V> {
+        let places: Vec<(Key, usize)> = keys.into_iter().map(|k| self.place(k)).collect();
+        let mut indices: Vec<usize> = places.iter().map(|&(_, index)| index).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let keys = places
+            .into_iter()
+            .map(|(hash, index)| (hash, indices.partition_point(|&i| i < index)))
+            .collect();
+        LockedAll {
+            shards: indices.iter().map(|&i| lock(&self.shards[i])).collect(),
+            keys,
+            owner: self,
+        }
+    }
+
+    /// The hash of `key` and the place of its shard.
+    fn place(&self, key: &str) -> (Key, usize) {
         let hash = [
             self.hashers[0].hash_one(key),
             // Never all zeros.
             self.hashers[1].hash_one(key) | 1,
         ];
         let index = ((u128::from(hash[1]) * self.shards.len() as u128) >> 64) as usize;
-        Locked {
-            shard: lock(&self.shards[index]),
-            key: hash,
-            owner: self,
-        }
+        (hash, index)
     }
 
     /// Drops every entry expired at `now`.
@@ -324,6 +384,24 @@ impl<V: ShardValue> Locked<'_, V> {
             shard.heap_bytes -= gone.state().heap_bytes();
             self.owner.evictions.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+impl<V> LockedAll<'_, V> {
+    /// The `i`th key asked, as [`Shards::lock`] would give it.
+    pub(crate) fn entry(&mut self, i: usize) -> Option<Locked<'_, V>> {
+        let &(key, shard) = self.keys.get(i)?;
+        let shard = self.shards.get_mut(shard)?;
+        Some(Locked {
+            shard: Guard::Borrowed(shard),
+            key,
+            owner: self.owner,
+        })
+    }
+
+    /// Whether the `i`th and `j`th keys asked are one counter.
+    pub(crate) fn same(&self, i: usize, j: usize) -> bool {
+        matches!((self.keys.get(i), self.keys.get(j)), (Some(a), Some(b)) if a.0 == b.0)
     }
 }
 

@@ -53,12 +53,33 @@ pub fn render_example(template: &str, upstream: SocketAddr, ratelimit: SocketAdd
     rewrite(template, addresses(upstream, ratelimit))
 }
 
+/// The quota-routing example's `envoy.yaml` with the admin interface and the listener on
+/// 127.0.0.1 port 0, its two models at `models` and the `ratelimit` cluster at
+/// `ratelimit`.
+pub fn render_models(template: &str, models: [SocketAddr; 2], ratelimit: SocketAddr) -> String {
+    let mut replacements = addresses(models[0], ratelimit);
+    replacements.retain(|(from, _)| !from.contains("upstream"));
+    replacements.extend([
+        (
+            "{ address: model-a, port_value: 5678 }",
+            loopback(models[0]),
+        ),
+        (
+            "{ address: model-b, port_value: 5679 }",
+            loopback(models[1]),
+        ),
+    ]);
+    rewrite(template, replacements)
+}
+
+/// `addr` as a socket address of the example's YAML; only loopback addresses.
+fn loopback(addr: SocketAddr) -> String {
+    assert!(addr.ip().is_loopback(), "only loopback addresses: {addr}");
+    format!("{{ address: {}, port_value: {} }}", addr.ip(), addr.port())
+}
+
 /// The rewrites of the admin and listener addresses and of the two clusters.
 fn addresses(upstream: SocketAddr, ratelimit: SocketAddr) -> Vec<(&'static str, String)> {
-    let loopback = |addr: SocketAddr| {
-        assert!(addr.ip().is_loopback(), "only loopback addresses: {addr}");
-        format!("{{ address: {}, port_value: {} }}", addr.ip(), addr.port())
-    };
     let any_port = "{ address: 127.0.0.1, port_value: 0 }";
     vec![
         (

@@ -15,7 +15,7 @@ use tempfile::TempDir;
 use crate::process::{self, Process};
 use crate::{http, loopback, wait};
 
-pub use config::{Params, render, render_example, render_rlqs, render_with};
+pub use config::{Params, render, render_example, render_models, render_rlqs, render_with};
 pub use upstream::Upstream;
 
 /// The Envoy release the suites are pinned to (`scripts/install-test-deps.sh` installs it).

@@ -351,8 +351,34 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
+        self.apply_as(key, limits, hits, self.behaviour.on_error)
+            .await
+    }
+
+    /// Gives back `n` units (or slots) a refused request consumed (all or none). Nobody
+    /// retries a give-back, so without the store's answer it is decided as
+    /// `--on-store-error=local` decides, whatever that setting: the view gives the units
+    /// back at once and the store is credited them once it answers.
+    pub(crate) async fn give_back(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &[Limit],
+        n: u64,
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
+        self.apply_as(key, limits, Hits::Refund(n), OnStoreError::Local)
+            .await
+    }
+
+    /// [`Self::apply`], without the store's answer decided per `on_error`.
+    async fn apply_as(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &[Limit],
+        hits: Hits,
+        on_error: OnStoreError,
+    ) -> Result<(Verdict, DecidedBy), StoreError> {
         if slot_call::in_flight(limits).is_some() {
-            return self.slots(key, limits, hits).await;
+            return self.slots(key, limits, hits, on_error).await;
         }
         let began = self.local.local_now();
         if let Hits::Consume(n) = hits
@@ -369,10 +395,10 @@ impl SharedStore {
             bump(&self.counts.local_denials);
             return Ok((denied, DecidedBy::LocalView));
         }
-        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now) {
+        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now, on_error) {
             return verdict.map(|verdict| (verdict, DecidedBy::Fallback));
         }
-        self.send(key, limits, hits, now, timeout).await
+        self.send(key, limits, hits, now, (timeout, on_error)).await
     }
 
     /// Units admitted while this counter's calls are still out (a late call, a charge
@@ -385,8 +411,9 @@ impl SharedStore {
         limits: &[Limit],
         hits: Hits,
         now: Timestamp,
+        on_error: OnStoreError,
     ) -> Option<Result<Verdict, StoreError>> {
-        if self.behaviour.on_error != OnStoreError::Local || self.ledger.uncertain(key) == 0 {
+        if on_error != OnStoreError::Local || self.ledger.uncertain(key) == 0 {
             return None;
         }
         let pending = self.ledger.in_flight(key);
@@ -395,7 +422,7 @@ impl SharedStore {
             limits,
             (hits, pending),
             now,
-            StoreError::Timeout,
+            (StoreError::Timeout, on_error),
             |v| {
                 let decided = counted(hits, v.decision.admitted);
                 self.ledger.owe(key, limits, decided, now);
@@ -405,14 +432,14 @@ impl SharedStore {
     }
 
     /// One call for `hits`, carrying what the counter owes, waited for at most
-    /// `timeout`: the store's answer, or the verdict per `--on-store-error` without one.
+    /// `timeout`: the store's answer, or the verdict per `on_error` without one.
     async fn send(
         self: &Arc<Self>,
         key: &str,
         limits: &[Limit],
         hits: Hits,
         now: Timestamp,
-        timeout: Duration,
+        (timeout, on_error): (Duration, OnStoreError),
     ) -> Result<(Verdict, DecidedBy), StoreError> {
         let deadline = self.local.deadline(now, timeout);
         let call = self
@@ -437,16 +464,23 @@ impl SharedStore {
             Answer::Failed(e, ran) => {
                 let pending = call.others_in_flight();
                 call.failed(ran);
-                self.fall_back(key, limits, (hits, pending), now, e, |verdict| {
-                    let decided = counted(hits, verdict.decision.admitted);
-                    self.ledger.owe(key, limits, ran.owed(decided), now);
-                })
+                self.fall_back(
+                    key,
+                    limits,
+                    (hits, pending),
+                    now,
+                    (e, on_error),
+                    |verdict| {
+                        let decided = counted(hits, verdict.decision.admitted);
+                        self.ledger.owe(key, limits, ran.owed(decided), now);
+                    },
+                )
                 .map(|verdict| (verdict, DecidedBy::Fallback))
             }
             Answer::Pending(trip) => {
                 let mut decided = 0;
                 let hits_and_pending = (hits, call.others_in_flight());
-                let timeout = StoreError::Timeout;
+                let timeout = (StoreError::Timeout, on_error);
                 let verdict = self.fall_back(key, limits, hits_and_pending, now, timeout, |v| {
                     decided = counted(hits, v.decision.admitted);
                     self.ledger
@@ -470,8 +504,8 @@ impl SharedStore {
         }
     }
 
-    /// The verdict per `--on-store-error` when the store gave none (`error`'s answer is
-    /// the error itself), leaving room for `pending` units of other calls still out;
+    /// The verdict per `on_error` when the store gave none with `error` (`error`'s answer
+    /// is the error itself), leaving room for `pending` units of other calls still out;
     /// `decided` records the decision as the view takes it.
     fn fall_back(
         &self,
@@ -479,11 +513,11 @@ impl SharedStore {
         limits: &[Limit],
         (hits, pending): (Hits, u64),
         now: Timestamp,
-        error: StoreError,
+        (error, on_error): (StoreError, OnStoreError),
         decided: impl FnOnce(&Verdict),
     ) -> Result<Verdict, StoreError> {
         bump(&self.counts.fallbacks);
-        let how = match self.behaviour.on_error {
+        let how = match on_error {
             OnStoreError::Error => return Err(error),
             OnStoreError::Local => Fallback::Local,
             OnStoreError::Allow => Fallback::Allow,

@@ -26,7 +26,7 @@ use crate::algo::{Hits, LimitState, Verdict};
 
 use crate::limit::Limit;
 use crate::store::peek::{CounterView, Peek};
-use crate::store::{DecidedBy, StoreError};
+use crate::store::{DecidedBy, OnStoreError, StoreError};
 
 /// The slot call of `args` on an in-flight counter under `limit`: its hits, its debt.
 fn slot_call(args: &CallArgs<'_>, limit: &Limit) -> SlotCall {
@@ -58,18 +58,19 @@ fn unconfirmed(mut verdict: Verdict) -> Verdict {
 impl SharedStore {
     /// Decides `hits` on the in-flight counter `key` by one call to the store, carrying
     /// the slots this instance admitted without it; without an answer in time, per
-    /// `--on-store-error` (module docs).
+    /// `on_error` (module docs).
     pub(super) async fn slots(
         &self,
         key: &str,
         limits: &[Limit],
         hits: Hits,
+        on_error: OnStoreError,
     ) -> Result<(Verdict, DecidedBy), StoreError> {
         let Some(limit) = in_flight(limits) else {
             return Err(StoreError::Failed(Arc::new(ReplyError::Short(0))));
         };
         let now = self.local.now();
-        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now) {
+        if let Some(verdict) = self.decide_uncertain(key, limits, hits, now, on_error) {
             return verdict.map(|verdict| (unconfirmed(verdict), DecidedBy::Fallback));
         }
         let timeout = self.behaviour.timeout;
@@ -91,10 +92,11 @@ impl SharedStore {
                 }
                 Err((e, ran)) => {
                     call.failed(ran);
-                    let verdict = self.fall_back(key, limits, (hits, pending), now, e, |v| {
-                        let decided = counted(hits, v.decision.admitted);
-                        self.ledger.owe(key, limits, ran.owed(decided), now);
-                    })?;
+                    let verdict =
+                        self.fall_back(key, limits, (hits, pending), now, (e, on_error), |v| {
+                            let decided = counted(hits, v.decision.admitted);
+                            self.ledger.owe(key, limits, ran.owed(decided), now);
+                        })?;
                     return Ok((unconfirmed(verdict), DecidedBy::Fallback));
                 }
             },
@@ -102,11 +104,18 @@ impl SharedStore {
         };
         let mut decided = 0;
         let timed_out = StoreError::Timeout;
-        let verdict = self.fall_back(key, limits, (hits, pending), now, timed_out, |v| {
-            decided = counted(hits, v.decision.admitted);
-            self.ledger
-                .expect(key, limits, u64::try_from(decided).unwrap_or(0));
-        });
+        let verdict = self.fall_back(
+            key,
+            limits,
+            (hits, pending),
+            now,
+            (timed_out, on_error),
+            |v| {
+                decided = counted(hits, v.decision.admitted);
+                self.ledger
+                    .expect(key, limits, u64::try_from(decided).unwrap_or(0));
+            },
+        );
         call.outlived(trip, Some(decided), now);
         Ok((unconfirmed(verdict?), DecidedBy::Fallback))
     }

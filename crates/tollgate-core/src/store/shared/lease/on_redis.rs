@@ -143,10 +143,17 @@ async fn a_take_carries_what_the_counter_owes() {
     // 95 units admitted while the store did not answer: in the view, and owed.
     let now = store.now();
     let owed = (Hits::Consume(95), 0);
-    let fallback = store.fall_back(KEY, &limits, owed, now, StoreError::Timeout, |v| {
-        let decided = counted(Hits::Consume(95), v.decision.admitted);
-        store.ledger.owe(KEY, &limits, decided, now);
-    });
+    let fallback = store.fall_back(
+        KEY,
+        &limits,
+        owed,
+        now,
+        (StoreError::Timeout, store.behaviour.on_error),
+        |v| {
+            let decided = counted(Hits::Consume(95), v.decision.admitted);
+            store.ledger.owe(KEY, &limits, decided, now);
+        },
+    );
     assert!(fallback.is_ok_and(|v| v.decision.admitted));
     // 98 of 100 are used: whatever leases or the store decide, 2 more at most.
     let admitted = requests(&store, &limits, 10).await;
