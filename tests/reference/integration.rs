@@ -234,9 +234,9 @@ async fn run(source: Source, script: &str, target: Target) {
     let Some(installed) = reference::or_skip(&test) else {
         return;
     };
-    // Envoy gives the rate-limit service 20 ms (the filter's default; proxy.yaml sets no
-    // timeout) and Tollgate gives Redis 10 ms (its STORE_TIMEOUT): stacks starting and
-    // running beside each other on a small machine would make either run out.
+    // Tollgate gives Redis 10 ms (its STORE_TIMEOUT): stacks starting and running beside
+    // each other on a small machine would make it run out. Envoy's filter gets 2 s below,
+    // not its default 20 ms, which a busy host missed (the scripts test answers, not speed).
     let _alone = serial::timing().await;
     let Some(module) = &source.dir(installed, &test) else {
         return;
@@ -290,6 +290,10 @@ async fn run(source: Source, script: &str, target: Target) {
             ),
             ("port_value: 9999", format!("port_value: {mock_port}")),
             ("port_value: 8888", format!("port_value: {proxy_port}")),
+            (
+                "failure_mode_deny: false",
+                "failure_mode_deny: false\n                      timeout: 2s".to_owned(),
+            ),
         ],
     );
     let proxy = Envoy::start_with_args(
@@ -330,7 +334,7 @@ async fn run(source: Source, script: &str, target: Target) {
         panic!(
             "{script} failed against {target:?} ({}).\n--- its stdout ---\n{}--- its stderr ---\n{}\
              --- the proxy Envoy's rate-limit stats (errors and failure_mode_allowed count \
-             answers that took longer than the filter's 20 ms default timeout) ---\n{envoy_stats}\
+             answers that took longer than the filter's timeout of 2 s) ---\n{envoy_stats}\
              --- the server ---\n{}",
             finished.status,
             finished.stdout,

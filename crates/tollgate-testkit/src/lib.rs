@@ -59,6 +59,7 @@ pub mod load;
 pub mod otlp;
 pub mod overrides;
 pub mod pki;
+mod ports;
 pub mod postgres;
 pub mod process;
 pub mod raw_grpc;
@@ -75,8 +76,10 @@ pub mod wait;
 pub mod xds;
 pub mod zoneinfo;
 
+pub use ports::{free_port, free_ports};
+
 use std::fmt;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// A failure to start or drive a child process, as a message for a person (it quotes the
@@ -108,29 +111,6 @@ impl From<std::io::Error> for Error {
 /// `target/test-deps/`.
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A loopback port nothing listens on right now: bind 127.0.0.1:0, read the port, close.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind a free port on 127.0.0.1")
-}
-
-/// `N` different loopback ports nothing listens on right now: all bound at once, so that
-/// the OS cannot hand out one twice (as [`free_port`] called twice in a row can: it
-/// reuses a port just released), then closed.
-pub fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: [TcpListener; N] = std::array::from_fn(|_| {
-        TcpListener::bind("127.0.0.1:0").expect("bind a free port on 127.0.0.1")
-    });
-    listeners.map(|listener| {
-        listener
-            .local_addr()
-            .map(|addr| addr.port())
-            .expect("the port of a bound listener")
-    })
 }
 
 /// `127.0.0.1:port`.
